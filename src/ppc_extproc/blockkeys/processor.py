@@ -1,0 +1,66 @@
+"""Token processor: tokens of a prompt → chained request keys (only full blocks)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+
+from ppc_extproc.blockkeys.config import TokenProcessorConfig
+from ppc_extproc.blockkeys.hashing import BlockExtras, Hasher, hasher_for, tokens_to_le32
+from ppc_extproc.ids import RequestKey
+
+__all__ = ["TokenProcessor"]
+
+_ROOT_CACHE_LIMIT = 4096
+
+
+class TokenProcessor:
+    """Computes llm-d request keys: ``key[i] = H(key[i-1] or root(model), block_i, extras_i)``.
+
+    Tokens are given as little-endian uint32 bytes (what the request path extracts from JSON without
+    creating Python ints) or as a sequence of ints. The trailing partial block is dropped.
+    """
+
+    def __init__(self, config: TokenProcessorConfig | None = None) -> None:
+        self.config = config or TokenProcessorConfig()
+        self.block_size = self.config.block_size_tokens
+        self._hasher: Hasher = hasher_for(self.config.hash_algorithm)
+        self._init_hash = self._hasher.init_hash(self.config.hash_seed)
+        self._roots: dict[str, int] = {}
+        self._roots_lock = threading.Lock()
+
+    @property
+    def algorithm(self) -> str:
+        return self._hasher.name
+
+    def root(self, model: str) -> int:
+        """The parent of block 0 for ``model`` (the LoRA adapter name when one is used)."""
+        root = self._roots.get(model)
+        if root is None:
+            root = self._hasher.root(self._init_hash, model)
+            with self._roots_lock:
+                if len(self._roots) >= _ROOT_CACHE_LIMIT:
+                    self._roots.clear()
+                self._roots[model] = root
+        return root
+
+    def num_blocks(self, tokens_le32: bytes | memoryview) -> int:
+        """Number of full blocks in little-endian uint32 token bytes."""
+        return len(tokens_le32) // (4 * self.block_size)
+
+    def keys(
+        self,
+        tokens: bytes | memoryview | Sequence[int],
+        model: str,
+        *,
+        parent: int = 0,
+        extras: Sequence[BlockExtras] | None = None,
+    ) -> list[RequestKey]:
+        """Request keys of every full block of ``tokens``; ``parent`` 0 starts from the model's root."""
+        if not isinstance(tokens, (bytes, bytearray, memoryview)):
+            tokens = tokens_to_le32(tokens)
+        n_blocks = len(tokens) // (4 * self.block_size)
+        if n_blocks == 0:
+            return []
+        start = parent if parent else self.root(model)
+        return self._hasher.chain(start, tokens, self.block_size, n_blocks, extras)  # type: ignore[return-value]

@@ -1,0 +1,1 @@
+"""Configuration: strict decoding helpers and the ``EndpointPickerConfig`` loader."""

@@ -1,0 +1,125 @@
+"""Strict decoding of configuration mappings: every error names the dotted path of the field.
+
+    section = Section(params, "plugins[1].parameters", owner="precise-prefix-cache-producer")
+    size = section.integer("size", 100, minimum=1)
+    section.finish()   # unknown keys are an error naming the key and the owner
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from ppc_extproc.config.durations import parse_go_duration
+from ppc_extproc.errors import ConfigError
+
+__all__ = ["Section"]
+
+_MISSING = object()
+
+
+def _type_name(value: Any) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+class Section:
+    """One mapping of a configuration document, read field by field."""
+
+    def __init__(self, data: Any, path: str, owner: str | None = None) -> None:
+        if data is None:
+            data = {}
+        if not isinstance(data, dict):
+            raise ConfigError(path, f"expected a mapping, got {_type_name(data)}")
+        self.data: dict[str, Any] = data
+        self.path = path
+        self.owner = owner
+        self._seen: set[str] = set()
+
+    def child_path(self, key: str) -> str:
+        return f"{self.path}.{key}" if self.path else key
+
+    def has(self, key: str) -> bool:
+        self._seen.add(key)
+        return key in self.data and self.data[key] is not None
+
+    def raw(self, key: str, default: Any = None) -> Any:
+        self._seen.add(key)
+        value = self.data.get(key, _MISSING)
+        return default if value is _MISSING or value is None else value
+
+    def integer(self, key: str, default: int, *, minimum: int | None = None, maximum: int | None = None) -> int:
+        value = self.raw(key, default)
+        if isinstance(value, bool) or not isinstance(value, int):
+            if isinstance(value, float) and value.is_integer():
+                value = int(value)
+            else:
+                raise ConfigError(self.child_path(key), f"expected an integer, got {_type_name(value)}")
+        self._check_range(key, value, minimum, maximum)
+        return value
+
+    def number(self, key: str, default: float, *, minimum: float | None = None, maximum: float | None = None) -> float:
+        value = self.raw(key, default)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(self.child_path(key), f"expected a number, got {_type_name(value)}")
+        self._check_range(key, value, minimum, maximum)
+        return float(value)
+
+    def boolean(self, key: str, default: bool) -> bool:
+        value = self.raw(key, default)
+        if not isinstance(value, bool):
+            raise ConfigError(self.child_path(key), f"expected true or false, got {_type_name(value)}")
+        return value
+
+    def string(self, key: str, default: str, *, choices: tuple[str, ...] | None = None) -> str:
+        value = self.raw(key, default)
+        if not isinstance(value, str):
+            raise ConfigError(self.child_path(key), f"expected a string, got {_type_name(value)}")
+        if choices is not None and value not in choices:
+            allowed = ", ".join(repr(c) for c in choices if c)
+            raise ConfigError(self.child_path(key), f"must be one of {allowed}; got {value!r}")
+        return value
+
+    def duration(self, key: str, default: str) -> float:
+        """A Go duration string (or a number of seconds) as seconds."""
+        value = self.raw(key, default)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if not isinstance(value, str):
+            raise ConfigError(self.child_path(key), f"expected a duration such as \"2s\", got {_type_name(value)}")
+        try:
+            return parse_go_duration(value)
+        except ValueError as exc:
+            raise ConfigError(self.child_path(key), str(exc)) from None
+
+    def section(self, key: str) -> Section:
+        return Section(self.raw(key, {}), self.child_path(key), self.owner)
+
+    def items(self, key: str) -> Iterator[tuple[str, Any]]:
+        """Elements of a list field with their paths (``key[i]``)."""
+        value = self.raw(key, [])
+        if not isinstance(value, list):
+            raise ConfigError(self.child_path(key), f"expected a list, got {_type_name(value)}")
+        for i, item in enumerate(value):
+            yield f"{self.child_path(key)}[{i}]", item
+
+    def reject(self, key: str, message: str) -> None:
+        """Error if ``key`` is set."""
+        if self.has(key):
+            raise ConfigError(self.child_path(key), message)
+
+    def finish(self) -> None:
+        """Error on keys that no reader asked for."""
+        unknown = sorted(set(self.data) - self._seen)
+        if unknown:
+            where = f" of {self.owner}" if self.owner else ""
+            known = ", ".join(sorted(self._seen)) or "none"
+            raise ConfigError(
+                self.child_path(unknown[0]),
+                f"unknown key {unknown[0]!r}{where} (known keys here: {known})",
+            )
+
+    def _check_range(self, key: str, value: float, minimum: float | None, maximum: float | None) -> None:
+        if minimum is not None and value < minimum:
+            raise ConfigError(self.child_path(key), f"must be at least {minimum}, got {value}")
+        if maximum is not None and value > maximum:
+            raise ConfigError(self.child_path(key), f"must be at most {maximum}, got {value}")

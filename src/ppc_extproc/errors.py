@@ -1,0 +1,90 @@
+"""Exceptions raised by ppc-extproc.
+
+    PpcError
+    ├── ConfigError        bad configuration; carries the dotted path of the field
+    ├── RequestError       a request the service refuses; carries the HTTP status
+    │   ├── BadRequestError        400
+    │   ├── PayloadTooLargeError   413
+    │   ├── SaturatedError         429 (filters removed every endpoint)
+    │   └── NoEndpointsError       503
+    └── WireError          a KV-event message or event that cannot be decoded
+
+Errors of other libraries (grpc, zmq, msgpack) are mapped to these at the boundary.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BadRequestError",
+    "ConfigError",
+    "NoEndpointsError",
+    "PayloadTooLargeError",
+    "PpcError",
+    "RequestError",
+    "SaturatedError",
+    "WireError",
+]
+
+
+class PpcError(Exception):
+    """Root of every error ppc-extproc raises on purpose."""
+
+
+class ConfigError(PpcError):
+    """Invalid configuration. ``path`` names the field, e.g. ``plugins[1].parameters.speculativeTTL``."""
+
+    def __init__(self, path: str, message: str) -> None:
+        self.path = path
+        self.message = message
+        super().__init__(f"{path}: {message}" if path else message)
+
+
+class RequestError(PpcError):
+    """A request the service answers with an HTTP error instead of routing it."""
+
+    status: int = 500
+    error_class: str = "Internal"
+    #: Value of the ``x-llm-d-request-dropped-reason`` header, if any.
+    dropped_reason: str | None = None
+
+    def __init__(self, message: str) -> None:
+        self.message = message
+        super().__init__(message)
+
+
+class BadRequestError(RequestError):
+    """The body is not JSON, lacks ``model``, or carries invalid token ids (400)."""
+
+    status = 400
+    error_class = "BadRequest"
+
+
+class PayloadTooLargeError(RequestError):
+    """The request body exceeds the configured limit (413)."""
+
+    status = 413
+    error_class = "PayloadTooLarge"
+
+
+class SaturatedError(RequestError):
+    """Filters left no endpoint to pick (429)."""
+
+    status = 429
+    error_class = "ResourceExhausted"
+    dropped_reason = "rejected-saturated"
+
+
+class NoEndpointsError(RequestError):
+    """No ready endpoint is a candidate for this request (503)."""
+
+    status = 503
+    error_class = "ServiceUnavailable"
+    dropped_reason = "rejected-no-endpoints"
+
+
+class WireError(PpcError):
+    """A KV-event frame, batch or event that does not follow the wire format. ``reason`` is a metric label."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        self.reason = reason
+        super().__init__(message)

@@ -1,0 +1,41 @@
+"""``kvEventsConfig``: where KV events come from and how they are consumed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = ["ENGINE_TYPES", "KVEventsConfig", "PodDiscoveryConfig"]
+
+ENGINE_TYPES = ("vllm", "sglang")
+
+
+@dataclass(frozen=True, slots=True)
+class PodDiscoveryConfig:
+    """Per-endpoint subscriber ports (``kvEventsConfig.podDiscoveryConfig``)."""
+
+    #: Engine PUB port; DP rank ``r`` publishes on ``socketPort + r``.
+    socket_port: int = 5557
+    #: Engine replay ROUTER port (+ rank); 0 disables replay.
+    replay_socket_port: int = 0
+    #: Accepted for llm-d compatibility; endpoints come from discovery, not from a label selector.
+    pod_label_selector: str = "llm-d.ai/inference-serving=true"
+    pod_namespace: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class KVEventsConfig:
+    """How the service subscribes to engines' KV events."""
+
+    #: Set ⇒ central mode: bind one SUB socket here (e.g. ``tcp://*:5557``) that engines connect to.
+    zmq_endpoint: str = ""
+    #: SUB prefix filter on the topic frame.
+    topic_filter: str = "kv@"
+    #: llm-d's worker shards. Accepted; ppc-extproc applies events on one thread in per-source order.
+    concurrency: int = 4
+    #: ``vllm`` or ``sglang`` (decoding differences).
+    engine_type: str = "vllm"
+    #: Per-endpoint subscribers for the endpoints discovery reports.
+    discover_pods: bool = True
+    pod_discovery: PodDiscoveryConfig = field(default_factory=PodDiscoveryConfig)
+    #: Bound of each source's queue of undecoded messages (overflow ⇒ drop + resync).
+    queue_size: int = 10000

@@ -1,0 +1,207 @@
+"""msgpack payload → ``EventBatch``, tolerant of every vLLM release and of SGLang.
+
+Decoding is untyped (``msgpack.unpackb``) and then normalised field by field, so array events
+(vLLM ≤ 0.23), map events (vLLM ≥ 0.24), 2-element batches (vLLM 0.9.0), SGLang's shorter arrays,
+trailing metadata maps and signed hashes all land in the same types. A bad *event* is skipped and
+its reason recorded; only a bad *batch* raises ``WireError``. Spec: ``kv_events_wire.md`` §5.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import msgpack
+
+from ppc_extproc.blockkeys.hashing import tokens_to_le32
+from ppc_extproc.errors import WireError
+from ppc_extproc.events.wire import AllBlocksCleared, BlockRemoved, BlockStored, EventBatch, KVCacheEvent
+from ppc_extproc.ids import MASK64
+
+__all__ = ["MAX_PAYLOAD_BYTES", "decode_batch", "normalise_hash"]
+
+#: Payloads above this size are refused without unpacking (a batch is one scheduler step).
+MAX_PAYLOAD_BYTES = 64 * 1024 * 1024
+
+_STORED_FIELDS = (
+    "block_hashes",
+    "parent_block_hash",
+    "token_ids",
+    "block_size",
+    "lora_id",
+    "medium",
+    "lora_name",
+    "extra_keys",
+    "group_idx",
+    "kv_cache_spec_kind",
+    "kv_cache_spec_sliding_window",
+)
+_REMOVED_FIELDS = ("block_hashes", "medium", "group_idx")
+
+
+class _BadEvent(Exception):
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+
+def normalise_hash(value: Any) -> int:
+    """An engine block hash as an unsigned 64-bit int: ints masked (negative SGLang hashes wrap),
+    bytes digests read as their last 8 bytes big-endian (what vLLM's int form of a digest is)."""
+    if isinstance(value, bool):
+        raise _BadEvent("bad_hash")
+    if isinstance(value, int):
+        return value & MASK64
+    if isinstance(value, (bytes, bytearray)) and value:
+        return int.from_bytes(value[-8:], "big")
+    raise _BadEvent("bad_hash")
+
+
+def _hashes(value: Any) -> tuple[int, ...]:
+    if not isinstance(value, list):
+        raise _BadEvent("bad_hashes")
+    return tuple(normalise_hash(h) for h in value)
+
+
+def _opt_str(value: Any, reason: str) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    raise _BadEvent(reason)
+
+
+def _opt_int(value: Any, reason: str, minimum: int | None = None) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _BadEvent(reason)
+    if minimum is not None and value < minimum:
+        raise _BadEvent(reason)
+    return value
+
+
+def _fields(raw: list[Any] | dict[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
+    if isinstance(raw, dict):
+        return {name: raw.get(name) for name in names}
+    values = raw[1 : 1 + len(names)]
+    out = dict(zip(names, values))
+    for name in names[len(values) :]:
+        out[name] = None
+    return out
+
+
+def _stored(raw: list[Any] | dict[str, Any], sglang: bool) -> BlockStored:
+    f = _fields(raw, _STORED_FIELDS)
+    cache_salt = None
+    if sglang:
+        # SGLang positions stop at medium; a trailing map carries metadata such as cache_salt.
+        f["lora_name"] = f["lora_name"] if isinstance(raw, dict) else None
+        f["extra_keys"] = f["group_idx"] = f["kv_cache_spec_kind"] = None
+        f["kv_cache_spec_sliding_window"] = None
+        meta = raw if isinstance(raw, dict) else (raw[-1] if isinstance(raw[-1], dict) else {})
+        cache_salt = _opt_str(meta.get("cache_salt"), "bad_cache_salt")
+        if isinstance(f["medium"], dict):
+            f["medium"] = None
+    tokens = f["token_ids"]
+    if not isinstance(tokens, list):
+        raise _BadEvent("bad_token_ids")
+    if any(isinstance(t, bool) for t in tokens):
+        raise _BadEvent("bad_token_ids")
+    try:
+        token_bytes = tokens_to_le32(tokens)
+    except (OverflowError, TypeError):
+        raise _BadEvent("bad_token_ids") from None
+    block_size = _opt_int(f["block_size"], "bad_block_size", 0)
+    if block_size is None:
+        raise _BadEvent("bad_block_size")
+    parent = f["parent_block_hash"]
+    extra_keys = f["extra_keys"]
+    if extra_keys is not None and not isinstance(extra_keys, list):
+        raise _BadEvent("bad_extra_keys")
+    return BlockStored(
+        block_hashes=_hashes(f["block_hashes"]),
+        parent_block_hash=None if parent is None else normalise_hash(parent),
+        tokens=token_bytes,
+        block_size=block_size,
+        lora_id=f["lora_id"] if isinstance(f["lora_id"], int) else None,
+        medium=_opt_str(f["medium"], "bad_medium"),
+        lora_name=_opt_str(f["lora_name"], "bad_lora_name"),
+        extra_keys=extra_keys,
+        group_idx=_opt_int(f["group_idx"], "bad_group_idx", 0),
+        kv_cache_spec_kind=_opt_str(f["kv_cache_spec_kind"], "bad_spec_kind"),
+        kv_cache_spec_sliding_window=_opt_int(f["kv_cache_spec_sliding_window"], "bad_sliding_window"),
+        cache_salt=cache_salt,
+    )
+
+
+def _removed(raw: list[Any] | dict[str, Any], sglang: bool) -> BlockRemoved:
+    f = _fields(raw, _REMOVED_FIELDS)
+    medium = f["medium"]
+    if sglang and isinstance(medium, dict):
+        medium = None
+    return BlockRemoved(
+        block_hashes=_hashes(f["block_hashes"]),
+        medium=_opt_str(medium, "bad_medium"),
+        group_idx=None if sglang else _opt_int(f["group_idx"], "bad_group_idx", 0),
+    )
+
+
+def _cleared(raw: list[Any] | dict[str, Any], sglang: bool) -> AllBlocksCleared:
+    return AllBlocksCleared()
+
+
+_DECODERS: dict[str, Callable[[Any, bool], KVCacheEvent]] = {
+    "BlockStored": _stored,
+    "BlockRemoved": _removed,
+    "AllBlocksCleared": _cleared,
+}
+
+
+def _event(raw: Any, sglang: bool) -> KVCacheEvent:
+    if isinstance(raw, (bytes, bytearray)):  # a pre-packed event (llm-d's fs-backend publisher)
+        try:
+            raw = msgpack.unpackb(raw, raw=False, strict_map_key=False)
+        except Exception:
+            raise _BadEvent("bad_event_encoding") from None
+    if isinstance(raw, list) and raw:
+        tag = raw[0]
+    elif isinstance(raw, dict):
+        tag = raw.get("type")
+    else:
+        raise _BadEvent("bad_event_shape")
+    decoder = _DECODERS.get(tag) if isinstance(tag, str) else None
+    if decoder is None:
+        raise _BadEvent("unknown_event_tag")
+    return decoder(raw, sglang)
+
+
+def decode_batch(payload: bytes, engine_type: str = "vllm") -> EventBatch:
+    """Decode one ``KVEventBatch`` payload. Raises ``WireError`` when the batch itself is bad;
+    bad events are skipped and listed in ``EventBatch.skipped``."""
+    if len(payload) > MAX_PAYLOAD_BYTES:
+        raise WireError("payload_too_large", f"payload of {len(payload)} bytes")
+    try:
+        batch = msgpack.unpackb(payload, raw=False, strict_map_key=False)
+    except Exception as exc:
+        raise WireError("bad_msgpack", f"payload is not msgpack: {exc}") from None
+    if not isinstance(batch, list) or len(batch) < 2:
+        raise WireError("bad_batch_shape", "batch must be an array [ts, events, rank?]")
+    ts, events = batch[0], batch[1]
+    if isinstance(ts, bool) or not isinstance(ts, (int, float)):
+        raise WireError("bad_batch_shape", "batch ts must be a number")
+    if not isinstance(events, list):
+        raise WireError("bad_batch_shape", "batch events must be an array")
+    rank = batch[2] if len(batch) > 2 else None
+    if rank is None:
+        rank = 0
+    elif isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
+        raise WireError("bad_batch_shape", "data_parallel_rank must be a non-negative int or nil")
+    sglang = engine_type == "sglang"
+    decoded: list[KVCacheEvent] = []
+    skipped: list[str] = []
+    for raw in events:
+        try:
+            decoded.append(_event(raw, sglang))
+        except _BadEvent as bad:
+            skipped.append(bad.reason)
+        except (TypeError, ValueError, AttributeError, IndexError):
+            skipped.append("bad_event_fields")
+    return EventBatch(float(ts), decoded, rank, skipped)

@@ -1,0 +1,99 @@
+"""A bounded map with approximate LRU eviction in two generations.
+
+Exact LRU costs an OrderedDict node (~50 bytes) per key and a relink on every touch. The index holds
+millions of keys, so it uses two plain dicts instead: new and touched keys live in ``young``; when
+``young`` reaches half the capacity it becomes ``old`` and the previous ``old`` is evicted whole.
+A key read from ``old`` moves back to ``young``. Every key touched within the last ``capacity / 2``
+insertions survives; at most ``capacity`` keys are held. The evicted generation is released a few
+items per write, so no single call pays for dropping half the map.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Generic, TypeVar
+
+__all__ = ["TwoGenerationLRU"]
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+_RELEASE_PER_WRITE = 4
+
+
+class TwoGenerationLRU(Generic[K, V]):
+    """Bounded mapping with approximate LRU eviction. Not thread-safe; callers lock."""
+
+    def __init__(self, capacity: int) -> None:
+        if capacity < 2:
+            raise ValueError("capacity must be at least 2")
+        self.capacity = capacity
+        self._generation_size = capacity // 2
+        self._young: dict[K, V] = {}
+        self._old: dict[K, V] = {}
+        self._retired: list[dict[K, V]] = []
+        #: Keys dropped by eviction since creation (a metric).
+        self.evicted = 0
+
+    def get(self, key: K) -> V | None:
+        """Value of ``key`` (None when absent), marking it recently used."""
+        value = self._young.get(key)
+        if value is None:
+            value = self._old.pop(key, None)
+            if value is not None:
+                self._young[key] = value
+                self._maybe_rotate()
+        return value
+
+    def peek(self, key: K) -> V | None:
+        """Value of ``key`` without touching its recency."""
+        value = self._young.get(key)
+        return self._old.get(key) if value is None else value
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._young or key in self._old
+
+    def set(self, key: K, value: V) -> None:
+        """Insert or replace ``key``, marking it recently used."""
+        self._old.pop(key, None)
+        self._young[key] = value
+        self._maybe_rotate()
+        if self._retired:
+            self._release_some()
+
+    def replace(self, key: K, value: V) -> None:
+        """Replace the value of a present key in place, without changing its recency."""
+        if key in self._young:
+            self._young[key] = value
+        else:
+            self._old[key] = value
+
+    def pop(self, key: K) -> V | None:
+        value = self._young.pop(key, None)
+        return self._old.pop(key, None) if value is None else value
+
+    def items(self) -> Iterator[tuple[K, V]]:
+        """Snapshot iteration over both generations (old first)."""
+        yield from list(self._old.items())
+        yield from list(self._young.items())
+
+    def clear(self) -> None:
+        self._young, self._old, self._retired = {}, {}, []
+
+    def __len__(self) -> int:
+        return len(self._young) + len(self._old)
+
+    def _maybe_rotate(self) -> None:
+        if len(self._young) >= self._generation_size:
+            if self._old:
+                self.evicted += len(self._old)
+                self._retired.append(self._old)
+            self._old, self._young = self._young, {}
+
+    def _release_some(self) -> None:
+        retired = self._retired[0]
+        for _ in range(_RELEASE_PER_WRITE):
+            if not retired:
+                self._retired.pop(0)
+                return
+            retired.popitem()

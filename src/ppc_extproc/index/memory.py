@@ -1,0 +1,308 @@
+"""The in-memory dual-key KV-block index (llm-d's ``kvblock.Index``, in-memory backend).
+
+Two maps, both bounded with approximate LRU eviction:
+
+* request key → entry mask: which (endpoint, tier, speculative, group) entries hold the block;
+* scoped engine key → request key(s): resolves ``parent_block_hash`` and ``BlockRemoved``.
+
+Engine keys are scoped per ``(endpoint, dp_rank, group)`` by XOR with a 64-bit hash of the scope,
+so two pods reporting the same engine hash never overwrite each other's mapping (llm-d keeps them
+global: bug B3). Thread-safe: the KV-event thread writes while the request path reads.
+Spec: ``block_keys_and_index.md`` §2 and §4.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+import xxhash
+
+from ppc_extproc.ids import MASK64, EndpointId, EngineKey, RequestKey
+from ppc_extproc.index.entries import EntryRegistry, MaskInfo, PodEntry
+from ppc_extproc.index.lru import TwoGenerationLRU
+from ppc_extproc.index.mapping import engine_to_request_mapping
+
+__all__ = ["DEFAULT_INDEX_SIZE", "EngineScope", "InMemoryIndex", "IndexStats", "PrefixRun"]
+
+#: Default bound on request keys (and on engine mappings). llm-d's default is 1e8, which in a
+#: Python process would mean ~15 GB before anything is evicted.
+DEFAULT_INDEX_SIZE = 10_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class EngineScope:
+    """What an engine hash is unique within: one endpoint's DP rank and KV-cache group."""
+
+    endpoint: EndpointId
+    dp_rank: int = 0
+    group: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixRun:
+    """``count`` consecutive blocks of a request that share the same (filtered) entries."""
+
+    info: MaskInfo
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class IndexStats:
+    request_keys: int
+    engine_keys: int
+    entries: int
+    evicted_request_keys: int
+    evicted_engine_keys: int
+
+
+class InMemoryIndex:
+    """Request-key → entries index with an engine-key → request-key mapping."""
+
+    def __init__(
+        self,
+        size: int = DEFAULT_INDEX_SIZE,
+        pod_cache_size: int = 10,
+        tier_weights: Mapping[str, float] | None = None,
+    ) -> None:
+        if pod_cache_size < 1:
+            raise ValueError("podCacheSize must be at least 1")
+        self.size = size
+        self.pod_cache_size = pod_cache_size
+        self.registry = EntryRegistry(tier_weights)
+        self._keys: TwoGenerationLRU[int, int] = TwoGenerationLRU(size)
+        self._engine: TwoGenerationLRU[int, int | tuple[int, ...]] = TwoGenerationLRU(size)
+        self._scope_salts: dict[EngineScope, int] = {}
+        self._speculative_bits = 0
+        self._lock = threading.Lock()
+
+    # --- writes --------------------------------------------------------------------------------
+
+    def add(
+        self,
+        engine_keys: Sequence[EngineKey] | None,
+        request_keys: Sequence[RequestKey],
+        entries: Sequence[PodEntry],
+        scope: EngineScope | None = None,
+    ) -> list[EngineKey]:
+        """Map engine keys to request keys (proportionally), then add ``entries`` to every request
+        key. ``engine_keys=None`` is the speculative / tier-update form.
+
+        Returns the engine keys that were already mapped to request keys holding all ``entries``:
+        a second store of the same block, which the caller reference-counts."""
+        if not request_keys:
+            raise ValueError("add needs at least one request key")
+        if not entries:
+            raise ValueError("add needs at least one entry")
+        duplicates: list[EngineKey] = []
+        with self._lock:
+            bits = self.registry.mask(entries)
+            if engine_keys:
+                salt = self._salt(scope or EngineScope(entries[0].endpoint))
+                engine = self._engine
+                for engine_key, mapped in engine_to_request_mapping(engine_keys, request_keys):
+                    scoped = (engine_key ^ salt) & MASK64
+                    previous = engine.peek(scoped)
+                    if previous is not None:
+                        held = self._keys.peek(previous if isinstance(previous, int) else previous[0])
+                        if held is not None and held & bits == bits:
+                            duplicates.append(engine_key)
+                    engine.set(scoped, mapped[0] if len(mapped) == 1 else mapped)
+            for entry in entries:
+                if entry.speculative:
+                    self._speculative_bits |= 1 << self.registry.bit(entry)
+            keys = self._keys
+            limit = self.pod_cache_size
+            for key in request_keys:
+                old = keys.get(key)
+                new = bits if old is None else old | bits
+                if new != old:
+                    if new.bit_count() > limit:
+                        new = self._trim(new, bits)
+                    keys.set(key, new)
+        return duplicates
+
+    def evict_engine_key(
+        self, engine_key: EngineKey, scope: EngineScope, entries: Sequence[PodEntry]
+    ) -> bool:
+        """Remove ``entries`` from the request keys an engine key maps to. The mapping is dropped
+        only when none of its request keys holds any entry any more. False if unmapped."""
+        if not entries:
+            raise ValueError("evict needs at least one entry")
+        with self._lock:
+            scoped = (engine_key ^ self._salt(scope)) & MASK64
+            mapped = self._engine.peek(scoped)
+            if mapped is None:
+                return False
+            request_keys = (mapped,) if isinstance(mapped, int) else mapped
+            bits = self.registry.known_mask(entries)
+            remaining = False
+            for key in request_keys:
+                remaining |= self._remove_bits(key, bits)
+            if not remaining:
+                self._engine.pop(scoped)
+            return True
+
+    def evict_request_keys(
+        self, request_keys: Iterable[RequestKey], entries: Sequence[PodEntry]
+    ) -> None:
+        """Remove ``entries`` from request keys directly (speculative expiry)."""
+        with self._lock:
+            bits = self.registry.known_mask(entries)
+            if bits:
+                for key in request_keys:
+                    self._remove_bits(key, bits)
+
+    def clear(self, endpoint: str) -> int:
+        """Remove every entry of ``endpoint`` (all tiers, groups, speculative). Engine mappings stay
+        and self-heal through LRU. Returns the number of request keys that lost an entry."""
+        with self._lock:
+            return self._clear_bits(self.registry.endpoint_mask(endpoint))
+
+    def forget_endpoint(self, endpoint: str) -> int:
+        """``clear`` and recycle the endpoint's entry bits (endpoint deleted from the pool)."""
+        with self._lock:
+            touched = self._clear_bits(self.registry.endpoint_mask(endpoint))
+            released = self.registry.release_endpoint(endpoint)
+            self._speculative_bits &= ~released
+            return touched
+
+    # --- reads ---------------------------------------------------------------------------------
+
+    def get_request_key(self, engine_key: EngineKey, scope: EngineScope) -> RequestKey | None:
+        """The last request key mapped to an engine key (the parent of a chained event)."""
+        with self._lock:
+            mapped = self._engine.get((engine_key ^ self._salt(scope)) & MASK64)
+        if mapped is None:
+            return None
+        return RequestKey(mapped if isinstance(mapped, int) else mapped[-1])
+
+    def lookup(
+        self, request_keys: Sequence[RequestKey], endpoints: Iterable[str] | None = None
+    ) -> dict[RequestKey, list[PodEntry]]:
+        """llm-d's ``Lookup``: entries per key, filtered to ``endpoints`` (None or empty = all).
+        Absent keys are skipped; keys with no entry left after filtering are omitted."""
+        if not request_keys:
+            raise ValueError("lookup needs at least one request key")
+        with self._lock:
+            wanted = set(endpoints or ())
+            filt = self.registry.endpoints_mask(wanted) if wanted else -1
+            found: dict[RequestKey, list[PodEntry]] = {}
+            for key in request_keys:
+                mask = self._keys.get(key)
+                if mask is None:
+                    continue
+                mask &= filt
+                if mask:
+                    found[key] = self.registry.entries(mask)
+            return found
+
+    def prefix_runs(
+        self, request_keys: Sequence[RequestKey], endpoints: Iterable[str] | None = None
+    ) -> list[PrefixRun]:
+        """The consecutive prefix of ``request_keys`` held by endpoints that also hold every earlier
+        block, as runs of blocks with identical entries. Stops when no candidate endpoint can
+        extend its prefix — everything a longest-prefix scorer needs, under one lock acquisition.
+        ``endpoints`` None means every endpoint."""
+        runs: list[PrefixRun] = []
+        if not request_keys:
+            return runs
+        with self._lock:
+            registry = self.registry
+            filt = registry.endpoints_mask(endpoints) if endpoints is not None else -1
+            get = self._keys.get
+            current = 0
+            count = 0
+            for key in request_keys:
+                if not filt:
+                    break
+                mask = get(key)
+                if mask is None:
+                    break
+                mask &= filt
+                if not mask:
+                    break
+                if mask == current:
+                    count += 1
+                    continue
+                if count:
+                    runs.append(PrefixRun(registry.info(current), count))
+                # An endpoint missing here can never extend its prefix again: narrow the filter.
+                filt &= registry.endpoints_mask(registry.info(mask).weights)
+                current, count = mask, 1
+            if count:
+                runs.append(PrefixRun(registry.info(current), count))
+        return runs
+
+    def entries_per_endpoint(self) -> dict[str, int]:
+        """Number of request keys each endpoint holds an entry for (a debug view; O(keys))."""
+        with self._lock:
+            counts: dict[int, int] = {}
+            for _, mask in self._keys.items():
+                counts[mask] = counts.get(mask, 0) + 1
+            per_endpoint: dict[str, int] = {}
+            for mask, n in counts.items():
+                for endpoint in {e.endpoint for e in self.registry.entries(mask)}:
+                    per_endpoint[endpoint] = per_endpoint.get(endpoint, 0) + n
+            return per_endpoint
+
+    def stats(self) -> IndexStats:
+        with self._lock:
+            return IndexStats(
+                request_keys=len(self._keys),
+                engine_keys=len(self._engine),
+                entries=len(self.registry),
+                evicted_request_keys=self._keys.evicted,
+                evicted_engine_keys=self._engine.evicted,
+            )
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    # --- internals (lock held) -----------------------------------------------------------------
+
+    def _salt(self, scope: EngineScope) -> int:
+        salt = self._scope_salts.get(scope)
+        if salt is None:
+            if len(self._scope_salts) > 65536:
+                self._scope_salts.clear()
+            salt = xxhash.xxh64_intdigest(f"{scope.endpoint}|{scope.dp_rank}|{scope.group}".encode())
+            self._scope_salts[scope] = salt
+        return salt
+
+    def _remove_bits(self, key: int, bits: int) -> bool:
+        """Clear ``bits`` on one key; drop the key when empty. True if the key still holds entries."""
+        mask = self._keys.peek(key)
+        if mask is None:
+            return False
+        new = mask & ~bits
+        if new == mask:
+            return True
+        if new:
+            self._keys.replace(key, new)
+            return True
+        self._keys.pop(key)
+        return False
+
+    def _clear_bits(self, bits: int) -> int:
+        if not bits:
+            return 0
+        touched = 0
+        for key, mask in self._keys.items():
+            if mask & bits:
+                self._remove_bits(key, bits)
+                touched += 1
+        return touched
+
+    def _trim(self, mask: int, keep: int) -> int:
+        """Drop entries beyond ``podCacheSize``: speculative entries first, then the lowest bits."""
+        excess = mask.bit_count() - self.pod_cache_size
+        for pool in (mask & ~keep & self._speculative_bits, mask & ~keep):
+            while excess > 0 and pool:
+                low = pool & -pool
+                pool ^= low
+                if mask & low:
+                    mask ^= low
+                    excess -= 1
+        return mask

@@ -1,0 +1,92 @@
+"""Speculative index entries: the router's own guess, before the engine's KV event confirms it.
+
+Right after a request is routed to endpoint E, every block key of its prompts gets the entry
+``(E, tier "", speculative)`` so that the next request with the same prefix follows it, even though
+E's BlockStored arrives only later. Entries expire after ``ttl`` seconds; expiry removes only the
+speculative entries (confirmed gpu/cpu entries stay). Spec: ``block_keys_and_index.md`` §6.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from ppc_extproc.ids import EndpointId, RequestKey
+from ppc_extproc.index.entries import SPECULATIVE_TIER, PodEntry
+from ppc_extproc.index.memory import InMemoryIndex
+
+__all__ = ["DEFAULT_MAX_PENDING", "SpeculativeIndexer"]
+
+#: Bound on requests whose speculative entries are pending expiry; beyond it the oldest expire early.
+DEFAULT_MAX_PENDING = 100_000
+
+
+@dataclass(frozen=True, slots=True)
+class _Pending:
+    expires_at: float
+    entry: PodEntry
+    keys: tuple[Sequence[RequestKey], ...]
+
+
+class SpeculativeIndexer:
+    """Seeds speculative entries and expires them after a fixed TTL (FIFO, since the TTL is fixed)."""
+
+    def __init__(
+        self,
+        index: InMemoryIndex,
+        ttl_seconds: float = 2.0,
+        *,
+        max_pending: int = DEFAULT_MAX_PENDING,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.index = index
+        self.ttl_seconds = ttl_seconds if ttl_seconds > 0 else 2.0
+        self.max_pending = max_pending
+        self.clock = clock
+        self._pending: deque[_Pending] = deque()
+        self._lock = threading.Lock()
+        #: Requests whose entries were expired early because ``max_pending`` was reached.
+        self.expired_early = 0
+
+    def seed(self, endpoint: EndpointId, keys_per_prompt: Sequence[Sequence[RequestKey]]) -> None:
+        """Add speculative entries for ``endpoint`` on every key of every prompt."""
+        prompts = tuple(keys for keys in keys_per_prompt if keys)
+        if not prompts:
+            return
+        entry = PodEntry(endpoint, SPECULATIVE_TIER, speculative=True)
+        for keys in prompts:
+            self.index.add(None, keys, [entry])
+        now = self.clock()
+        with self._lock:
+            self._pending.append(_Pending(now + self.ttl_seconds, entry, prompts))
+            overflow = len(self._pending) - self.max_pending
+        if overflow > 0:
+            self.expired_early += overflow
+            self._expire(lambda item: True, limit=overflow)
+        self.expire(now)
+
+    def expire(self, now: float | None = None) -> int:
+        """Remove the speculative entries of every request whose TTL has passed. Returns how many."""
+        deadline = self.clock() if now is None else now
+        return self._expire(lambda item: item.expires_at <= deadline)
+
+    def expire_all(self) -> int:
+        return self._expire(lambda item: True)
+
+    def pending(self) -> int:
+        return len(self._pending)
+
+    def _expire(self, due: Callable[[_Pending], bool], limit: int | None = None) -> int:
+        expired = 0
+        while limit is None or expired < limit:
+            with self._lock:
+                if not self._pending or not due(self._pending[0]):
+                    break
+                item = self._pending.popleft()
+            for keys in item.keys:
+                self.index.evict_request_keys(keys, [item.entry])
+            expired += 1
+        return expired

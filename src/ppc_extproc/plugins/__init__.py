@@ -1,0 +1,1 @@
+"""Scheduling plugins by role: producers, filters, scorers, pickers."""

@@ -1,0 +1,187 @@
+"""``precise-prefix-cache-producer``: prefix match per endpoint from the KV-event-fed index.
+
+produce      tokens → request keys → index lookup → ``PrefixCacheMatchInfo`` per candidate
+pre_request  seed speculative entries for the picked endpoint (``speculativeIndexing``)
+extract      endpoint add/update/delete: KV-event subscribers follow the endpoint set; a deleted
+             endpoint's index entries are cleared
+
+Spec: ``block_keys_and_index.md`` §5.2, §6, §7.1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import structlog
+
+from ppc_extproc.blockkeys import TokenProcessor, compute_block_extras, fold_cache_salt
+from ppc_extproc.config.strict import Section
+from ppc_extproc.events.apply import EventApplier
+from ppc_extproc.events.stats import IngestStats
+from ppc_extproc.ids import EndpointId, RequestKey
+from ppc_extproc.index import InMemoryIndex, SpeculativeIndexer
+from ppc_extproc.matchinfo import PrefixCacheMatchInfo, match_info_key, score_prefix_runs
+from ppc_extproc.plugins.producers.precise_prefix_cache_config import (
+    PrecisePrefixCacheProducerConfig,
+    parse_producer_config,
+)
+from ppc_extproc.plugins.registry import Services, register
+from ppc_extproc.scheduling.types import Endpoint, EndpointEvent, EndpointEventKind, SchedulingContext
+from ppc_extproc.tokens import TokenizedPrompt
+
+__all__ = ["PrecisePrefixCacheProducer"]
+
+log = structlog.get_logger(__name__)
+
+
+@register("precise-prefix-cache-producer")
+class PrecisePrefixCacheProducer:
+    """Writes ``PrefixCacheMatchInfoDataKey/<name>`` for every candidate endpoint."""
+
+    type_name: str
+
+    def __init__(
+        self,
+        name: str = "precise-prefix-cache-producer",
+        config: PrecisePrefixCacheProducerConfig | None = None,
+        services: Services | None = None,
+    ) -> None:
+        self.name = name
+        self.config = config or PrecisePrefixCacheProducerConfig()
+        services = services or Services()
+        self.attribute_key = match_info_key(name)
+        self.processor = TokenProcessor(self.config.token_processor)
+        self.index = InMemoryIndex(
+            size=self.config.indexer.size,
+            pod_cache_size=self.config.indexer.pod_cache_size,
+            tier_weights=self.config.indexer.tier_weights,
+        )
+        self.stats = IngestStats()
+        self.applier = EventApplier(self.index, self.processor, self.stats)
+        self.speculative = SpeculativeIndexer(
+            self.index, self.config.speculative_ttl_seconds, clock=services.clock
+        )
+        #: The KV-event transport (ZMQ subscribers); created in ``start``.
+        self.transport: Any = None
+
+    @classmethod
+    def from_parameters(
+        cls, name: str, params: Section, services: Services
+    ) -> PrecisePrefixCacheProducer:
+        return cls(name, parse_producer_config(params), services)
+
+    @property
+    def block_size(self) -> int:
+        return self.processor.block_size
+
+    # --- lifecycle -----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the KV-event transport (subscriber thread)."""
+        from ppc_extproc.events.transport import create_transport
+
+        if self.transport is None:
+            self.transport = create_transport(self.config.kv_events, self.applier, self.stats)
+            self.transport.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        if self.transport is not None:
+            self.transport.stop(timeout)
+            self.transport = None
+
+    def tick(self, now: float | None = None) -> None:
+        """Periodic housekeeping: expire speculative entries."""
+        self.speculative.expire(now)
+
+    # --- keys ----------------------------------------------------------------------------------
+
+    def block_keys(self, tokenized: TokenizedPrompt) -> list[list[RequestKey]]:
+        """Request keys of each prompt: multimodal extras, then ``cache_salt`` on block 0."""
+        keys = []
+        block = self.processor.block_size
+        for i, tokens in enumerate(tokenized.prompts):
+            n_tokens = len(tokens) // 4
+            extras = None
+            if tokenized.features and i == 0 and len(tokenized.prompts) == 1:
+                extras = compute_block_extras(tokenized.features, block, n_tokens)
+            extras = fold_cache_salt(extras, tokenized.cache_salt, n_tokens // block)
+            keys.append(self.processor.keys(tokens, tokenized.model, extras=extras))
+        return keys
+
+    # --- produce -------------------------------------------------------------------------------
+
+    def produce(self, ctx: SchedulingContext) -> None:
+        """Write match info for every candidate; nothing when the request has no full block."""
+        tokenized = ctx.request.tokenized
+        if tokenized is None:
+            return
+        keys_per_prompt = ctx.request.precomputed_keys.get(self.name)
+        if keys_per_prompt is None:
+            keys_per_prompt = self.block_keys(tokenized)
+        total_blocks = sum(len(k) for k in keys_per_prompt)
+        if total_blocks == 0:
+            return
+        ctx.plugin_data[self.name] = keys_per_prompt
+        candidates = [e.id for e in ctx.candidates]
+        weighted: dict[EndpointId, float] = {}
+        blocks: dict[EndpointId, int] = {}
+        by_tier: dict[EndpointId, dict[str, int]] = {}
+        for keys in keys_per_prompt:
+            if not keys:
+                continue
+            for endpoint, score in score_prefix_runs(self.index.prefix_runs(keys, candidates)).items():
+                weighted[endpoint] = weighted.get(endpoint, 0.0) + score.weighted
+                blocks[endpoint] = blocks.get(endpoint, 0) + score.blocks
+                tiers = by_tier.setdefault(endpoint, {})
+                for tier, n in score.blocks_by_tier.items():
+                    tiers[tier] = tiers.get(tier, 0) + n
+        mm_blocks = self._multimodal_blocks(tokenized)
+        block = self.processor.block_size
+        for endpoint in candidates:
+            cached = blocks.get(endpoint, 0)
+            info = PrefixCacheMatchInfo(
+                match_blocks=int(weighted.get(endpoint, 0.0)),
+                total_blocks=total_blocks,
+                block_size_tokens=block,
+                cached_block_count=cached,
+                cached_blocks_by_tier=by_tier.get(endpoint, {}),
+                mm_match_blocks=None if mm_blocks is None else sum(1 for b in mm_blocks if b < cached),
+            )
+            ctx.set_attribute(endpoint, self.attribute_key, info)
+
+    def _multimodal_blocks(self, tokenized: TokenizedPrompt) -> list[int] | None:
+        if not tokenized.features or len(tokenized.prompts) != 1:
+            return None
+        extras = compute_block_extras(
+            tokenized.features, self.processor.block_size, len(tokenized.prompts[0]) // 4
+        )
+        return [i for i, ids in enumerate(extras or ()) if ids]
+
+    # --- after the pick ------------------------------------------------------------------------
+
+    def pre_request(self, ctx: SchedulingContext, targets: Sequence[Endpoint]) -> None:
+        """Seed speculative entries for the primary target (all keys of every prompt)."""
+        if not self.config.speculative_indexing or ctx.dry_run or not targets:
+            return
+        keys_per_prompt = ctx.plugin_data.get(self.name)
+        if keys_per_prompt:
+            self.speculative.seed(targets[0].id, keys_per_prompt)
+
+    # --- endpoint lifecycle --------------------------------------------------------------------
+
+    def extract(self, event: EndpointEvent) -> None:
+        """Keep KV-event subscribers and the index in step with the endpoint set."""
+        endpoint = event.endpoint
+        if event.kind is EndpointEventKind.DELETED:
+            if self.transport is not None:
+                self.transport.remove_endpoint(endpoint)  # drains its queue, then clears
+            else:
+                self.applier.forget_endpoint(endpoint.id)
+            log.info("endpoint_removed", endpoint=endpoint.id)
+            return
+        if self.transport is not None:
+            if event.kind is EndpointEventKind.UPDATED and event.previous is not None:
+                if event.previous.id != endpoint.id:
+                    self.transport.remove_endpoint(event.previous)
+            self.transport.add_endpoint(endpoint)

@@ -1,0 +1,112 @@
+"""Parameters of ``precise-prefix-cache-producer``, decoded strictly with llm-d's names and defaults.
+
+Unknown keys are errors naming the key and the plugin; every error carries the field's path.
+Spec: ``block_keys_and_index.md`` §7.1.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ppc_extproc.blockkeys import TokenProcessorConfig
+from ppc_extproc.blockkeys.config import HASH_ALGORITHMS
+from ppc_extproc.config.strict import Section
+from ppc_extproc.errors import ConfigError
+from ppc_extproc.events.config import ENGINE_TYPES, KVEventsConfig, PodDiscoveryConfig
+from ppc_extproc.index.config import IndexerConfig
+from ppc_extproc.index.entries import DEFAULT_TIER_WEIGHTS
+from ppc_extproc.index.memory import DEFAULT_INDEX_SIZE
+
+__all__ = ["PrecisePrefixCacheProducerConfig", "parse_producer_config"]
+
+_OWNER = "precise-prefix-cache-producer"
+
+
+@dataclass(frozen=True, slots=True)
+class PrecisePrefixCacheProducerConfig:
+    token_processor: TokenProcessorConfig = field(default_factory=TokenProcessorConfig)
+    indexer: IndexerConfig = field(default_factory=IndexerConfig)
+    kv_events: KVEventsConfig = field(default_factory=KVEventsConfig)
+    #: Seed speculative entries for the picked endpoint (llm-d default false; every guide sets true).
+    speculative_indexing: bool = False
+    #: Lifetime of speculative entries in seconds (``speculativeTTL``, Go duration, default "2s").
+    speculative_ttl_seconds: float = 2.0
+
+
+def _token_processor(s: Section) -> TokenProcessorConfig:
+    size = s.integer("blockSizeTokens", 0)
+    deprecated = s.integer("blockSize", 0)
+    if size == 0:
+        size = deprecated if deprecated > 0 else 16
+    if size <= 0:
+        raise ConfigError(s.child_path("blockSizeTokens"), f"blockSizeTokens must be greater than 0, got {size}")
+    algorithm = s.string("hashAlgorithm", "xxh64", choices=HASH_ALGORITHMS)
+    config = TokenProcessorConfig(size, s.string("hashSeed", ""), algorithm or "cbor-fnv")
+    s.finish()
+    return config
+
+
+def _indexer(s: Section) -> IndexerConfig:
+    s.reject(
+        "tokenizersPoolConfig",
+        "tokenizersPoolConfig is not supported; requests must carry token ids "
+        "(configure a token producer upstream)",
+    )
+    index = s.section("kvBlockIndexConfig")
+    for unsupported in ("costAwareMemoryConfig", "redisConfig", "valkeyConfig"):
+        index.reject(unsupported, f"{unsupported} is not supported by ppc-extproc; use inMemoryConfig")
+    index.boolean("enableMetrics", False)  # accepted: index metrics are always exported
+    index.raw("metricsLoggingInterval")
+    memory = index.section("inMemoryConfig")
+    size = memory.integer("size", DEFAULT_INDEX_SIZE, minimum=2)
+    pod_cache_size = memory.integer("podCacheSize", 10, minimum=1)
+    memory.finish()
+    index.finish()
+    weights = dict(DEFAULT_TIER_WEIGHTS)
+    if s.has("kvCacheBackendConfigs"):
+        weights = {}
+        for path, item in s.items("kvCacheBackendConfigs"):
+            backend = Section(item, path, _OWNER)
+            name = backend.string("name", "")
+            if not name:
+                raise ConfigError(f"{path}.name", "tier name must not be empty")
+            weights[name.lower()] = backend.number("weight", 1.0, minimum=0.0)
+            backend.finish()
+    s.finish()
+    return IndexerConfig(size=size, pod_cache_size=pod_cache_size, tier_weights=weights)
+
+
+def _kv_events(s: Section) -> KVEventsConfig:
+    discovery = s.section("podDiscoveryConfig")
+    pods = PodDiscoveryConfig(
+        socket_port=discovery.integer("socketPort", 5557, minimum=1, maximum=65535),
+        replay_socket_port=discovery.integer("replaySocketPort", 0, minimum=0, maximum=65535),
+        pod_label_selector=discovery.string("podLabelSelector", "llm-d.ai/inference-serving=true"),
+        pod_namespace=discovery.string("podNamespace", ""),
+    )
+    discovery.finish()
+    engine = s.string("engineType", "vllm", choices=(*ENGINE_TYPES, "")) or "vllm"
+    config = KVEventsConfig(
+        zmq_endpoint=s.string("zmqEndpoint", ""),
+        topic_filter=s.string("topicFilter", "kv@"),
+        concurrency=s.integer("concurrency", 4, minimum=1),
+        engine_type=engine,
+        discover_pods=s.boolean("discoverPods", True),
+        pod_discovery=pods,
+        queue_size=s.integer("queueSize", 10000, minimum=1),
+    )
+    s.finish()
+    return config
+
+
+def parse_producer_config(params: Section) -> PrecisePrefixCacheProducerConfig:
+    """Decode the producer's ``parameters`` (the caller runs ``params.finish()``)."""
+    if "indexerConfig" in params.data and params.data["indexerConfig"] is None:
+        raise ConfigError(params.child_path("indexerConfig"), "indexerConfig must not be null")
+    return PrecisePrefixCacheProducerConfig(
+        token_processor=_token_processor(params.section("tokenProcessorConfig")),
+        indexer=_indexer(params.section("indexerConfig")),
+        kv_events=_kv_events(params.section("kvEventsConfig")),
+        speculative_indexing=params.boolean("speculativeIndexing", False),
+        speculative_ttl_seconds=params.duration("speculativeTTL", "2s"),
+    )

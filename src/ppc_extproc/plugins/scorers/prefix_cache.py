@@ -1,0 +1,77 @@
+"""``prefix-cache-scorer``: how much of the request an endpoint already caches.
+
+    ratio = matchBlocks / totalBlocks
+    len_s = min(1, matchBlocks × blockSizeTokens / matchLengthScaleTokens) ** 2     (only if w > 0)
+    score = (1 − w) × ratio + w × len_s                                             w = matchLengthWeight
+
+No match info (no token ids, no full block) ⇒ 0 for everyone. The score is absolute, not
+normalised across endpoints. ``prefixMatchInfoProducerName`` names the producer whose match info
+is read; left empty it means the approximate producer, as in llm-d.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ppc_extproc.config.strict import Section
+from ppc_extproc.errors import ConfigError
+from ppc_extproc.ids import EndpointId
+from ppc_extproc.matchinfo import PrefixCacheMatchInfo, match_info_key
+from ppc_extproc.plugins.registry import Services, register
+from ppc_extproc.scheduling.types import Endpoint, SchedulingContext
+
+__all__ = ["APPROXIMATE_PRODUCER", "PrefixCacheScorer", "prefix_score"]
+
+#: The producer a scorer reads when ``prefixMatchInfoProducerName`` is empty (llm-d's fallback).
+APPROXIMATE_PRODUCER = "approx-prefix-cache-producer"
+
+
+def prefix_score(info: PrefixCacheMatchInfo | None, weight: float = 0.0, scale_tokens: int = 8192) -> float:
+    """The formula above, for one endpoint's match info."""
+    if info is None or info.total_blocks == 0:
+        return 0.0
+    ratio = info.match_blocks / info.total_blocks
+    if weight <= 0:
+        return ratio
+    length = min(1.0, info.match_blocks * info.block_size_tokens / scale_tokens) ** 2
+    return (1 - weight) * ratio + weight * length
+
+
+@register("prefix-cache-scorer")
+class PrefixCacheScorer:
+    type_name: str
+
+    def __init__(
+        self,
+        name: str = "prefix-cache-scorer",
+        producer_name: str = "",
+        match_length_weight: float = 0.0,
+        match_length_scale_tokens: int = 8192,
+    ) -> None:
+        self.name = name
+        #: As configured ("" = not named: reads the approximate producer).
+        self.producer_name = producer_name
+        self.match_length_weight = match_length_weight
+        self.match_length_scale_tokens = match_length_scale_tokens
+        self.attribute_key = match_info_key(producer_name or APPROXIMATE_PRODUCER)
+
+    @classmethod
+    def from_parameters(cls, name: str, params: Section, services: Services) -> PrefixCacheScorer:
+        weight = params.number("matchLengthWeight", 0.0, minimum=0.0, maximum=1.0)
+        scale = params.integer("matchLengthScaleTokens", 8192)
+        if weight > 0 and scale <= 0:
+            raise ConfigError(
+                params.child_path("matchLengthScaleTokens"),
+                "must be greater than 0 when matchLengthWeight > 0",
+            )
+        return cls(name, params.string("prefixMatchInfoProducerName", ""), weight, scale)
+
+    def score(self, ctx: SchedulingContext, endpoints: Sequence[Endpoint]) -> dict[EndpointId, float]:
+        return {
+            e.id: prefix_score(
+                ctx.attribute(e.id, self.attribute_key),
+                self.match_length_weight,
+                self.match_length_scale_tokens,
+            )
+            for e in endpoints
+        }

@@ -1,0 +1,81 @@
+"""What the scheduling pipeline works on: endpoints, the request, and per-request state."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+from ppc_extproc.ids import EndpointId, endpoint_id
+from ppc_extproc.tokens import TokenizedPrompt
+
+__all__ = ["Endpoint", "EndpointEvent", "EndpointEventKind", "LLMRequest", "SchedulingContext"]
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """One serving endpoint (a vLLM pod, or one DP rank of it)."""
+
+    address: str
+    port: int
+    name: str = ""
+    #: Data-parallel rank index: KV events come from ``socketPort + rank``.
+    rank: int = 0
+    labels: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def id(self) -> EndpointId:
+        return endpoint_id(self.address, self.port)
+
+
+class EndpointEventKind(enum.Enum):
+    ADDED = "add"
+    UPDATED = "update"
+    DELETED = "delete"
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointEvent:
+    """Discovery's news about one endpoint; producers react in ``extract``."""
+
+    kind: EndpointEventKind
+    endpoint: Endpoint
+    #: For UPDATED: the endpoint as it was before.
+    previous: Endpoint | None = None
+
+
+@dataclass(slots=True)
+class LLMRequest:
+    """One inference request as the scheduler sees it."""
+
+    request_id: str
+    #: Model after any rewrite; hashing uses it.
+    model: str
+    #: Token ids of the body; None for string prompts and chat (no prefix score).
+    tokenized: TokenizedPrompt | None = None
+    path: str = "/v1/completions"
+    headers: dict[str, str] = field(default_factory=dict)
+    #: Total prompt tokens, when known (in-flight token load).
+    prompt_tokens: int = 0
+    #: Block keys per prompt per producer, when computed ahead of scheduling (streamed bodies).
+    precomputed_keys: dict[str, list[list[int]]] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class SchedulingContext:
+    """Per-request state shared by the plugins of one scheduling cycle."""
+
+    request: LLMRequest
+    candidates: list[Any]  # list[Endpoint]; typed loosely so tests can pass simple stand-ins
+    #: endpoint id → attribute key → value (e.g. ``PrefixCacheMatchInfoDataKey/<producer>``)
+    attributes: dict[EndpointId, dict[str, Any]] = field(default_factory=dict)
+    #: plugin name → private per-request data (e.g. the producer's block keys for pre_request)
+    plugin_data: dict[str, Any] = field(default_factory=dict)
+    #: True for a dry run (debug scoring): no speculative seeding, no in-flight accounting.
+    dry_run: bool = False
+
+    def attribute(self, endpoint: EndpointId, key: str) -> Any:
+        return self.attributes.get(endpoint, {}).get(key)
+
+    def set_attribute(self, endpoint: EndpointId, key: str, value: Any) -> None:
+        self.attributes.setdefault(endpoint, {})[key] = value

@@ -1,0 +1,120 @@
+from __future__ import annotations
+
+import struct
+
+import cbor2
+import pytest
+import xxhash
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from conftest import load_vectors, token_range
+from ppc_extproc.blockkeys import TokenProcessor, TokenProcessorConfig, tokens_to_le32
+from ppc_extproc.blockkeys.hashing import CborFnvHasher, fnv1a64
+
+VECTORS = load_vectors("llmd_hash_vectors.json")["hash_vectors"]
+
+
+@pytest.mark.parametrize("vector", VECTORS, ids=[v["name"] for v in VECTORS])
+def test_llmd_hash_vectors(vector: dict) -> None:
+    processor = TokenProcessor(
+        TokenProcessorConfig(vector["blockSize"], vector["hashSeed"], vector["algorithm"])
+    )
+    keys = processor.keys(
+        token_range(vector["tokens"]),
+        vector["model"],
+        parent=int(vector["parent"]),
+        extras=vector.get("extraPerBlock"),
+    )
+    assert [str(k) for k in keys] == vector["keys"]
+
+
+def test_worked_cbor_bytes_root() -> None:
+    # Spec §1.3: root of ("", "test-model") = 0xf31309635ef2add0
+    hasher = CborFnvHasher()
+    assert hasher.root(hasher.init_hash(""), "test-model") == 0xF31309635EF2ADD0
+    assert hasher.init_hash("") == 14695981039346656037
+
+
+def test_xxh64_root_value() -> None:
+    processor = TokenProcessor(TokenProcessorConfig(16, "", "xxh64"))
+    assert processor.root("test-model") == 658786475292698776
+
+
+def test_bytes_and_list_inputs_give_same_keys() -> None:
+    processor = TokenProcessor(TokenProcessorConfig(16, "", "xxh64"))
+    tokens = list(range(1000, 1100))
+    assert processor.keys(tokens, "m") == processor.keys(tokens_to_le32(tokens), "m")
+    assert processor.keys(memoryview(tokens_to_le32(tokens)), "m") == processor.keys(tokens, "m")
+
+
+def test_partial_block_dropped_and_short_prompt_has_no_keys() -> None:
+    processor = TokenProcessor(TokenProcessorConfig(16))
+    assert len(processor.keys(list(range(47)), "m")) == 2
+    assert processor.keys(list(range(15)), "m") == []
+
+
+def test_parent_chaining_continues_the_chain() -> None:
+    processor = TokenProcessor(TokenProcessorConfig(16))
+    tokens = list(range(64))
+    full = processor.keys(tokens, "m")
+    tail = processor.keys(tokens[32:], "m", parent=full[1])
+    assert tail == full[2:]
+
+
+def test_lora_name_replaces_model_in_root() -> None:
+    processor = TokenProcessor(TokenProcessorConfig(16))
+    assert processor.keys(list(range(16)), "base") != processor.keys(list(range(16)), "adapter")
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ({"block_size_tokens": 0}, "blockSizeTokens must be greater than 0, got 0"),
+        ({"hash_algorithm": "sha1"}, "hashAlgorithm must be one of"),
+    ],
+)
+def test_config_errors(config: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        TokenProcessorConfig(**config)
+
+
+def _reference_cbor_fnv(parent: int, blocks: list[list[int]], extras: list) -> list[int]:
+    keys = []
+    for block, extra in zip(blocks, extras):
+        encoded_extra = None if extra is None else [{"Hash": s} for s in extra]
+        parent = fnv1a64(cbor2.dumps([parent, block, encoded_extra], canonical=True))
+        keys.append(parent)
+    return keys
+
+
+def _reference_xxh64(parent: int, blocks: list[list[int]], extras: list) -> list[int]:
+    keys = []
+    for block, extra in zip(blocks, extras):
+        data = struct.pack("<Q", parent) + struct.pack(f"<{len(block)}I", *block)
+        for s in extra or ():
+            raw = s.encode()
+            data += struct.pack("<Q", len(raw)) + raw
+        parent = xxhash.xxh64_intdigest(data)
+        keys.append(parent)
+    return keys
+
+
+token_ids = st.integers(min_value=0, max_value=2**32 - 1)
+ident = st.text(min_size=0, max_size=12)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.sampled_from([1, 2, 4, 16]),
+    st.lists(token_ids, min_size=0, max_size=70),
+    st.integers(min_value=1, max_value=2**64 - 1),
+    st.data(),
+)
+def test_chains_match_reference_encoders(block_size: int, tokens: list[int], parent: int, data) -> None:
+    n_blocks = len(tokens) // block_size
+    extras = data.draw(st.lists(st.one_of(st.none(), st.lists(ident, max_size=3)), min_size=n_blocks, max_size=n_blocks))
+    blocks = [tokens[i * block_size : (i + 1) * block_size] for i in range(n_blocks)]
+    for algorithm, reference in (("cbor-fnv", _reference_cbor_fnv), ("xxh64", _reference_xxh64)):
+        processor = TokenProcessor(TokenProcessorConfig(block_size, "", algorithm))
+        assert processor.keys(tokens, "m", parent=parent, extras=extras) == reference(parent, blocks, extras)

@@ -1,0 +1,181 @@
+from __future__ import annotations
+
+import pytest
+
+from ppc_extproc.blockkeys import tokens_to_le32
+from ppc_extproc.config.strict import Section
+from ppc_extproc.events.wire import AllBlocksCleared, BlockStored, EventBatch
+from ppc_extproc.index import PodEntry
+from ppc_extproc.matchinfo import PrefixCacheMatchInfo
+from ppc_extproc.plugins.producers import PrecisePrefixCacheProducer
+from ppc_extproc.plugins.registry import Services
+from ppc_extproc.scheduling import Endpoint, EndpointEvent, EndpointEventKind, LLMRequest, SchedulingContext
+from ppc_extproc.tokens import MultimodalFeature, TokenizedPrompt
+
+A, B, C = Endpoint("10.0.0.1", 8000), Endpoint("10.0.0.2", 8000), Endpoint("10.0.0.3", 8000)
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def producer(params: dict | None = None, clock: FakeClock | None = None) -> PrecisePrefixCacheProducer:
+    base = {"tokenProcessorConfig": {"blockSizeTokens": 16}}
+    base.update(params or {})
+    return PrecisePrefixCacheProducer.from_parameters(
+        "precise", Section(base, "parameters"), Services(clock=clock or FakeClock())
+    )
+
+
+def request(*prompts: list[int], salt: str | None = None, features=()) -> LLMRequest:
+    tokenized = TokenizedPrompt("m", tuple(tokens_to_le32(p) for p in prompts), tuple(features), salt)
+    return LLMRequest("req-1", "m", tokenized)
+
+
+def store(p: PrecisePrefixCacheProducer, endpoint: Endpoint, tokens: list[int], medium: str = "GPU", extra_keys=None) -> None:
+    n = len(tokens) // 16
+    event = BlockStored(tuple(range(1000, 1000 + n)), None, tokens_to_le32(tokens), 16, medium=medium, extra_keys=extra_keys)
+    p.applier.apply_batch(endpoint.id, "m", EventBatch(0.0, [event]))
+
+
+def produce(p: PrecisePrefixCacheProducer, req: LLMRequest, *endpoints: Endpoint) -> SchedulingContext:
+    ctx = SchedulingContext(req, list(endpoints or (A, B, C)))
+    p.produce(ctx)
+    return ctx
+
+
+def info(ctx: SchedulingContext, endpoint: Endpoint) -> PrefixCacheMatchInfo | None:
+    return ctx.attribute(endpoint.id, "PrefixCacheMatchInfoDataKey/precise")
+
+
+def test_match_info_for_every_candidate() -> None:
+    p = producer()
+    store(p, A, list(range(64)))
+    store(p, B, list(range(32)), medium="CPU")
+    ctx = produce(p, request(list(range(70))))
+    assert info(ctx, A) == PrefixCacheMatchInfo(4, 4, 16, 4, {"gpu": 4})
+    assert info(ctx, B) == PrefixCacheMatchInfo(1, 4, 16, 2, {"cpu": 2})  # int(0.8 + 0.8)
+    assert info(ctx, C) == PrefixCacheMatchInfo(0, 4, 16, 0, {})
+
+
+def test_no_tokens_or_no_full_block_writes_nothing() -> None:
+    p = producer()
+    store(p, A, list(range(64)))
+    assert produce(p, LLMRequest("r", "m", None)).attributes == {}
+    assert produce(p, request(list(range(15)))).attributes == {}
+
+
+def test_multi_prompt_requests_sum_blocks_and_scores() -> None:
+    p = producer()
+    store(p, A, list(range(32)))
+    ctx = produce(p, request(list(range(32)), list(range(32)) + list(range(900, 932))))
+    assert info(ctx, A) == PrefixCacheMatchInfo(4, 6, 16, 4, {"gpu": 4})
+
+
+def test_cache_salt_changes_every_key_and_matches_salted_events() -> None:
+    p = producer()
+    store(p, A, list(range(32)))
+    store(p, B, list(range(32)), extra_keys=[["tenant"], None])
+    ctx = produce(p, request(list(range(32)), salt="tenant"))
+    assert info(ctx, A).match_blocks == 0
+    assert info(ctx, B).match_blocks == 2
+
+
+def test_salt_goes_after_multimodal_ids_on_block_zero() -> None:
+    p = producer()
+    store(p, A, list(range(32)), extra_keys=[["img", "tenant"], None])
+    req = request(list(range(32)), salt="tenant", features=[MultimodalFeature("img", 2, 4)])
+    ctx = produce(p, req)
+    assert info(ctx, A).match_blocks == 2
+    assert info(ctx, A).mm_match_blocks == 1
+
+
+def test_speculative_entries_for_the_pick_expire_after_ttl() -> None:
+    clock = FakeClock()
+    p = producer({"speculativeIndexing": True, "speculativeTTL": "2s"}, clock)
+    ctx = produce(p, request(list(range(48))))
+    p.pre_request(ctx, [B, A])
+    follow_up = produce(p, request(list(range(48))))
+    assert info(follow_up, B) == PrefixCacheMatchInfo(3, 3, 16, 3, {"speculative": 3})
+    assert info(follow_up, A).match_blocks == 0  # only the first target is seeded
+    clock.now += 1.9
+    p.tick()
+    assert info(produce(p, request(list(range(48)))), B).match_blocks == 3
+    clock.now += 0.2
+    p.tick()
+    assert info(produce(p, request(list(range(48)))), B).match_blocks == 0
+    assert len(p.index) == 0
+
+
+def test_confirmed_entries_survive_speculative_expiry() -> None:
+    clock = FakeClock()
+    p = producer({"speculativeIndexing": True}, clock)
+    ctx = produce(p, request(list(range(32))))
+    p.pre_request(ctx, [A])
+    store(p, A, list(range(32)))
+    clock.now += 5
+    p.tick()
+    assert info(produce(p, request(list(range(32)))), A) == PrefixCacheMatchInfo(2, 2, 16, 2, {"gpu": 2})
+
+
+def test_no_speculation_when_disabled_or_dry_run() -> None:
+    p = producer({"speculativeIndexing": False})
+    ctx = produce(p, request(list(range(32))))
+    p.pre_request(ctx, [A])
+    assert len(p.index) == 0
+    q = producer({"speculativeIndexing": True})
+    ctx = produce(q, request(list(range(32))))
+    ctx.dry_run = True
+    q.pre_request(ctx, [A])
+    assert len(q.index) == 0
+
+
+def test_speculative_state_is_bounded() -> None:
+    clock = FakeClock()
+    p = producer({"speculativeIndexing": True}, clock)
+    p.speculative.max_pending = 3
+    for i in range(10):
+        ctx = produce(p, request(list(range(i * 100, i * 100 + 16))))
+        p.pre_request(ctx, [A])
+    assert p.speculative.pending() == 3 and p.speculative.expired_early == 7
+    assert len(p.index) == 3
+
+
+def test_endpoint_delete_clears_its_entries() -> None:
+    p = producer()
+    store(p, A, list(range(32)))
+    store(p, B, list(range(32)))
+    p.extract(EndpointEvent(EndpointEventKind.DELETED, A))
+    ctx = produce(p, request(list(range(32))), B)
+    assert info(ctx, B).match_blocks == 2
+    assert p.index.lookup(p.block_keys(request(list(range(32))).tokenized)[0], [A.id]) == {}
+
+
+def test_all_blocks_cleared_only_affects_its_endpoint() -> None:
+    p = producer()
+    store(p, A, list(range(32)))
+    store(p, B, list(range(32)))
+    p.applier.apply_batch(A.id, "m", EventBatch(0.0, [AllBlocksCleared()]))
+    ctx = produce(p, request(list(range(32))))
+    assert (info(ctx, A).match_blocks, info(ctx, B).match_blocks) == (0, 2)
+
+
+def test_precomputed_keys_are_used_when_present() -> None:
+    p = producer()
+    store(p, A, list(range(32)))
+    req = request(list(range(32)))
+    req.precomputed_keys["precise"] = [[123, 456]]  # keys computed while the body streamed in
+    assert info(produce(p, req), A).match_blocks == 0
+    p.index.add(None, [123, 456], [PodEntry(A.id, "gpu")])
+    assert info(produce(p, req), A).match_blocks == 2
+
+
+@pytest.mark.parametrize("algorithm", ["xxh64", "cbor-fnv"])
+def test_both_hash_algorithms_route_events_to_requests(algorithm: str) -> None:
+    p = producer({"tokenProcessorConfig": {"blockSizeTokens": 16, "hashAlgorithm": algorithm, "hashSeed": "s"}})
+    store(p, A, list(range(48)))
+    assert info(produce(p, request(list(range(48)))), A).match_blocks == 3
