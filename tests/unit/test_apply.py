@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import msgpack
 
-from ppc_extproc.blockkeys import TokenProcessor, TokenProcessorConfig, tokens_to_le32
+from ppc_extproc.blockkeys import TokenProcessor, TokenProcessorConfig
 from ppc_extproc.events.apply import EventApplier
 from ppc_extproc.events.decode import decode_batch
 from ppc_extproc.events.wire import AllBlocksCleared, BlockRemoved, BlockStored, EventBatch
@@ -20,7 +20,7 @@ def make(block_size: int = 16, size: int = 10_000) -> EventApplier:
 
 
 def stored(hashes, tokens, parent=None, **kw) -> BlockStored:
-    return BlockStored(tuple(hashes), parent, tokens_to_le32(tokens), kw.pop("block_size", 16), **kw)
+    return BlockStored(list(hashes), parent, list(tokens), kw.pop("block_size", 16), **kw)
 
 
 def apply(applier: EventApplier, *events, pod: str = POD, rank: int = 0) -> None:
@@ -70,7 +70,7 @@ def test_one_to_many_write_path() -> None:
     assert len(held(applier, range(128))) == 8
     apply(applier, stored([3], range(128, 192), parent=2, block_size=64))
     assert len(held(applier, range(192))) == 12
-    apply(applier, BlockRemoved((2,)))
+    apply(applier, BlockRemoved([2]))
     assert sorted(held(applier, range(192))) == [0, 1, 2, 3, 8, 9, 10, 11]
 
 
@@ -79,7 +79,7 @@ def test_many_to_one_eviction_is_eager() -> None:
     applier = make(block_size=64)
     apply(applier, stored([1, 2, 3, 4], range(64)))
     assert held(applier, range(64)) == {0: [f"{POD}@gpu"]}
-    apply(applier, BlockRemoved((3,)))
+    apply(applier, BlockRemoved([3]))
     assert held(applier, range(64)) == {}
 
 
@@ -88,7 +88,7 @@ def test_misaligned_span_maps_only_engine_blocks_inside_full_canonical_blocks() 
     apply(applier, stored([1, 2, 3, 4, 5], range(80)))  # 80 tokens: E4 covers tokens 64..79
     assert applier.index.get_request_key(4, _scope()) is not None
     assert applier.index.get_request_key(5, _scope()) is None  # llm-d would map E4 → R0 wrongly
-    apply(applier, BlockRemoved((5,)))
+    apply(applier, BlockRemoved([5]))
     assert held(applier, range(64)) == {0: [f"{POD}@gpu"]}
 
 
@@ -108,9 +108,9 @@ def test_sub_canonical_event_is_dropped() -> None:
 def test_token_less_store_adds_a_tier_to_mapped_blocks() -> None:
     applier = make()
     apply(applier, stored([1, 2], range(32)))
-    apply(applier, BlockStored((1, 2, 99), None, b"", 0, medium="CPU"))
+    apply(applier, BlockStored([1, 2, 99], None, [], 0, medium="CPU"))
     assert held(applier, range(32)) == {0: [f"{POD}@cpu", f"{POD}@gpu"], 1: [f"{POD}@cpu", f"{POD}@gpu"]}
-    apply(applier, BlockRemoved((1,), medium="GPU"))
+    apply(applier, BlockRemoved([1], medium="GPU"))
     assert held(applier, range(32))[0] == [f"{POD}@cpu"]
 
 
@@ -118,9 +118,9 @@ def test_duplicate_store_needs_two_removes() -> None:
     applier = make()
     apply(applier, stored([1], range(16)))
     apply(applier, stored([1], range(16)))  # vLLM recomputes and re-stores the last block
-    apply(applier, BlockRemoved((1,)))
+    apply(applier, BlockRemoved([1]))
     assert held(applier, range(16)) == {0: [f"{POD}@gpu"]}
-    apply(applier, BlockRemoved((1,)))
+    apply(applier, BlockRemoved([1]))
     assert held(applier, range(16)) == {}
     assert applier.stats.transport[(POD, "removes_suppressed")] == 1
 
@@ -128,7 +128,7 @@ def test_duplicate_store_needs_two_removes() -> None:
 def test_untracked_remove_is_harmless() -> None:
     applier = make()
     apply(applier, stored([1], range(16)))
-    apply(applier, BlockRemoved((77,)))
+    apply(applier, BlockRemoved([77]))
     assert held(applier, range(16)) == {0: [f"{POD}@gpu"]}
     assert applier.stats.transport[(POD, "removes_unmapped")] == 1
 
@@ -141,7 +141,7 @@ def test_all_blocks_cleared_clears_the_endpoint_and_its_dedup_counts() -> None:
     apply(applier, AllBlocksCleared())
     assert held(applier, range(16)) == {0: [f"{OTHER}@gpu"]}
     apply(applier, stored([1], range(16)))
-    apply(applier, BlockRemoved((1,)))  # one remove suffices after the clear
+    apply(applier, BlockRemoved([1]))  # one remove suffices after the clear
     assert held(applier, range(16)) == {0: [f"{OTHER}@gpu"]}
 
 
@@ -152,7 +152,7 @@ def test_hma_sliding_window_groups_are_skipped_and_kinds_are_learned() -> None:
     apply(applier, stored([2], range(16), group_idx=0, kv_cache_spec_kind="full_attention"))
     apply(applier, stored([3], range(16, 32), parent=2, group_idx=0))  # kind from the catalog
     assert held(applier, range(32)) == {0: [f"{POD}@gpu[group=0]"], 1: [f"{POD}@gpu[group=0]"]}
-    apply(applier, BlockRemoved((1,), group_idx=1))
+    apply(applier, BlockRemoved([1], group_idx=1))
     assert applier.stats.dropped[(POD, "non_indexable_group")] == 2
 
 
@@ -197,6 +197,13 @@ def test_a_failing_event_does_not_stop_the_batch() -> None:
     apply(applier, bad, stored([2], range(16)))
     assert held(applier, range(16)) == {0: [f"{POD}@gpu"]}
     assert applier.stats.dropped[(POD, "apply_error")] == 1
+
+
+def test_out_of_range_token_ids_drop_the_event() -> None:
+    applier = make()
+    apply(applier, stored([1], [2**32] + list(range(15))), stored([2], range(16)))
+    assert held(applier, range(16)) == {0: [f"{POD}@gpu"]}
+    assert applier.stats.dropped[(POD, "bad_token_ids")] == 1
 
 
 def test_forget_endpoint_clears_and_recycles() -> None:

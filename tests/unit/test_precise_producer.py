@@ -38,7 +38,7 @@ def request(*prompts: list[int], salt: str | None = None, features=()) -> LLMReq
 
 def store(p: PrecisePrefixCacheProducer, endpoint: Endpoint, tokens: list[int], medium: str = "GPU", extra_keys=None) -> None:
     n = len(tokens) // 16
-    event = BlockStored(tuple(range(1000, 1000 + n)), None, tokens_to_le32(tokens), 16, medium=medium, extra_keys=extra_keys)
+    event = BlockStored(list(range(1000, 1000 + n)), None, list(tokens), 16, medium=medium, extra_keys=extra_keys)
     p.applier.apply_batch(endpoint.id, "m", EventBatch(0.0, [event]))
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import structlog
 
-from ppc_extproc.blockkeys import TokenProcessor, parse_raw_extra_keys, realign_extras
+from ppc_extproc.blockkeys import TokenProcessor, parse_raw_extra_keys, realign_extras, tokens_to_le32
 from ppc_extproc.events.stats import IngestStats
 from ppc_extproc.events.wire import AllBlocksCleared, BlockRemoved, BlockStored, EventBatch
 from ppc_extproc.ids import EndpointId, EngineKey
@@ -53,6 +53,26 @@ class EventApplier:
         # Extra copies of a stored hash beyond the first, per endpoint (usually empty).
         self._duplicates: dict[str, dict[_DedupKey, int]] = {}
         self._groups: dict[tuple[str, int], _GroupInfo] = {}
+        # Interned entries and scopes: an event needs one of each, thousands of times a second.
+        self._entries: dict[tuple[str, str, int | None], PodEntry] = {}
+        self._scopes: dict[tuple[str, int, int | None], EngineScope] = {}
+
+    def _entry(self, endpoint: str, medium: str | None, group: int | None) -> PodEntry:
+        tier = medium.lower() if medium else "gpu"
+        entry = self._entries.get((endpoint, tier, group))
+        if entry is None:
+            if len(self._entries) > 65536:
+                self._entries.clear()
+            entry = self._entries[(endpoint, tier, group)] = PodEntry(EndpointId(endpoint), tier, group=group)
+        return entry
+
+    def _scope(self, endpoint: str, rank: int, group: int | None) -> EngineScope:
+        scope = self._scopes.get((endpoint, rank, group))
+        if scope is None:
+            if len(self._scopes) > 65536:
+                self._scopes.clear()
+            scope = self._scopes[(endpoint, rank, group)] = EngineScope(EndpointId(endpoint), rank, group)
+        return scope
 
     # --- endpoint lifecycle --------------------------------------------------------------------
 
@@ -75,19 +95,28 @@ class EventApplier:
         stats = self.stats
         for reason in batch.skipped:
             stats.drop(endpoint, reason)
+        rank = batch.data_parallel_rank
+        stored = removed = blocks = 0
         for event in batch.events:
             try:
                 if isinstance(event, BlockStored):
-                    self._stored(endpoint, model, batch.data_parallel_rank, event)
+                    blocks += self._stored(endpoint, model, rank, event)
+                    stored += 1
                 elif isinstance(event, BlockRemoved):
-                    self._removed(endpoint, batch.data_parallel_rank, event)
+                    self._removed(endpoint, rank, event)
+                    removed += 1
                 else:
-                    assert isinstance(event, AllBlocksCleared)
                     self.clear_endpoint(endpoint)
                     stats.event(endpoint, "AllBlocksCleared")
             except Exception:  # one bad event never stops the batch
                 stats.drop(endpoint, "apply_error")
                 log.warning("kv_event_apply_failed", endpoint=endpoint, exc_info=True)
+        if stored:
+            stats.event(endpoint, "BlockStored", stored)
+            if blocks:
+                stats.count(endpoint, "blocks_stored", blocks)
+        if removed:
+            stats.event(endpoint, "BlockRemoved", removed)
 
     # --- events --------------------------------------------------------------------------------
 
@@ -106,13 +135,14 @@ class EventApplier:
             return isinstance(event, BlockStored) and event.kv_cache_spec_kind is None and group == 0
         return info.kind in INDEXABLE_KINDS
 
-    def _stored(self, endpoint: str, model: str, rank: int, event: BlockStored) -> None:
+    def _stored(self, endpoint: str, model: str, rank: int, event: BlockStored) -> int:
+        """Apply one BlockStored; returns the number of canonical blocks indexed."""
         stats = self.stats
-        if not self._indexable_group(endpoint, event):
+        if event.group_idx is not None and not self._indexable_group(endpoint, event):
             stats.drop(endpoint, "non_indexable_group")
-            return
+            return 0
         n_hashes = len(event.block_hashes)
-        n_tokens = event.num_tokens
+        n_tokens = len(event.token_ids)
         if (
             event.group_idx is not None
             and n_tokens
@@ -120,39 +150,41 @@ class EventApplier:
             and (n_tokens % event.block_size or n_tokens // event.block_size != n_hashes)
         ):
             stats.drop(endpoint, "sparse_group_event")
-            return
-        tier = event.medium.lower() if event.medium else "gpu"
-        entry = PodEntry(EndpointId(endpoint), tier, group=event.group_idx)
-        scope = EngineScope(EndpointId(endpoint), rank, event.group_idx)
+            return 0
+        entry = self._entry(endpoint, event.medium, event.group_idx)
+        scope = self._scope(endpoint, rank, event.group_idx)
         parent_key = 0
         if event.parent_block_hash:
             parent = self.index.get_request_key(EngineKey(event.parent_block_hash), scope)
             if parent is None:
                 stats.drop(endpoint, "unknown_parent")
-                return
+                return 0
             parent_key = parent
 
         if n_tokens == 0:
             if n_hashes:
-                self._tier_update(endpoint, scope, entry, event)
-            return
+                self._tier_update(scope, entry, event)
+            return 0
 
         block = self.processor.block_size
         n_canonical = n_tokens // block
+        if n_canonical == 0:
+            stats.drop(endpoint, "shorter_than_block")
+            return 0
+        try:
+            tokens = tokens_to_le32(event.token_ids)
+        except (OverflowError, TypeError):
+            stats.drop(endpoint, "bad_token_ids")
+            return 0
         extras = None
         if event.extra_keys is not None:
             extras = realign_extras(parse_raw_extra_keys(event.extra_keys, event.lora_name), n_canonical)
         if event.cache_salt and event.parent_block_hash is None and n_canonical:
             extras = list(extras) if extras else [None] * n_canonical
             extras[0] = (*(extras[0] or ()), event.cache_salt)
-        keys = self.processor.keys(
-            event.tokens, event.lora_name or model, parent=parent_key, extras=extras
-        )
-        if not keys:
-            stats.drop(endpoint, "shorter_than_block")
-            return
+        keys = self.processor.keys(tokens, event.lora_name or model, parent=parent_key, extras=extras)
 
-        engine_keys: tuple[int, ...] | None = event.block_hashes
+        engine_keys: list[int] | None = event.block_hashes
         if n_hashes and n_tokens % n_hashes == 0:
             engine_block = n_tokens // n_hashes
             if engine_block < block:
@@ -164,14 +196,11 @@ class EventApplier:
         if duplicates:
             counts = self._duplicates.setdefault(endpoint, {})
             for engine_key in duplicates:
-                dkey = (tier, event.group_idx, rank, engine_key)
+                dkey = (entry.tier, event.group_idx, rank, engine_key)
                 counts[dkey] = counts.get(dkey, 0) + 1
-        stats.event(endpoint, "BlockStored")
-        stats.count(endpoint, "blocks_stored", len(keys))
+        return len(keys)
 
-    def _tier_update(
-        self, endpoint: str, scope: EngineScope, entry: PodEntry, event: BlockStored
-    ) -> None:
+    def _tier_update(self, scope: EngineScope, entry: PodEntry, event: BlockStored) -> None:
         """A token-less BlockStored (offload, location only): add the tier to mapped blocks."""
         keys = []
         for engine_key in event.block_hashes:
@@ -180,7 +209,6 @@ class EventApplier:
                 keys.append(key)
         if keys:
             self.index.add(None, keys, [entry])
-        self.stats.event(endpoint, "BlockStored")
 
     def _removed(self, endpoint: str, rank: int, event: BlockRemoved) -> None:
         stats = self.stats
@@ -192,9 +220,9 @@ class EventApplier:
             if info is None and event.group_idx != 0:
                 stats.drop(endpoint, "unknown_group")
                 return
-        tier = event.medium.lower() if event.medium else "gpu"
-        entry = PodEntry(EndpointId(endpoint), tier, group=event.group_idx)
-        scope = EngineScope(EndpointId(endpoint), rank, event.group_idx)
+        entry = self._entry(endpoint, event.medium, event.group_idx)
+        scope = self._scope(endpoint, rank, event.group_idx)
+        tier = entry.tier
         counts = self._duplicates.get(endpoint)
         for engine_key in event.block_hashes:
             if counts:
@@ -209,4 +237,3 @@ class EventApplier:
                     continue
             if not self.index.evict_engine_key(EngineKey(engine_key), scope, [entry]):
                 stats.count(endpoint, "removes_unmapped")
-        stats.event(endpoint, "BlockRemoved")

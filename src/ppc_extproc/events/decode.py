@@ -1,9 +1,10 @@
 """msgpack payload → ``EventBatch``, tolerant of every vLLM release and of SGLang.
 
-Decoding is untyped (``msgpack.unpackb``) and then normalised field by field, so array events
-(vLLM ≤ 0.23), map events (vLLM ≥ 0.24), 2-element batches (vLLM 0.9.0), SGLang's shorter arrays,
-trailing metadata maps and signed hashes all land in the same types. A bad *event* is skipped and
-its reason recorded; only a bad *batch* raises ``WireError``. Spec: ``kv_events_wire.md`` §5.
+Fast path: msgspec decodes vLLM's map-era (≥ 0.24) or array-era (≤ 0.23) batches straight into
+the wire types, validating types in C. Anything else — SGLang's shorter arrays and trailing
+metadata maps, signed or bytes hashes, 2-element batches with odd types, a single bad event — goes
+through the untyped path, which normalises field by field and skips only the bad events, recording
+why. Only a bad *batch* raises ``WireError``. Spec: ``kv_events_wire.md`` §5.
 """
 
 from __future__ import annotations
@@ -12,8 +13,8 @@ from collections.abc import Callable
 from typing import Any
 
 import msgpack
+import msgspec
 
-from ppc_extproc.blockkeys.hashing import tokens_to_le32
 from ppc_extproc.errors import WireError
 from ppc_extproc.events.wire import AllBlocksCleared, BlockRemoved, BlockStored, EventBatch, KVCacheEvent
 from ppc_extproc.ids import MASK64
@@ -22,6 +23,39 @@ __all__ = ["MAX_PAYLOAD_BYTES", "decode_batch", "normalise_hash"]
 
 #: Payloads above this size are refused without unpacking (a batch is one scheduler step).
 MAX_PAYLOAD_BYTES = 64 * 1024 * 1024
+
+
+# --- fast path: typed msgspec decoding of vLLM batches ---------------------------------------------
+
+
+class _ArrayBlockStored(BlockStored, array_like=True, tag="BlockStored"):
+    """vLLM ≤ 0.23: positional fields; missing trailing ones take their defaults."""
+
+
+class _ArrayBlockRemoved(BlockRemoved, array_like=True, tag="BlockRemoved"):
+    pass
+
+
+class _ArrayAllBlocksCleared(AllBlocksCleared, array_like=True, tag="AllBlocksCleared"):
+    pass
+
+
+class _MapBatch(msgspec.Struct, array_like=True, gc=False):
+    ts: float
+    events: list[BlockStored | BlockRemoved | AllBlocksCleared]
+    data_parallel_rank: int | None = None
+
+
+class _ArrayBatch(msgspec.Struct, array_like=True, gc=False):
+    ts: float
+    events: list[_ArrayBlockStored | _ArrayBlockRemoved | _ArrayAllBlocksCleared]
+    data_parallel_rank: int | None = None
+
+
+_TYPED_DECODERS = (msgspec.msgpack.Decoder(_MapBatch), msgspec.msgpack.Decoder(_ArrayBatch))
+
+
+# --- untyped path ---------------------------------------------------------------------------------
 
 _STORED_FIELDS = (
     "block_hashes",
@@ -56,10 +90,10 @@ def normalise_hash(value: Any) -> int:
     raise _BadEvent("bad_hash")
 
 
-def _hashes(value: Any) -> tuple[int, ...]:
+def _hashes(value: Any) -> list[int]:
     if not isinstance(value, list):
         raise _BadEvent("bad_hashes")
-    return tuple(normalise_hash(h) for h in value)
+    return [normalise_hash(h) for h in value]
 
 
 def _opt_str(value: Any, reason: str) -> str | None:
@@ -92,8 +126,9 @@ def _stored(raw: list[Any] | dict[str, Any], sglang: bool) -> BlockStored:
     f = _fields(raw, _STORED_FIELDS)
     cache_salt = None
     if sglang:
-        # SGLang positions stop at medium; a trailing map carries metadata such as cache_salt.
-        f["lora_name"] = f["lora_name"] if isinstance(raw, dict) else None
+        # SGLang's positions stop at medium; a trailing map carries metadata such as cache_salt.
+        if not isinstance(raw, dict):
+            f["lora_name"] = None
         f["extra_keys"] = f["group_idx"] = f["kv_cache_spec_kind"] = None
         f["kv_cache_spec_sliding_window"] = None
         meta = raw if isinstance(raw, dict) else (raw[-1] if isinstance(raw[-1], dict) else {})
@@ -101,27 +136,24 @@ def _stored(raw: list[Any] | dict[str, Any], sglang: bool) -> BlockStored:
         if isinstance(f["medium"], dict):
             f["medium"] = None
     tokens = f["token_ids"]
-    if not isinstance(tokens, list):
+    if not isinstance(tokens, list) or any(type(t) is not int for t in tokens):
         raise _BadEvent("bad_token_ids")
-    if any(isinstance(t, bool) for t in tokens):
-        raise _BadEvent("bad_token_ids")
-    try:
-        token_bytes = tokens_to_le32(tokens)
-    except (OverflowError, TypeError):
-        raise _BadEvent("bad_token_ids") from None
     block_size = _opt_int(f["block_size"], "bad_block_size", 0)
     if block_size is None:
         raise _BadEvent("bad_block_size")
     parent = f["parent_block_hash"]
     extra_keys = f["extra_keys"]
-    if extra_keys is not None and not isinstance(extra_keys, list):
+    if extra_keys is not None and (
+        not isinstance(extra_keys, list) or any(e is not None and not isinstance(e, list) for e in extra_keys)
+    ):
         raise _BadEvent("bad_extra_keys")
+    lora_id = f["lora_id"]
     return BlockStored(
         block_hashes=_hashes(f["block_hashes"]),
         parent_block_hash=None if parent is None else normalise_hash(parent),
-        tokens=token_bytes,
+        token_ids=tokens,
         block_size=block_size,
-        lora_id=f["lora_id"] if isinstance(f["lora_id"], int) else None,
+        lora_id=lora_id if isinstance(lora_id, int) and not isinstance(lora_id, bool) else None,
         medium=_opt_str(f["medium"], "bad_medium"),
         lora_name=_opt_str(f["lora_name"], "bad_lora_name"),
         extra_keys=extra_keys,
@@ -173,11 +205,7 @@ def _event(raw: Any, sglang: bool) -> KVCacheEvent:
     return decoder(raw, sglang)
 
 
-def decode_batch(payload: bytes, engine_type: str = "vllm") -> EventBatch:
-    """Decode one ``KVEventBatch`` payload. Raises ``WireError`` when the batch itself is bad;
-    bad events are skipped and listed in ``EventBatch.skipped``."""
-    if len(payload) > MAX_PAYLOAD_BYTES:
-        raise WireError("payload_too_large", f"payload of {len(payload)} bytes")
+def _decode_untyped(payload: bytes, sglang: bool) -> EventBatch:
     try:
         batch = msgpack.unpackb(payload, raw=False, strict_map_key=False)
     except Exception as exc:
@@ -194,7 +222,6 @@ def decode_batch(payload: bytes, engine_type: str = "vllm") -> EventBatch:
         rank = 0
     elif isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
         raise WireError("bad_batch_shape", "data_parallel_rank must be a non-negative int or nil")
-    sglang = engine_type == "sglang"
     decoded: list[KVCacheEvent] = []
     skipped: list[str] = []
     for raw in events:
@@ -202,6 +229,24 @@ def decode_batch(payload: bytes, engine_type: str = "vllm") -> EventBatch:
             decoded.append(_event(raw, sglang))
         except _BadEvent as bad:
             skipped.append(bad.reason)
-        except (TypeError, ValueError, AttributeError, IndexError):
+        except (TypeError, ValueError, AttributeError, IndexError, msgspec.ValidationError):
             skipped.append("bad_event_fields")
     return EventBatch(float(ts), decoded, rank, skipped)
+
+
+def decode_batch(payload: bytes, engine_type: str = "vllm") -> EventBatch:
+    """Decode one ``KVEventBatch`` payload. Raises ``WireError`` when the batch itself is bad;
+    bad events are skipped and listed in ``EventBatch.skipped``."""
+    if len(payload) > MAX_PAYLOAD_BYTES:
+        raise WireError("payload_too_large", f"payload of {len(payload)} bytes")
+    sglang = engine_type == "sglang"
+    if not sglang:
+        for decoder in _TYPED_DECODERS:
+            try:
+                batch = decoder.decode(payload)
+            except (msgspec.ValidationError, msgspec.DecodeError):
+                continue
+            rank = batch.data_parallel_rank
+            if rank is None or rank >= 0:
+                return EventBatch(batch.ts, batch.events, rank or 0)  # type: ignore[arg-type]
+    return _decode_untyped(payload, sglang)

@@ -1,65 +1,69 @@
-"""KV-cache events as ppc-extproc sees them after decoding, in vLLM's field order.
+"""KV-cache events, declared as vLLM declares them (``vllm/distributed/kv_events.py``).
 
-Every decoder (vLLM array era, vLLM map era, SGLang) returns these types; hashes are already
-normalised to unsigned 64-bit ints and token ids to little-endian uint32 bytes. Spec:
+The types are msgspec structs in vLLM's field order, so the common vLLM payloads decode straight
+into them in C (``decode.py`` tries the map era, then the array era, then a tolerant untyped path
+for SGLang and anything unusual). Hashes are unsigned 64-bit ints once decoded. Spec:
 ``kv_events_wire.md`` §3–§5.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
+
+import msgspec
 
 __all__ = ["AllBlocksCleared", "BlockRemoved", "BlockStored", "EventBatch", "KVCacheEvent"]
 
+#: An engine block hash as it leaves the decoder: an unsigned 64-bit int.
+Hash = Annotated[int, msgspec.Meta(ge=0)]
+GroupIndex = Annotated[int, msgspec.Meta(ge=0)]
 
-@dataclass(frozen=True, slots=True)
-class BlockStored:
+
+class _Event(msgspec.Struct, tag=True, tag_field="type", frozen=True, gc=False):
+    """Base of the event types; the tag is the class name, as in vLLM."""
+
+
+class BlockStored(_Event):
     """Blocks became full and cached on the engine."""
 
     #: Engine keys of the new blocks, in order (vLLM 0.9.0).
-    block_hashes: tuple[int, ...]
+    block_hashes: list[Hash]
     #: Engine key of the block before ``block_hashes[0]``; None at block 0 (vLLM 0.9.0).
-    parent_block_hash: int | None
-    #: Tokens of all new blocks as little-endian uint32 bytes; empty for location-only events (0.9.0).
-    tokens: bytes
-    #: Engine (group) block size; 0 in some placeholder offload events (0.9.0).
+    parent_block_hash: Hash | None
+    #: Tokens of all new blocks; empty for location-only (offload) events (vLLM 0.9.0).
+    token_ids: list[int]
+    #: Engine (group) block size; 0 in some placeholder offload events (vLLM 0.9.0).
     block_size: int
-    #: Deprecated LoRA int id, ignored for hashing (0.9.0).
+    #: Deprecated LoRA int id (``lora_int_id``); ignored for hashing (vLLM 0.9.0).
     lora_id: int | None = None
     #: "GPU", "CPU", "STORAGE", … (vLLM 0.10.2; SGLang 0.5.10).
     medium: str | None = None
     #: LoRA adapter name; replaces the model name in the root hash (vLLM 0.14).
     lora_name: str | None = None
-    #: One entry per block hash: None or a list of identifiers, raw from the wire (vLLM 0.17).
-    extra_keys: list[Any] | None = None
+    #: Per block hash: None or a list of identifiers (str or [str, offset]) (vLLM 0.17).
+    extra_keys: list[list[Any] | None] | None = None
     #: HMA KV-cache group (vLLM 0.20).
-    group_idx: int | None = None
+    group_idx: GroupIndex | None = None
     #: ``full_attention``, ``sliding_window``, ``mamba``, … (vLLM 0.22).
     kv_cache_spec_kind: str | None = None
     #: Sliding window of the group, if any (vLLM 0.22).
     kv_cache_spec_sliding_window: int | None = None
-    #: SGLang 0.5.18+ only: the request's ``cache_salt`` (vLLM puts it into ``extra_keys``).
+    #: SGLang 0.5.18+: the request's ``cache_salt`` (vLLM carries it in ``extra_keys`` instead).
     cache_salt: str | None = None
 
-    @property
-    def num_tokens(self) -> int:
-        return len(self.tokens) // 4
 
-
-@dataclass(frozen=True, slots=True)
-class BlockRemoved:
+class BlockRemoved(_Event):
     """Blocks were evicted from the engine's cache (vLLM 0.9.0)."""
 
-    block_hashes: tuple[int, ...]
+    block_hashes: list[Hash]
     #: (vLLM 0.10.2)
     medium: str | None = None
     #: (vLLM 0.20)
-    group_idx: int | None = None
+    group_idx: GroupIndex | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class AllBlocksCleared:
+class AllBlocksCleared(_Event):
     """The engine's prefix cache was reset (vLLM 0.9.0)."""
 
 

@@ -10,7 +10,7 @@ items per write, so no single call pays for dropping half the map.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Generic, TypeVar
 
 __all__ = ["TwoGenerationLRU"]
@@ -58,6 +58,43 @@ class TwoGenerationLRU(Generic[K, V]):
         self._old.pop(key, None)
         self._young[key] = value
         self._maybe_rotate()
+        if self._retired:
+            self._release_some()
+
+    def set_many(self, items: Iterable[tuple[K, V]]) -> list[V | None]:
+        """``set`` for several items at once; returns each key's previous value (or None)."""
+        previous: list[V | None] = []
+        for key, value in items:
+            young = self._young
+            old_value = young.get(key)
+            if old_value is None:
+                old_value = self._old.pop(key, None)
+            previous.append(old_value)
+            young[key] = value
+            if len(young) >= self._generation_size:
+                self._maybe_rotate()
+        if self._retired:
+            self._release_some()
+        return previous
+
+    def or_bits(self, keys: Iterable[K], bits: int, limit: int, trim: Callable[[int, int], int]) -> None:
+        """For int-mask values: ``value |= bits`` on every key (inserting absent keys), marking each
+        recently used. ``trim(mask, bits)`` shrinks a mask with more than ``limit`` bits set."""
+        for key in keys:
+            young = self._young
+            value = young.get(key)
+            if value is None:
+                value = self._old.pop(key, None)
+                new = bits if value is None else value | bits  # type: ignore[operator]
+            else:
+                new = value | bits  # type: ignore[operator]
+                if new == value:
+                    continue
+            if new.bit_count() > limit:
+                new = trim(new, bits)
+            young[key] = new  # type: ignore[assignment]
+            if len(young) >= self._generation_size:
+                self._maybe_rotate()
         if self._retired:
             self._release_some()
 

@@ -100,27 +100,27 @@ class InMemoryIndex:
             bits = self.registry.mask(entries)
             if engine_keys:
                 salt = self._salt(scope or EngineScope(entries[0].endpoint))
-                engine = self._engine
-                for engine_key, mapped in engine_to_request_mapping(engine_keys, request_keys):
-                    scoped = (engine_key ^ salt) & MASK64
-                    previous = engine.peek(scoped)
-                    if previous is not None:
-                        held = self._keys.peek(previous if isinstance(previous, int) else previous[0])
-                        if held is not None and held & bits == bits:
-                            duplicates.append(engine_key)
-                    engine.set(scoped, mapped[0] if len(mapped) == 1 else mapped)
+                if len(engine_keys) == len(request_keys):  # the common 1:1 case, without tuples
+                    mapped_engine_keys: Sequence[int] = engine_keys
+                    values: Iterable[int | tuple[int, ...]] = request_keys
+                else:
+                    pairs = list(engine_to_request_mapping(engine_keys, request_keys))
+                    mapped_engine_keys = [e for e, _ in pairs]
+                    values = [r[0] if len(r) == 1 else r for _, r in pairs]
+                previous = self._engine.set_many(
+                    zip([(e ^ salt) & MASK64 for e in mapped_engine_keys], values)
+                )
+                if any(before is not None for before in previous):
+                    peek = self._keys.peek
+                    for engine_key, before in zip(mapped_engine_keys, previous):
+                        if before is not None:
+                            held = peek(before if isinstance(before, int) else before[0])
+                            if held is not None and held & bits == bits:
+                                duplicates.append(EngineKey(engine_key))
             for entry in entries:
                 if entry.speculative:
                     self._speculative_bits |= 1 << self.registry.bit(entry)
-            keys = self._keys
-            limit = self.pod_cache_size
-            for key in request_keys:
-                old = keys.get(key)
-                new = bits if old is None else old | bits
-                if new != old:
-                    if new.bit_count() > limit:
-                        new = self._trim(new, bits)
-                    keys.set(key, new)
+            self._keys.or_bits(request_keys, bits, self.pod_cache_size, self._trim)
         return duplicates
 
     def evict_engine_key(
