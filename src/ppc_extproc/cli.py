@@ -92,6 +92,19 @@ def _add_keys(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(handler=_keys)
 
 
+def _add_mock_vllm(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from ppc_extproc.mock_vllm import cli as mock_cli
+
+    p = sub.add_parser(
+        "mock-vllm",
+        help="run mock vLLM engines (vLLM's HTTP API and KV events, with a simple time model)",
+        description="A stand-in for vLLM pods: OpenAI completions on token prompts, a bounded "
+        "prefix cache, KV events over ZMQ byte for byte as vLLM publishes them.",
+    )
+    mock_cli.add_arguments(p)
+    p.set_defaults(handler=mock_cli.main)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ppc-extproc",
@@ -100,6 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"ppc-extproc {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    _add_mock_vllm(sub)
     _add_keys(sub)
     return parser
 

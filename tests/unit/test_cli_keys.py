@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import load_vectors
+from vectors import load_vectors
 from ppc_extproc.cli import main
 
 VECTORS = load_vectors("llmd_hash_vectors.json")["hash_vectors"]

@@ -6,7 +6,7 @@ import msgpack
 import msgspec
 import pytest
 
-from conftest import load_vectors
+from vectors import load_vectors
 from ppc_extproc.errors import WireError
 from ppc_extproc.events.decode import decode_batch, normalise_hash
 from ppc_extproc.events.wire import AllBlocksCleared, BlockRemoved, BlockStored

@@ -1,12 +1,10 @@
-"""Shared test fixtures: the spec's machine-readable vectors (copied into tests/fixtures/vectors)."""
+"""The spec's machine-readable vectors (copied into tests/fixtures/vectors)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 VECTORS = Path(__file__).parent / "fixtures" / "vectors"
 
@@ -21,8 +19,3 @@ def token_range(spec: str | list[int]) -> list[int]:
         return spec
     start, end = spec.split("..")
     return list(range(int(start), int(end) + 1))
-
-
-@pytest.fixture
-def hash_vectors() -> list[dict[str, Any]]:
-    return load_vectors("llmd_hash_vectors.json")["hash_vectors"]  # type: ignore[no-any-return]

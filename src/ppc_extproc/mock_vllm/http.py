@@ -1,0 +1,356 @@
+"""aiohttp application of one mock engine: vLLM's HTTP surface plus mock-only admin routes.
+
+vLLM routes: ``POST /v1/completions``, ``POST /inference/v1/generate``, ``GET /v1/models``,
+``GET /health``, ``GET /version``, ``GET /metrics``, ``GET /kv_event_sources``,
+``POST /reset_prefix_cache``. Mock routes: ``POST /mock/restart``, ``POST /mock/match``
+(``{"prompt", "cache_salt"?}`` → ``{"cached_tokens", "matched_tokens", "block_size"}``, no side
+effects) and ``GET /mock/state``. Every response carries ``x-mock-vllm-endpoint``.
+
+Streaming: one SSE ``data: <json>\\n\\n`` chunk per output token, each sent no earlier than the
+token's simulated time; chunks due together are written together and the writer wakes at
+most every :data:`STREAM_MIN_INTERVAL_S`, so tokens may arrive in small bursts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import uuid
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any, Final
+
+import orjson
+import structlog
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from ppc_extproc.mock_vllm import protocol as p
+from ppc_extproc.mock_vllm.engine import EngineAborted, EngineRequest, MockEngine, RequestRejected
+from ppc_extproc.mock_vllm.metrics import engine_registry
+
+__all__ = ["ENDPOINT_HEADER", "STREAM_MIN_INTERVAL_S", "create_app"]
+
+logger = structlog.get_logger()
+
+#: Response header naming the advertised ``ip:port`` of the engine that answered.
+ENDPOINT_HEADER: Final = "x-mock-vllm-endpoint"
+#: Minimum spacing of a stream's wake-ups (keeps CPU low with many concurrent streams).
+STREAM_MIN_INTERVAL_S: Final = 0.02
+
+_ENGINE: Final = web.AppKey("engine", MockEngine)
+_INFO: Final = web.AppKey("info", dict)
+
+
+def _json(body: Any, status: int = 200) -> web.Response:
+    return web.Response(body=orjson.dumps(body), status=status, content_type="application/json")
+
+
+def _error(message: str, status: int = 400, err_type: str = "BadRequestError") -> web.Response:
+    return _json(p.error_body(message, status, err_type), status)
+
+
+def _rejected(e: RequestRejected) -> web.Response:
+    if isinstance(e, p.NotFound):
+        return _error(str(e), 404, "NotFoundError")
+    return _error(str(e))
+
+
+async def _read_json(request: web.Request) -> object:
+    raw = await request.read()
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as e:
+        raise RequestRejected(f"Invalid JSON body: {e}") from None
+
+
+def _submit_all(
+    engine: MockEngine,
+    prompts: Sequence[list[int]],
+    max_tokens: int,
+    salt: str | None,
+    request_id: str | None = None,
+) -> list[EngineRequest]:
+    for prompt in prompts:
+        MockEngine.validate(prompt, max_tokens)
+    reqs: list[EngineRequest] = []
+    try:
+        for i, prompt in enumerate(prompts):
+            rid = (
+                None
+                if request_id is None
+                else (request_id if len(prompts) == 1 else f"{request_id}-{i}")
+            )
+            reqs.append(engine.submit(prompt, max_tokens, salt, rid))
+    except RequestRejected:
+        for r in reqs:
+            engine.abort(r, "sibling prompt rejected")
+        raise
+    return reqs
+
+
+async def _tokens(reqs: Sequence[EngineRequest]) -> AsyncIterator[list[tuple[int, int]]]:
+    """Yield ``[(choice_index, token_pos)]`` batches as tokens fall due, in time order."""
+    loop = asyncio.get_running_loop()
+    emitted = [0] * len(reqs)
+    last_wake = -math.inf
+    while True:
+        now = loop.time()
+        due: list[tuple[float, int, int]] = []
+        unstarted: list[asyncio.Future[None]] = []
+        next_due = math.inf
+        for i, r in enumerate(reqs):
+            if emitted[i] >= r.max_tokens:
+                continue
+            if not r.first_token.done():
+                unstarted.append(r.first_token)
+                continue
+            r.first_token.result()  # raises EngineAborted
+            while emitted[i] < r.max_tokens and r.token_time(emitted[i] + 1) <= now:
+                emitted[i] += 1
+                due.append((r.token_time(emitted[i]), i, emitted[i]))
+            if emitted[i] < r.max_tokens:
+                next_due = min(next_due, r.token_time(emitted[i] + 1))
+        if due:
+            due.sort()
+            yield [(i, pos) for _, i, pos in due]
+        if all(emitted[i] >= r.max_tokens for i, r in enumerate(reqs)):
+            return
+        last_wake = now
+        wake = max(next_due, last_wake + STREAM_MIN_INTERVAL_S)
+        timeout = None if math.isinf(wake) else max(wake - loop.time(), 0.0)
+        if unstarted:
+            await asyncio.wait(unstarted, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        else:
+            await asyncio.sleep(timeout or 0.0)
+
+
+async def _sse(
+    request: web.Request,
+    reqs: list[EngineRequest],
+    chunk_for: Callable[[int, int], dict[str, Any]],
+    usage_chunk: Callable[[], dict[str, Any]] | None,
+) -> web.StreamResponse:
+    """Stream token chunks, an optional usage chunk and ``[DONE]``; abort on disconnect."""
+    engine = request.app[_ENGINE]
+    resp = web.StreamResponse(
+        headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+    )
+    await resp.prepare(request)
+    try:
+        try:
+            async for batch in _tokens(reqs):
+                await resp.write(
+                    b"".join(
+                        b"data: " + orjson.dumps(chunk_for(i, pos)) + b"\n\n" for i, pos in batch
+                    )
+                )
+            await asyncio.gather(*(r.done for r in reqs))
+            if usage_chunk is not None:
+                await resp.write(b"data: " + orjson.dumps(usage_chunk()) + b"\n\n")
+        except EngineAborted as e:
+            await resp.write(
+                b"data: " + orjson.dumps(p.error_body(str(e), 500, "InternalServerError")) + b"\n\n"
+            )
+        await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
+    except (ConnectionResetError, asyncio.CancelledError):
+        for r in reqs:
+            engine.abort(r, "client disconnected")
+        raise
+    return resp
+
+
+async def _wait_done(engine: MockEngine, reqs: list[EngineRequest]) -> None:
+    try:
+        await asyncio.gather(*(r.done for r in reqs))
+    except asyncio.CancelledError:
+        for r in reqs:
+            engine.abort(r, "client disconnected")
+        raise
+
+
+async def completions(request: web.Request) -> web.StreamResponse:
+    engine = request.app[_ENGINE]
+    try:
+        params = p.parse_completion(await _read_json(request), engine.config.model)
+        reqs = _submit_all(engine, params.prompts, params.max_tokens, params.cache_salt)
+    except RequestRejected as e:
+        return _rejected(e)
+    cid, created = f"cmpl-{uuid.uuid4().hex}", p.now_created()
+    if params.stream:
+
+        def usage_chunk() -> dict[str, Any]:
+            return p.completion_chunk(cid, created, params.model, [], p.usage(reqs))
+
+        def chunk(i: int, pos: int) -> dict[str, Any]:
+            choice = p.completion_stream_choice(i, reqs[i], pos, params.return_token_ids)
+            return p.completion_chunk(cid, created, params.model, [choice])
+
+        return await _sse(request, reqs, chunk, usage_chunk if params.include_usage else None)
+    try:
+        await _wait_done(engine, reqs)
+    except EngineAborted as e:
+        return _error(str(e), 500, "InternalServerError")
+    return _json(p.completion_response(cid, created, params, reqs))
+
+
+async def generate(request: web.Request) -> web.StreamResponse:
+    engine = request.app[_ENGINE]
+    try:
+        params = p.parse_generate(await _read_json(request), engine.config.model)
+        reqs = _submit_all(
+            engine, [params.token_ids], params.max_tokens, params.cache_salt, params.request_id
+        )
+    except RequestRejected as e:
+        return _rejected(e)
+    created = p.now_created()
+    if params.stream:
+
+        def usage_chunk() -> dict[str, Any]:
+            return p.generate_chunk(params, None, 0, p.usage(reqs))
+
+        def chunk(i: int, pos: int) -> dict[str, Any]:
+            return p.generate_chunk(params, reqs[i], pos)
+
+        return await _sse(request, reqs, chunk, usage_chunk if params.include_usage else None)
+    try:
+        await _wait_done(engine, reqs)
+    except EngineAborted as e:
+        return _error(str(e), 500, "InternalServerError")
+    return _json(p.generate_response(params, created, reqs[0]))
+
+
+async def models(request: web.Request) -> web.Response:
+    engine = request.app[_ENGINE]
+    cfg = engine.config
+    created = p.now_created()
+    card = {
+        "id": cfg.model,
+        "object": "model",
+        "created": created,
+        "owned_by": "vllm",
+        "root": cfg.model,
+        "parent": None,
+        "max_model_len": cfg.num_blocks * cfg.block_size,
+        "permission": [
+            {
+                "id": f"modelperm-{uuid.uuid4().hex}",
+                "object": "model_permission",
+                "created": created,
+                "allow_create_engine": False,
+                "allow_sampling": True,
+                "allow_logprobs": True,
+                "allow_search_indices": False,
+                "allow_view": True,
+                "allow_fine_tuning": False,
+                "organization": "*",
+                "group": None,
+                "is_blocking": False,
+            }
+        ],
+    }
+    return _json({"object": "list", "data": [card]})
+
+
+async def health(request: web.Request) -> web.Response:
+    return web.Response(status=200)
+
+
+async def version(request: web.Request) -> web.Response:
+    return _json({"version": request.app[_INFO]["version"]})
+
+
+async def metrics(request: web.Request) -> web.Response:
+    body = generate_latest(request.app[_INFO]["registry"])
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+async def kv_event_sources(request: web.Request) -> web.Response:
+    return _json({"0": request.app[_INFO]["kv_events_config"]})
+
+
+async def reset_prefix_cache(request: web.Request) -> web.Response:
+    if request.app[_ENGINE].reset_prefix_cache():
+        return web.Response(status=200)
+    return _error(
+        "Failed to reset prefix cache: KV-cache blocks are in use by running requests.",
+        409,
+        "ConflictError",
+    )
+
+
+async def mock_restart(request: web.Request) -> web.Response:
+    engine = request.app[_ENGINE]
+    engine.restart()
+    return _json({"status": "restarted", "seq": engine.publisher.next_seq})
+
+
+async def mock_match(request: web.Request) -> web.Response:
+    engine = request.app[_ENGINE]
+    try:
+        body = await _read_json(request)
+        if not isinstance(body, dict) or "prompt" not in body:
+            raise RequestRejected("Body must be an object with `prompt`.")
+        prompts = p.parse_prompt(body["prompt"])
+        if len(prompts) != 1:
+            raise RequestRejected("`prompt` must be a single prompt.")
+        salt = body.get("cache_salt")
+        if salt is not None and not isinstance(salt, str):
+            raise RequestRejected("cache_salt must be a string.")
+        cached, matched = engine.match(MockEngine.validate(prompts[0], 1), salt)
+    except RequestRejected as e:
+        return _rejected(e)
+    return _json(
+        {"cached_tokens": cached, "matched_tokens": matched, "block_size": engine.config.block_size}
+    )
+
+
+async def mock_state(request: web.Request) -> web.Response:
+    info = request.app[_INFO]
+    state = request.app[_ENGINE].state()
+    state.update(
+        endpoint=info["endpoint"],
+        kv_events_endpoint=info["kv_events_config"].get("endpoint"),
+        replay_endpoint=info["kv_events_config"].get("replay_endpoint"),
+        event_encoding=info["event_encoding"],
+    )
+    return _json(state)
+
+
+def create_app(
+    engine: MockEngine,
+    *,
+    advertised_endpoint: str,
+    vllm_version: str = "0.28.0",
+    event_encoding: str = "map",
+    kv_events_config: dict[str, Any] | None = None,
+    engine_index: int = 0,
+) -> web.Application:
+    """The aiohttp application serving ``engine`` as ``advertised_endpoint`` (``ip:port``)."""
+    app = web.Application(client_max_size=64 * 1024 * 1024)
+    app[_ENGINE] = engine
+    app[_INFO] = {
+        "endpoint": advertised_endpoint,
+        "version": vllm_version,
+        "event_encoding": event_encoding,
+        "kv_events_config": kv_events_config
+        or {"enable_kv_cache_events": False, "publisher": "null"},
+        "registry": engine_registry(engine, engine_index),
+    }
+
+    async def add_header(request: web.BaseRequest, response: web.StreamResponse) -> None:
+        response.headers[ENDPOINT_HEADER] = advertised_endpoint
+
+    app.on_response_prepare.append(add_header)
+    app.router.add_post("/v1/completions", completions)
+    app.router.add_post("/inference/v1/generate", generate)
+    app.router.add_get("/v1/models", models)
+    app.router.add_get("/health", health)
+    app.router.add_get("/version", version)
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/kv_event_sources", kv_event_sources)
+    app.router.add_post("/reset_prefix_cache", reset_prefix_cache)
+    app.router.add_post("/mock/restart", mock_restart)
+    app.router.add_post("/mock/match", mock_match)
+    app.router.add_get("/mock/state", mock_state)
+    return app
