@@ -105,6 +105,74 @@ def _add_mock_vllm(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     p.set_defaults(handler=mock_cli.main)
 
 
+def _serve(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from ppc_extproc.errors import ConfigError
+    from ppc_extproc.observability.logging import configure_logging
+    from ppc_extproc.scheduling.pool import parse_endpoint_list
+    from ppc_extproc.server.app import ServeOptions, serve
+    from ppc_extproc.server.stream import BodyMode
+
+    configure_logging(args.log_format, args.log_level)
+    try:
+        endpoints = parse_endpoint_list(args.endpoints) if args.endpoints is not None else None
+    except ValueError as exc:
+        print(f"ppc-extproc serve: --endpoints: {exc}", file=sys.stderr)
+        return 2
+    options = ServeOptions(
+        config_file=args.config_file,
+        grpc_address=args.grpc_address,
+        grpc_port=args.grpc_port,
+        admin_address=args.admin_address,
+        admin_port=None if args.admin_port < 0 else args.admin_port,
+        endpoints=endpoints,
+        tls_cert_file=args.tls_cert_file,
+        tls_key_file=args.tls_key_file,
+        max_body_bytes=args.max_body_bytes,
+        default_body_mode=BodyMode[args.body_mode.upper().replace("-", "_")],
+        json_errors=args.error_format == "openai",
+        drain_seconds=args.drain_seconds,
+    )
+    try:
+        asyncio.run(serve(options))
+    except ConfigError as exc:
+        print(f"ppc-extproc serve: configuration error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"ppc-extproc serve: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "serve",
+        help="run the ext_proc endpoint picker",
+        description="Run the Envoy ext_proc endpoint picker (gRPC) and its admin HTTP server.",
+    )
+    p.add_argument("--config-file", help="EndpointPickerConfig YAML (default: the embedded default)")
+    p.add_argument("--grpc-address", default="0.0.0.0", help="ext_proc listen address (default 0.0.0.0)")
+    p.add_argument("--grpc-port", type=int, default=9002, help="ext_proc port (default 9002)")
+    p.add_argument("--admin-address", default="127.0.0.1", help="admin HTTP address (default 127.0.0.1)")
+    p.add_argument("--admin-port", type=int, default=9090, help="admin HTTP port (default 9090; -1 disables)")
+    p.add_argument("--endpoints", help="static endpoints ip:port,ip:port (instead of configured discovery)")
+    p.add_argument("--tls-cert-file", help="serve ext_proc over TLS with this certificate (PEM)")
+    p.add_argument("--tls-key-file", help="private key (PEM) for --tls-cert-file")
+    p.add_argument("--max-body-bytes", type=int, default=16 * 1024 * 1024, help="request bodies above get 413 (default 16 MiB)")
+    p.add_argument(
+        "--body-mode",
+        choices=["full-duplex-streamed", "buffered"],
+        default="full-duplex-streamed",
+        help="request body mode assumed when Envoy does not announce it (default full-duplex-streamed)",
+    )
+    p.add_argument("--error-format", choices=["text", "openai"], default="text", help="error body format (default llm-d's text)")
+    p.add_argument("--drain-seconds", type=float, default=10.0, help="how long open streams may finish at shutdown")
+    p.add_argument("--log-format", choices=["json", "console"], default="json")
+    p.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default="info")
+    p.set_defaults(handler=_serve)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ppc-extproc",
@@ -113,6 +181,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"ppc-extproc {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    _add_serve(sub)
     _add_mock_vllm(sub)
     _add_keys(sub)
     return parser

@@ -15,10 +15,14 @@ import importlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from ppc_extproc.config.strict import Section
 from ppc_extproc.errors import ConfigError
+
+if TYPE_CHECKING:
+    from ppc_extproc.enginemetrics import EngineMetricsReader
+    from ppc_extproc.scheduling.inflight import InflightTracker
 
 __all__ = ["PluginFactory", "Services", "create_plugin", "register", "registered_types"]
 
@@ -32,8 +36,28 @@ class Services:
     plugins: dict[str, Any] = field(default_factory=dict)
     #: Set by the server: in-flight requests/tokens per endpoint (see ``scheduling.inflight``).
     inflight: Any = None
-    #: Set by the server: engine metrics per endpoint (see ``metrics_source``).
-    engine_metrics: Any = None
+    #: Engine metrics per endpoint (an ``enginemetrics.EngineMetricsReader``). The server may set
+    #: its own ``EngineMetricsSource`` before loading the config; otherwise the first plugin that
+    #: asks through ``engine_metrics_source()`` creates one with default options. Either way the
+    #: server starts it: ``attach(pool)``, ``await start()``; ``await stop()`` on shutdown.
+    engine_metrics: EngineMetricsReader | None = None
+
+    def engine_metrics_source(self) -> EngineMetricsReader:
+        """The one shared engine metrics reader, created (not started) on first use."""
+        if self.engine_metrics is None:
+            from ppc_extproc.enginemetrics import EngineMetricsSource
+
+            self.engine_metrics = EngineMetricsSource(clock=self.clock)
+        return self.engine_metrics
+
+    def inflight_tracker(self) -> InflightTracker:
+        """The one shared ``InflightTracker``, created on first use."""
+        if self.inflight is None:
+            from ppc_extproc.scheduling.inflight import InflightTracker
+
+            self.inflight = InflightTracker(clock=self.clock)
+        tracker: InflightTracker = self.inflight
+        return tracker
 
 
 class PluginFactory(Protocol):
@@ -52,6 +76,7 @@ _BUILTIN_MODULES = (
     "ppc_extproc.plugins.scorers",
     "ppc_extproc.plugins.pickers",
     "ppc_extproc.plugins.filters",
+    "ppc_extproc.discovery",
 )
 
 

@@ -73,6 +73,8 @@ class SchedulingContext:
     plugin_data: dict[str, Any] = field(default_factory=dict)
     #: True for a dry run (debug scoring): no speculative seeding, no in-flight accounting.
     dry_run: bool = False
+    #: stage → seconds, recorded by plugins that want their stages measured (keys, lookup)
+    timings: dict[str, float] = field(default_factory=dict)
 
     def attribute(self, endpoint: EndpointId, key: str) -> Any:
         return self.attributes.get(endpoint, {}).get(key)

@@ -63,10 +63,13 @@ def token_field_for_path(path: str) -> TokenField | None:
 class ParsedBody:
     """What routing needs from a request body."""
 
+    #: Model routing and hashing use (the rewrite target when one applies).
     model: str
     stream: bool
     #: None when the body carries no token ids (string prompt, chat): no prefix score.
     tokenized: TokenizedPrompt | None
+    #: The body's own ``model`` (differs from ``model`` when rewritten).
+    body_model: str = ""
 
 
 # --- fast path --------------------------------------------------------------------------------
@@ -218,7 +221,7 @@ def _features(obj: dict[str, Any]) -> tuple[MultimodalFeature, ...]:
 # --- entry point ----------------------------------------------------------------------------------
 
 
-def _scalars(scalars: dict[str, Any], model_override: str | None) -> tuple[str, bool, str | None]:
+def _scalars(scalars: dict[str, Any]) -> tuple[str, bool, str | None]:
     model = scalars.get("model")
     if model is None:
         raise BadRequestError("model not found in request body")
@@ -232,7 +235,7 @@ def _scalars(scalars: dict[str, Any], model_override: str | None) -> tuple[str, 
     salt = scalars.get("cache_salt")
     if salt is not None and not isinstance(salt, str):
         raise BadRequestError("cache_salt: expected a string")
-    return model_override or model, stream, salt or None
+    return model, stream, salt or None
 
 
 def parse_body(path: str, body: bytes, *, model_override: str | None = None) -> ParsedBody:
@@ -252,7 +255,8 @@ def parse_body(path: str, body: bytes, *, model_override: str | None = None) -> 
         prompts = _slow_prompts(obj, field) if field is not None else None
         if field is not None and field.features:
             features = _features(obj)
-    model, stream, salt = _scalars(scalars, model_override)
+    body_model, stream, salt = _scalars(scalars)
+    model = model_override or body_model
     if prompts is None:
-        return ParsedBody(model, stream, None)
-    return ParsedBody(model, stream, TokenizedPrompt(model, prompts, features, salt))
+        return ParsedBody(model, stream, None, body_model)
+    return ParsedBody(model, stream, TokenizedPrompt(model, prompts, features, salt), body_model)

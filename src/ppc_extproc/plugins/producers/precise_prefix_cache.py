@@ -10,6 +10,7 @@ Spec: ``block_keys_and_index.md`` §5.2, §6, §7.1.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -116,9 +117,12 @@ class PrecisePrefixCacheProducer:
         tokenized = ctx.request.tokenized
         if tokenized is None:
             return
+        started = time.perf_counter()
         keys_per_prompt = ctx.request.precomputed_keys.get(self.name)
         if keys_per_prompt is None:
             keys_per_prompt = self.block_keys(tokenized)
+        keyed = time.perf_counter()
+        ctx.timings["keys"] = ctx.timings.get("keys", 0.0) + keyed - started
         total_blocks = sum(len(k) for k in keys_per_prompt)
         if total_blocks == 0:
             return
@@ -149,6 +153,7 @@ class PrecisePrefixCacheProducer:
                 mm_match_blocks=None if mm_blocks is None else sum(1 for b in mm_blocks if b < cached),
             )
             ctx.set_attribute(endpoint, self.attribute_key, info)
+        ctx.timings["lookup"] = ctx.timings.get("lookup", 0.0) + time.perf_counter() - keyed
 
     def _multimodal_blocks(self, tokenized: TokenizedPrompt) -> list[int] | None:
         if not tokenized.features or len(tokenized.prompts) != 1:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ppc_extproc.plugins.scorers.active_request import ActiveRequestScorer
 from ppc_extproc.plugins.scorers.prefix_cache import PrefixCacheScorer
 
-__all__ = ["PrefixCacheScorer"]
+__all__ = ["ActiveRequestScorer", "PrefixCacheScorer"]

@@ -1,0 +1,135 @@
+"""``file-discovery``: endpoints from a YAML file, watched for changes.
+
+    - {name: vllm-0, address: 10.0.0.5, port: 8000}
+    - {name: vllm-1, address: 10.0.0.6, port: "8000", rank: 0, labels: {zone: a}}
+
+(``{endpoints: [...]}`` works too; llm-d's ``namespace`` is accepted.) The file is re-read when its
+modification time or size changes. A broken edit is logged and the previous list stays in force.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import os
+from pathlib import Path
+from typing import Any
+
+import structlog
+import yaml
+
+from ppc_extproc.config.strict import Section
+from ppc_extproc.errors import ConfigError
+from ppc_extproc.plugins.registry import Services, register
+from ppc_extproc.scheduling.pool import EndpointPool
+from ppc_extproc.scheduling.types import Endpoint
+
+__all__ = ["FileDiscovery", "parse_endpoints_document"]
+
+log = structlog.get_logger(__name__)
+
+
+def _endpoint(item: Any, path: str) -> Endpoint:
+    spec = Section(item, path)
+    address = spec.string("address", "")
+    try:
+        ipaddress.ip_address(address.strip("[]"))
+    except ValueError:
+        raise ConfigError(f"{path}.address", f"expected an IP address, got {address!r}") from None
+    port_raw = spec.raw("port")
+    try:
+        port = int(port_raw)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{path}.port", f"expected a port number, got {port_raw!r}") from None
+    if not 0 < port < 65536:
+        raise ConfigError(f"{path}.port", f"port {port} is out of range")
+    labels = spec.raw("labels", {})
+    if not isinstance(labels, dict):
+        raise ConfigError(f"{path}.labels", "expected a mapping of strings")
+    endpoint = Endpoint(
+        address.strip("[]"),
+        port,
+        name=spec.string("name", ""),
+        rank=spec.integer("rank", 0, minimum=0),
+        labels=tuple(sorted((str(k), str(v)) for k, v in labels.items())),
+    )
+    spec.string("namespace", "")
+    spec.finish()
+    return endpoint
+
+
+def parse_endpoints_document(text: str, source: str = "<text>") -> list[Endpoint]:
+    """Endpoints of a discovery file. Raises ConfigError naming the entry and field."""
+    try:
+        document = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(source, f"not valid YAML: {exc}") from None
+    if isinstance(document, dict):
+        section = Section(document, "")
+        items = list(section.items("endpoints"))
+        section.finish()
+    elif isinstance(document, list):
+        items = [(f"[{i}]", item) for i, item in enumerate(document)]
+    elif document is None:
+        items = []
+    else:
+        raise ConfigError(source, "expected a list of endpoints")
+    endpoints = [_endpoint(item, path) for path, item in items]
+    seen: set[str] = set()
+    for (path, _), endpoint in zip(items, endpoints):
+        if endpoint.id in seen:
+            raise ConfigError(path, f"duplicate endpoint {endpoint.id}")
+        seen.add(endpoint.id)
+    return endpoints
+
+
+@register("file-discovery")
+class FileDiscovery:
+    type_name: str
+
+    def __init__(self, name: str, path: str, poll_interval_seconds: float = 1.0) -> None:
+        self.name = name
+        self.path = Path(path)
+        self.poll_interval_seconds = poll_interval_seconds
+        self._stamp: tuple[int, int] | None = None
+
+    @classmethod
+    def from_parameters(cls, name: str, params: Section, services: Services) -> FileDiscovery:
+        path = params.string("path", "")
+        if not path:
+            raise ConfigError(params.child_path("path"), "file-discovery needs the path of the endpoints file")
+        interval = params.duration("pollInterval", "1s")
+        if interval <= 0:
+            raise ConfigError(params.child_path("pollInterval"), "must be positive")
+        return cls(name, path, interval)
+
+    def load(self) -> list[Endpoint] | None:
+        """The endpoints, if the file changed since the last load (None when unchanged)."""
+        stat = os.stat(self.path)
+        stamp = (stat.st_mtime_ns, stat.st_size)
+        if stamp == self._stamp:
+            return None
+        endpoints = parse_endpoints_document(self.path.read_text(), str(self.path))
+        self._stamp = stamp
+        return endpoints
+
+    async def run(self, pool: EndpointPool, stop: asyncio.Event) -> None:
+        """Load the file (errors propagate: the service cannot start without endpoints), then poll."""
+        try:
+            endpoints = self.load()
+        except OSError as exc:
+            raise ConfigError(f"{self.name}.path", f"cannot read {self.path}: {exc.strerror or exc}") from None
+        pool.replace(endpoints or [])
+        while not stop.is_set():
+            try:
+                await asyncio.wait_for(stop.wait(), self.poll_interval_seconds)
+                return
+            except asyncio.TimeoutError:
+                pass
+            try:
+                changed = self.load()
+            except (OSError, ConfigError) as exc:
+                log.error("discovery_file_invalid", path=str(self.path), error=str(exc))
+                continue
+            if changed is not None:
+                pool.replace(changed)

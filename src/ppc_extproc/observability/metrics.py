@@ -1,0 +1,169 @@
+"""Prometheus metrics of the service. The registry is injected (tests use a fresh one).
+
+Request path (updated per request):
+    ppc_extproc_requests_total{outcome,code}
+    ppc_extproc_decision_duration_seconds                      body end of stream → routing reply
+    ppc_extproc_decision_stage_duration_seconds{stage}         parse, keys, lookup, score, pick, …
+    ppc_extproc_picked_match_ratio                             matchBlocks / totalBlocks of the pick
+    ppc_extproc_cached_tokens_error_tokens                     engine cached_tokens − predicted
+    ppc_extproc_cached_tokens_total{source}                    predicted / reported
+    ppc_extproc_usage_tokens_total{kind}                       prompt / completion / cached, from responses
+    ppc_extproc_protocol_anomalies_total{kind}                 out-of-order messages, resets, …
+Read at scrape time (``StateCollector``):
+    ppc_extproc_inflight_requests{endpoint}, ppc_extproc_inflight_tokens{endpoint}
+    ppc_extproc_index_request_keys, ppc_extproc_index_engine_keys, ppc_extproc_index_evictions_total{map}
+    ppc_extproc_speculative_pending_requests
+    ppc_extproc_kv_events_total{endpoint,kind}, ppc_extproc_kv_events_dropped_total{endpoint,reason}
+    ppc_extproc_kv_transport_total{endpoint,name}, ppc_extproc_kv_source_last_seq{endpoint}
+    ppc_extproc_kv_source_lag_seconds{endpoint}, ppc_extproc_kv_source_queue_depth{endpoint}
+    ppc_extproc_endpoints
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+__all__ = ["DECISION_BUCKETS", "Metrics", "StateCollector"]
+
+#: 50 µs … 100 ms: the decision is sub-millisecond to a few milliseconds.
+DECISION_BUCKETS = (5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2e-3, 3e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 1e-1)
+_STAGES = ("parse", "keys", "lookup", "produce", "filter", "score", "pick", "pre_request")
+_OUTCOMES = (("routed", "200"), ("header_only", "200"), ("rejected", "400"), ("rejected", "413"),
+             ("rejected", "429"), ("rejected", "503"), ("error", "500"))
+
+
+class Metrics:
+    """The request-path metrics."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        r = self.registry
+        self.requests = Counter("ppc_extproc_requests", "Requests by outcome and HTTP code.", ["outcome", "code"], registry=r)
+        self.decision = Histogram(
+            "ppc_extproc_decision_duration_seconds",
+            "Time from the request body's end of stream to the routing reply.",
+            buckets=DECISION_BUCKETS, registry=r,
+        )
+        self.stage = Histogram(
+            "ppc_extproc_decision_stage_duration_seconds", "Time per routing stage.", ["stage"],
+            buckets=DECISION_BUCKETS, registry=r,
+        )
+        self.match_ratio = Histogram(
+            "ppc_extproc_picked_match_ratio", "matchBlocks / totalBlocks of the picked endpoint.",
+            buckets=(0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 0.99, 1.0), registry=r,
+        )
+        self.cached_error = Histogram(
+            "ppc_extproc_cached_tokens_error_tokens",
+            "Engine-reported cached_tokens minus the cached tokens predicted for the serving endpoint.",
+            buckets=(-65536, -8192, -1024, -256, -64, -16, -1, 0, 1, 16, 64, 256, 1024, 8192, 65536), registry=r,
+        )
+        self.cached_tokens = Counter(
+            "ppc_extproc_cached_tokens", "Prompt tokens found cached, as predicted and as the engine reported.",
+            ["source"], registry=r,
+        )
+        self.usage_tokens = Counter(
+            "ppc_extproc_usage_tokens", "Tokens reported in responses' usage.", ["kind"], registry=r,
+        )
+        self.anomalies = Counter(
+            "ppc_extproc_protocol_anomalies", "ext_proc streams that broke the protocol or ended early.", ["kind"],
+            registry=r,
+        )
+        for outcome, code in _OUTCOMES:
+            self.requests.labels(outcome, code)
+        for stage in _STAGES:
+            self.stage.labels(stage)
+        for source in ("predicted", "reported"):
+            self.cached_tokens.labels(source)
+        for kind in ("prompt", "completion", "cached"):
+            self.usage_tokens.labels(kind)
+
+    def observe_decision(self, seconds: float, stages: Mapping[str, float]) -> None:
+        self.decision.observe(seconds)
+        for stage, value in stages.items():
+            self.stage.labels(stage).observe(value)
+
+    def observe_cached_tokens(self, predicted: int, reported: int) -> None:
+        self.cached_tokens.labels("predicted").inc(predicted)
+        self.cached_tokens.labels("reported").inc(reported)
+        self.cached_error.observe(reported - predicted)
+
+
+class StateCollector(Collector):
+    """Gauges and counters read from live objects at scrape time (index, transport, in-flight)."""
+
+    def __init__(self, state: Callable[[], dict[str, Any]]) -> None:
+        self._state = state
+
+    def collect(self) -> Iterator[Any]:
+        state = self._state()
+        inflight = GaugeMetricFamily("ppc_extproc_inflight_requests", "Requests routed and not finished.", labels=["endpoint"])
+        inflight_tokens = GaugeMetricFamily(
+            "ppc_extproc_inflight_tokens", "Uncached prompt tokens of in-flight requests.", labels=["endpoint"]
+        )
+        for endpoint, counts in state.get("inflight", {}).items():
+            inflight.add_metric([endpoint], counts["requests"])
+            inflight_tokens.add_metric([endpoint], counts["tokens"])
+        yield inflight
+        yield inflight_tokens
+        yield GaugeMetricFamily("ppc_extproc_endpoints", "Endpoints in the pool.", value=state.get("endpoints", 0))
+        for producer in state.get("producers", []):
+            labels = {"producer": producer["name"]}
+            yield from self._producer(labels, producer)
+
+    @staticmethod
+    def _producer(labels: dict[str, str], producer: dict[str, Any]) -> Iterator[Any]:
+        names = list(labels)
+        values = list(labels.values())
+        index = producer["index"]
+        keys = GaugeMetricFamily("ppc_extproc_index_request_keys", "Request keys in the index.", labels=names)
+        keys.add_metric(values, index.request_keys)
+        yield keys
+        engine = GaugeMetricFamily("ppc_extproc_index_engine_keys", "Engine-key mappings in the index.", labels=names)
+        engine.add_metric(values, index.engine_keys)
+        yield engine
+        evictions = CounterMetricFamily(
+            "ppc_extproc_index_evictions", "Keys evicted by the index's size bound.", labels=[*names, "map"]
+        )
+        evictions.add_metric([*values, "request"], index.evicted_request_keys)
+        evictions.add_metric([*values, "engine"], index.evicted_engine_keys)
+        yield evictions
+        speculative = GaugeMetricFamily(
+            "ppc_extproc_speculative_pending_requests", "Requests whose speculative entries await expiry.", labels=names
+        )
+        speculative.add_metric(values, producer["speculative_pending"])
+        yield speculative
+        stats = producer["stats"]
+        events = CounterMetricFamily("ppc_extproc_kv_events", "KV events applied.", labels=["endpoint", "kind"])
+        for (endpoint, kind), n in list(stats.events.items()):
+            events.add_metric([endpoint, kind], n)
+        yield events
+        dropped = CounterMetricFamily(
+            "ppc_extproc_kv_events_dropped", "KV messages or events dropped, by reason.", labels=["endpoint", "reason"]
+        )
+        for (endpoint, reason), n in list(stats.dropped.items()):
+            dropped.add_metric([endpoint, reason], n)
+        yield dropped
+        transport = CounterMetricFamily(
+            "ppc_extproc_kv_transport", "KV-event transport counters (messages, gaps, replays, …).",
+            labels=["endpoint", "name"],
+        )
+        for (endpoint, name), n in list(stats.transport.items()):
+            transport.add_metric([endpoint, name], n)
+        yield transport
+        last_seq = GaugeMetricFamily("ppc_extproc_kv_source_last_seq", "Last sequence number applied.", labels=["endpoint"])
+        lag = GaugeMetricFamily("ppc_extproc_kv_source_lag_seconds", "Engine timestamp to application.", labels=["endpoint"])
+        depth = GaugeMetricFamily("ppc_extproc_kv_source_queue_depth", "Messages queued per source.", labels=["endpoint"])
+        for endpoint, source in list(stats.sources.items()):
+            if source.last_seq is not None:
+                last_seq.add_metric([endpoint], source.last_seq)
+            if source.lag_seconds is not None:
+                lag.add_metric([endpoint], source.lag_seconds)
+            depth.add_metric([endpoint], source.queue_depth)
+        yield last_seq
+        yield lag
+        yield depth

@@ -1,0 +1,58 @@
+"""``active-request-scorer``: prefer endpoints with fewer requests this service has in flight.
+
+    c ≤ idleThreshold ⇒ 1.0;  else (maxC − c) / maxC × maxBusyScore     (maxC over candidates)
+
+In-flight counts are tracked by this service between routing and the end of the response.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ppc_extproc.config.strict import Section
+from ppc_extproc.ids import EndpointId
+from ppc_extproc.plugins.registry import Services, register
+from ppc_extproc.scheduling.inflight import InflightTracker
+from ppc_extproc.scheduling.types import Endpoint, SchedulingContext
+
+__all__ = ["ActiveRequestScorer"]
+
+
+@register("active-request-scorer")
+class ActiveRequestScorer:
+    type_name: str
+
+    def __init__(
+        self,
+        name: str,
+        inflight: InflightTracker,
+        idle_threshold: int = 0,
+        max_busy_score: float = 1.0,
+    ) -> None:
+        self.name = name
+        self.inflight = inflight
+        self.idle_threshold = idle_threshold
+        self.max_busy_score = max_busy_score
+
+    @classmethod
+    def from_parameters(cls, name: str, params: Section, services: Services) -> ActiveRequestScorer:
+        params.string("inFlightLoadProducerName", "")  # accepted: in-flight load is tracked here
+        inflight = services.inflight if services.inflight is not None else InflightTracker()
+        services.inflight = inflight
+        return cls(
+            name,
+            inflight,
+            params.integer("idleThreshold", 0, minimum=0),
+            params.number("maxBusyScore", 1.0, minimum=0.0, maximum=1.0),
+        )
+
+    def score(self, ctx: SchedulingContext, endpoints: Sequence[Endpoint]) -> dict[EndpointId, float]:
+        counts = {e.id: self.inflight.requests(e.id) for e in endpoints}
+        max_count = max(counts.values(), default=0)
+        scores = {}
+        for ep, c in counts.items():
+            if c <= self.idle_threshold or max_count == 0:
+                scores[ep] = 1.0
+            else:
+                scores[ep] = (max_count - c) / max_count * self.max_busy_score
+        return scores

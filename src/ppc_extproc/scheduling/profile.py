@@ -1,0 +1,75 @@
+"""A scheduling profile: filters in order, weighted scorers, one picker.
+
+    total[ep] = Σ_scorers weight × clamp(score(ep), 0, 1)     (not divided by Σ weights, as llm-d)
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from ppc_extproc.errors import SaturatedError
+from ppc_extproc.ids import EndpointId
+from ppc_extproc.scheduling.types import Endpoint, SchedulingContext
+
+__all__ = ["ProfileResult", "SchedulingProfile", "WeightedScorer"]
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class WeightedScorer:
+    scorer: Any  # plugins.base.Scorer
+    weight: float = 1.0
+
+
+@dataclass(slots=True)
+class ProfileResult:
+    """Targets in preference order, with the numbers behind the choice."""
+
+    targets: list[Endpoint]
+    #: scorer name → endpoint → raw score (after clamping)
+    scores: dict[str, dict[EndpointId, float]] = field(default_factory=dict)
+    totals: dict[EndpointId, float] = field(default_factory=dict)
+    #: stage → seconds (filter, score, pick)
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class SchedulingProfile:
+    name: str
+    filters: list[Any] = field(default_factory=list)
+    scorers: list[WeightedScorer] = field(default_factory=list)
+    picker: Any = None
+
+    def run(self, ctx: SchedulingContext, candidates: Sequence[Endpoint]) -> ProfileResult:
+        """Filter, score and pick. Raises ``SaturatedError`` when filters leave nothing."""
+        result = ProfileResult(targets=[])
+        t0 = time.perf_counter()
+        endpoints = list(candidates)
+        for flt in self.filters:
+            endpoints = flt.filter(ctx, endpoints)
+            if not endpoints:
+                raise SaturatedError(f"filter {flt.name} removed every endpoint")
+        t1 = time.perf_counter()
+        totals = {e.id: 0.0 for e in endpoints}
+        for weighted in self.scorers:
+            scorer = weighted.scorer
+            try:
+                raw = scorer.score(ctx, endpoints)
+            except Exception:  # a broken scorer contributes nothing rather than failing the request
+                log.exception("scorer_failed", scorer=scorer.name)
+                raw = {}
+            clamped = {ep: min(1.0, max(0.0, raw.get(ep, 0.0))) for ep in totals}
+            result.scores[scorer.name] = clamped
+            for ep, score in clamped.items():
+                totals[ep] += weighted.weight * score
+        t2 = time.perf_counter()
+        result.targets = self.picker.pick(ctx, [(e, totals[e.id]) for e in endpoints])
+        result.totals = totals
+        result.timings = {"filter": t1 - t0, "score": t2 - t1, "pick": time.perf_counter() - t2}
+        return result

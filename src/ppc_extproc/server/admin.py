@@ -1,0 +1,92 @@
+"""Admin HTTP server (default 127.0.0.1:9090 so nothing is exposed by default).
+
+    GET  /metrics        Prometheus exposition
+    GET  /healthz        200 while the process runs
+    GET  /readyz         200 once configuration and the first endpoint list are loaded, else 503
+    GET  /debug/state    endpoints, index size and entries per endpoint, KV-event sources and
+                         counters, speculative entries, in-flight requests
+    POST /debug/score    body: a completions request exactly as a client sends it; answer: each
+                         endpoint's match info, per-scorer scores and total, and the pick — with no
+                         side effect (no speculative seeding, no in-flight count)
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from ppc_extproc.errors import RequestError
+from ppc_extproc.matchinfo import PrefixCacheMatchInfo
+from ppc_extproc.scheduling.router import Router
+from ppc_extproc.scheduling.types import LLMRequest
+from ppc_extproc.tokens import parse_body
+
+__all__ = ["build_admin_app"]
+
+
+def _json(data: Any, status: int = 200) -> web.Response:
+    return web.Response(body=orjson.dumps(data), status=status, content_type="application/json")
+
+
+def build_admin_app(
+    router: Router,
+    registry: CollectorRegistry,
+    is_ready: Callable[[], bool],
+    state: Callable[[], dict[str, Any]],
+) -> web.Application:
+    async def metrics(_: web.Request) -> web.Response:
+        return web.Response(body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def healthz(_: web.Request) -> web.Response:
+        return web.Response(text="ok\n")
+
+    async def readyz(_: web.Request) -> web.Response:
+        return web.Response(text="ready\n") if is_ready() else web.Response(text="not ready\n", status=503)
+
+    async def debug_state(_: web.Request) -> web.Response:
+        return _json(state())
+
+    async def debug_score(request: web.Request) -> web.Response:
+        body = await request.read()
+        path = request.query.get("path", "/v1/completions")
+        try:
+            parsed = parse_body(path, body, model_override=request.headers.get("x-llm-d-model-name-rewrite"))
+            tokenized = parsed.tokenized
+            llm_request = LLMRequest(
+                f"debug-{uuid.uuid4()}", parsed.model, tokenized, path,
+                prompt_tokens=tokenized.num_tokens() if tokenized else 0,
+            )
+            decision = router.route(llm_request, dry_run=True)
+        except RequestError as error:
+            return _json({"error": {"message": error.message, "code": error.status}}, status=error.status)
+        result = decision.result
+        endpoints = []
+        for endpoint in decision.ctx.candidates:
+            infos = [v for v in decision.ctx.attributes.get(endpoint.id, {}).values() if isinstance(v, PrefixCacheMatchInfo)]
+            info = infos[0] if infos else None
+            endpoints.append({
+                "endpoint": endpoint.id,
+                "matchBlocks": info.match_blocks if info else 0,
+                "totalBlocks": info.total_blocks if info else 0,
+                "blockSizeTokens": info.block_size_tokens if info else 0,
+                "cachedBlocksByTier": dict(info.cached_blocks_by_tier) if info else {},
+                "scores": {name: scores.get(endpoint.id, 0.0) for name, scores in result.scores.items()},
+                "total": result.totals.get(endpoint.id, 0.0),
+            })
+        endpoints.sort(key=lambda e: (-e["total"], e["endpoint"]))
+        return _json({"endpoints": endpoints, "picked": decision.destination})
+
+    app = web.Application(client_max_size=64 * 1024 * 1024)
+    app.add_routes([
+        web.get("/metrics", metrics),
+        web.get("/healthz", healthz),
+        web.get("/readyz", readyz),
+        web.get("/debug/state", debug_state),
+        web.post("/debug/score", debug_score),
+    ])
+    return app

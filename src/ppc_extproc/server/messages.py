@@ -1,0 +1,147 @@
+"""Builders for the ext_proc ``ProcessingResponse`` messages the endpoint picker sends.
+
+Spec: ``ext_proc_protocol.md`` §4.3–§4.4 (full duplex), §5 (header-only), §6 (buffered), §7
+(response path), §9 (errors), §10 (destination header and ``envoy.lb`` metadata).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+from envoy.config.core.v3.base_pb2 import HeaderValue, HeaderValueOption
+from envoy.service.ext_proc.v3.external_processor_pb2 import (
+    BodyMutation,
+    BodyResponse,
+    CommonResponse,
+    HeaderMutation,
+    HeadersResponse,
+    ImmediateResponse,
+    ProcessingResponse,
+    StreamedBodyResponse,
+    TrailersResponse,
+)
+from envoy.type.v3.http_status_pb2 import HttpStatus
+from google.protobuf.struct_pb2 import Struct
+
+from ppc_extproc.errors import RequestError
+
+__all__ = [
+    "DESTINATION_HEADER",
+    "DROPPED_REASON_HEADER",
+    "MAX_CHUNK_BYTES",
+    "body_chunks",
+    "buffered_route_response",
+    "continue_body",
+    "continue_headers",
+    "continue_trailers",
+    "error_response",
+    "route_headers_response",
+    "streamed_chunk",
+]
+
+DESTINATION_HEADER = "x-gateway-destination-endpoint"
+DROPPED_REASON_HEADER = "x-llm-d-request-dropped-reason"
+METADATA_NAMESPACE = "envoy.lb"
+#: Body chunks sent back to Envoy stay at or under this size (spec §4.4).
+MAX_CHUNK_BYTES = 62_000
+
+
+def _header(key: str, value: str) -> HeaderValueOption:
+    return HeaderValueOption(header=HeaderValue(key=key, raw_value=value.encode()))
+
+
+def _destination_metadata(destination: str) -> Struct:
+    metadata = Struct()
+    metadata.get_or_create_struct(METADATA_NAMESPACE)[DESTINATION_HEADER] = destination
+    return metadata
+
+
+def _route_mutation(destination: str, extra: Sequence[tuple[str, str]]) -> HeaderMutation:
+    headers = [_header(DESTINATION_HEADER, destination)]
+    headers.extend(_header(k, v) for k, v in extra)
+    return HeaderMutation(set_headers=headers)
+
+
+def route_headers_response(destination: str, extra_headers: Sequence[tuple[str, str]] = ()) -> ProcessingResponse:
+    """The request-headers reply that routes: destination header (+ extras such as
+    ``Content-Length``), ``clear_route_cache``, and the same destination in ``envoy.lb``."""
+    return ProcessingResponse(
+        request_headers=HeadersResponse(
+            response=CommonResponse(
+                clear_route_cache=True, header_mutation=_route_mutation(destination, extra_headers)
+            )
+        ),
+        dynamic_metadata=_destination_metadata(destination),
+    )
+
+
+def buffered_route_response(
+    destination: str, extra_headers: Sequence[tuple[str, str]] = (), new_body: bytes | None = None
+) -> ProcessingResponse:
+    """BUFFERED mode: the destination rides on the request-body reply (headers are still held by
+    Envoy there); the body is replaced only when it was rewritten."""
+    common = CommonResponse(clear_route_cache=True, header_mutation=_route_mutation(destination, extra_headers))
+    if new_body is not None:
+        common.body_mutation.body = new_body
+    return ProcessingResponse(
+        request_body=BodyResponse(response=common), dynamic_metadata=_destination_metadata(destination)
+    )
+
+
+def streamed_chunk(body: bytes, end_of_stream: bool, *, response: bool = False) -> ProcessingResponse:
+    """One ``streamed_response`` body chunk (FULL_DUPLEX_STREAMED), request or response side."""
+    mutation = BodyMutation(streamed_response=StreamedBodyResponse(body=body, end_of_stream=end_of_stream))
+    reply = BodyResponse(response=CommonResponse(body_mutation=mutation))
+    return ProcessingResponse(response_body=reply) if response else ProcessingResponse(request_body=reply)
+
+
+def body_chunks(body: bytes, end_of_stream: bool = True, *, response: bool = False) -> Iterator[ProcessingResponse]:
+    """The body as ≤ 62,000-byte streamed chunks; the last carries ``end_of_stream``. An empty
+    body is one empty chunk."""
+    if not body:
+        yield streamed_chunk(b"", end_of_stream, response=response)
+        return
+    view = memoryview(body)
+    for start in range(0, len(body), MAX_CHUNK_BYTES):
+        chunk = bytes(view[start : start + MAX_CHUNK_BYTES])
+        yield streamed_chunk(chunk, end_of_stream and start + MAX_CHUNK_BYTES >= len(body), response=response)
+
+
+def continue_headers(*, response: bool = False) -> ProcessingResponse:
+    reply = HeadersResponse(response=CommonResponse())
+    return ProcessingResponse(response_headers=reply) if response else ProcessingResponse(request_headers=reply)
+
+
+def continue_body(*, response: bool = False) -> ProcessingResponse:
+    reply = BodyResponse(response=CommonResponse())
+    return ProcessingResponse(response_body=reply) if response else ProcessingResponse(request_body=reply)
+
+
+def continue_trailers(*, response: bool = False) -> ProcessingResponse:
+    reply = TrailersResponse()
+    return ProcessingResponse(response_trailers=reply) if response else ProcessingResponse(request_trailers=reply)
+
+
+def error_response(error: RequestError, *, json_body: bool = False) -> ProcessingResponse:
+    """An ``ImmediateResponse`` with the error's status, the drop-reason header when it has one,
+    and a short body saying what was wrong (plain text as llm-d, or OpenAI's error envelope)."""
+    headers = []
+    if error.dropped_reason:
+        headers.append(_header(DROPPED_REASON_HEADER, error.dropped_reason))
+    if json_body:
+        import orjson
+
+        kind = {400: "invalid_request_error", 413: "invalid_request_error", 429: "rate_limit_error"}.get(
+            error.status, "server_error"
+        )
+        body = orjson.dumps({"error": {"message": error.message, "type": kind, "code": error.status}})
+        headers.append(_header("content-type", "application/json"))
+    else:
+        body = f"inference error: {error.error_class} - {error.message}".encode()
+        headers.append(_header("content-type", "text/plain; charset=utf-8"))
+    return ProcessingResponse(
+        immediate_response=ImmediateResponse(
+            status=HttpStatus(code=error.status), headers=HeaderMutation(set_headers=headers), body=body,
+            details=error.error_class,
+        )
+    )

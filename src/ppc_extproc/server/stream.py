@@ -1,0 +1,366 @@
+"""One ext_proc stream (one HTTP request) as a state machine: ProcessingRequest in, replies out.
+
+FULL_DUPLEX_STREAMED (``ext_proc_protocol.md`` §4): request headers are held until the body's end
+of stream; then one headers reply routes (destination header, ``Content-Length``,
+``clear_route_cache``, ``envoy.lb`` metadata) and the body goes back in ≤ 62,000-byte chunks.
+BUFFERED (§6): headers are answered at once; the body reply carries the destination.
+Header-only requests are routed at once (§5). Errors are immediate responses (§9), after which the
+stream closes cleanly. The response path echoes the body and records usage (§7).
+
+No I/O here: the gRPC servicer feeds messages and sends what comes back, so the whole protocol is
+testable without a network.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+import structlog
+from envoy.service.ext_proc.v3.external_processor_pb2 import ProcessingRequest, ProcessingResponse
+
+from ppc_extproc.errors import PayloadTooLargeError, RequestError
+from ppc_extproc.ids import EndpointId, destination_host_port
+from ppc_extproc.matchinfo import PrefixCacheMatchInfo
+from ppc_extproc.observability.metrics import Metrics
+from ppc_extproc.plugins.base import ResponseInfo
+from ppc_extproc.scheduling.router import Decision, Router
+from ppc_extproc.scheduling.types import LLMRequest, SchedulingContext
+from ppc_extproc.server import messages
+from ppc_extproc.server.usage import UsageParser
+from ppc_extproc.tokens import ParsedBody, parse_body
+from ppc_extproc.tokens.streaming import StreamingPrompt
+
+__all__ = ["BodyMode", "ExtProcStream", "StreamOptions"]
+
+log = structlog.get_logger(__name__)
+
+SUBSET_NAMESPACE = "envoy.lb.subset_hint"
+SUBSET_KEY = "x-gateway-destination-endpoint-subset"
+SERVED_KEY = "x-gateway-destination-endpoint-served"
+_REWRITE_HEADERS = ("x-llm-d-model-name-rewrite", "x-gateway-model-name-rewrite")
+
+
+class BodyMode(enum.IntEnum):
+    """Envoy's ``ProcessingMode.BodySendMode`` values."""
+
+    NONE = 0
+    STREAMED = 1
+    BUFFERED = 2
+    BUFFERED_PARTIAL = 3
+    FULL_DUPLEX_STREAMED = 4
+
+
+@dataclass(frozen=True, slots=True)
+class StreamOptions:
+    #: Request bodies above this size get 413.
+    max_body_bytes: int = 16 * 1024 * 1024
+    #: Mode assumed when Envoy does not send ``protocol_config``.
+    default_body_mode: BodyMode = BodyMode.FULL_DUPLEX_STREAMED
+    #: Error bodies as OpenAI's JSON envelope instead of llm-d's plain text.
+    json_errors: bool = False
+
+
+class _Phase(enum.Enum):
+    START = "start"
+    BODY = "body"
+    ROUTED = "routed"
+    DONE = "done"
+
+
+def _header_value(header: Any) -> str:
+    return header.raw_value.decode("utf-8", "replace") if header.raw_value else header.value
+
+
+def _struct_value(struct: Any, namespace: str, key: str) -> Any:
+    """A value from ``metadata_context.filter_metadata[namespace][key]`` as plain Python."""
+    if struct is None or namespace not in struct.filter_metadata:
+        return None
+    fields = struct.filter_metadata[namespace].fields
+    if key not in fields:
+        return None
+    value = fields[key]
+    kind = value.WhichOneof("kind")
+    if kind == "string_value":
+        return value.string_value
+    if kind == "list_value":
+        return [v.string_value for v in value.list_value.values if v.WhichOneof("kind") == "string_value"]
+    return None
+
+
+class ExtProcStream:
+    """Protocol state of one stream. ``handle`` returns the replies to send and whether to close."""
+
+    def __init__(self, router: Router, options: StreamOptions, metrics: Metrics) -> None:
+        self.router = router
+        self.options = options
+        self.metrics = metrics
+        self.phase = _Phase.START
+        self.request_mode = options.default_body_mode
+        self.response_mode: BodyMode | None = None
+        self.headers: dict[str, str] = {}
+        self.request_id = ""
+        self.generated_request_id = False
+        self.body = bytearray()
+        self.metadata: Any = None
+        self.prompt: StreamingPrompt | None = None
+        self.decision: Decision | None = None
+        self.stream_flag = False
+        self.usage: UsageParser | None = None
+        self.served: str | None = None
+        self.status = 0
+        self._completed = False
+        self._mode_known = False
+
+    # --- entry points ----------------------------------------------------------------------------
+
+    def handle(self, message: ProcessingRequest) -> tuple[list[ProcessingResponse], bool]:
+        """Replies for one inbound message, and True when the stream should now close."""
+        if not self._mode_known:
+            self._learn_mode(message)
+        if message.HasField("metadata_context"):
+            self.metadata = message.metadata_context
+        kind = message.WhichOneof("request")
+        try:
+            if kind == "request_headers":
+                return self._request_headers(message.request_headers)
+            if kind == "request_body":
+                return self._request_body(message.request_body)
+            if kind == "request_trailers":
+                return self._request_trailers()
+            if kind == "response_headers":
+                return self._response_headers(message.response_headers), False
+            if kind == "response_body":
+                return self._response_body(message.response_body), False
+            if kind == "response_trailers":
+                self._complete()
+                return [messages.continue_trailers(response=True)], False
+        except RequestError as error:
+            return self._fail(error), True
+        except Exception:
+            log.exception("extproc_stream_failed", request_id=self.request_id)
+            return self._fail(RequestError("internal error while routing the request")), True
+        self.metrics.anomalies.labels("empty_message").inc()
+        return [], False
+
+    def close(self, *, cancelled: bool = False) -> None:
+        """The stream ended (normally, by client disconnect or by an Envoy reset): release state."""
+        if cancelled and not self._completed and self.decision is not None:
+            self.metrics.anomalies.labels("cancelled").inc()
+        self._complete()
+
+    # --- request phase ---------------------------------------------------------------------------
+
+    def _learn_mode(self, message: ProcessingRequest) -> None:
+        self._mode_known = True
+        if message.HasField("protocol_config"):
+            config = message.protocol_config
+            self.request_mode = BodyMode(config.request_body_mode)
+            self.response_mode = BodyMode(config.response_body_mode)
+
+    @property
+    def _full_duplex(self) -> bool:
+        return self.request_mode == BodyMode.FULL_DUPLEX_STREAMED
+
+    def _request_headers(self, headers: Any) -> tuple[list[ProcessingResponse], bool]:
+        if self.phase is not _Phase.START:
+            self.metrics.anomalies.labels("out_of_order").inc()
+            return [messages.continue_headers()], False
+        self.headers = {h.key.lower(): _header_value(h) for h in headers.headers.headers}
+        self.request_id = self.headers.get("x-request-id", "")
+        if not self.request_id:
+            self.request_id = str(uuid.uuid4())
+            self.generated_request_id = True
+        structlog.contextvars.bind_contextvars(request_id=self.request_id)
+        if headers.end_of_stream:
+            return self._route_header_only(), False
+        self.phase = _Phase.BODY
+        field = self.router.streaming_token_field(self.path)
+        if field is not None:
+            self.prompt = StreamingPrompt(field, self.router.streaming_processor())
+        if self._full_duplex:
+            return [], False  # held until the body's end of stream
+        return [messages.continue_headers()], False
+
+    @property
+    def path(self) -> str:
+        return self.headers.get(":path", "/v1/completions")
+
+    def _route_header_only(self) -> list[ProcessingResponse]:
+        self.phase = _Phase.ROUTED
+        endpoint = self.router.route_header_only(LLMRequest(self.request_id, "", path=self.path), self._subset())
+        self.metrics.requests.labels("header_only", "200").inc()
+        destination = destination_host_port(endpoint.id)
+        return [messages.route_headers_response(destination, self._id_header())]
+
+    def _id_header(self) -> list[tuple[str, str]]:
+        return [("x-request-id", self.request_id)] if self.generated_request_id else []
+
+    def _subset(self) -> list[str] | None:
+        value = _struct_value(self.metadata, SUBSET_NAMESPACE, SUBSET_KEY)
+        if value is None:
+            return None
+        return [value] if isinstance(value, str) else list(value)
+
+    def _request_body(self, body: Any) -> tuple[list[ProcessingResponse], bool]:
+        if self.phase is _Phase.START:  # body without headers: route it with default headers
+            self.metrics.anomalies.labels("out_of_order").inc()
+            self.phase = _Phase.BODY
+            self.request_id = str(uuid.uuid4())
+        if self.phase is not _Phase.BODY:
+            self.metrics.anomalies.labels("out_of_order").inc()
+            return [messages.continue_body()], False
+        chunk = body.body
+        if len(self.body) + len(chunk) > self.options.max_body_bytes:
+            raise PayloadTooLargeError(
+                f"request body exceeds the limit of {self.options.max_body_bytes} bytes"
+            )
+        self.body += chunk
+        if self.prompt is not None and chunk:
+            self.prompt.feed(self.body)
+        if body.end_of_stream:
+            return self._route_body(end_of_stream=True), False
+        if self._full_duplex:
+            return [], False
+        return [messages.continue_body()], False  # BUFFERED_PARTIAL / STREAMED: one reply per chunk
+
+    def _request_trailers(self) -> tuple[list[ProcessingResponse], bool]:
+        if self.phase is _Phase.BODY:  # trailers end the body (llm-d ignores them and times out)
+            replies = self._route_body(end_of_stream=False)
+            return [*replies, messages.continue_trailers()], False
+        return [messages.continue_trailers()], False
+
+    def _route_body(self, *, end_of_stream: bool) -> list[ProcessingResponse]:
+        started = time.perf_counter()
+        body = bytes(self.body)
+        rewrite = next((self.headers[h] for h in _REWRITE_HEADERS if self.headers.get(h)), None)
+        parsed = None
+        precomputed = None
+        if self.prompt is not None:
+            streamed = self.prompt.finish(body, rewrite)
+            if streamed is not None:
+                parsed, precomputed = streamed
+        if parsed is None:
+            if body:
+                parsed = parse_body(self.path, body, model_override=rewrite)
+            else:  # an empty body is routed like a header-only request, then echoed (spec §4.4)
+                parsed = ParsedBody(rewrite or "", False, None, rewrite or "")
+        parse_done = time.perf_counter()
+        self.stream_flag = parsed.stream
+        tokenized = parsed.tokenized
+        request = LLMRequest(
+            self.request_id, parsed.model, tokenized, self.path, self.headers,
+            prompt_tokens=tokenized.num_tokens() if tokenized else 0,
+        )
+        if precomputed is not None:
+            request.precomputed_keys.update(precomputed)
+        self.decision = self.router.route(request, self._subset())
+        self.phase = _Phase.ROUTED
+        forwarded = body
+        if parsed.model != parsed.body_model:
+            forwarded = self._rewritten(body, parsed.model)
+        extra = [*self._id_header()]
+        if self._full_duplex:
+            if forwarded:
+                extra.append(("Content-Length", str(len(forwarded))))
+            replies = [messages.route_headers_response(self.decision.destination, extra)]
+            replies.extend(messages.body_chunks(forwarded, end_of_stream))
+        else:
+            new_body = forwarded if forwarded is not body else None
+            if new_body is not None:
+                extra.append(("Content-Length", str(len(new_body))))
+            replies = [messages.buffered_route_response(self.decision.destination, extra, new_body)]
+        self._observe(started, parse_done)
+        return replies
+
+    @staticmethod
+    def _rewritten(body: bytes, model: str) -> bytes:
+        obj = orjson.loads(body)
+        obj["model"] = model
+        return orjson.dumps(obj, option=orjson.OPT_SORT_KEYS)
+
+    def _observe(self, started: float, parse_done: float) -> None:
+        decision = self.decision
+        assert decision is not None
+        elapsed = time.perf_counter() - started
+        stages = {"parse": parse_done - started, **decision.ctx.timings, **decision.timings}
+        self.metrics.observe_decision(elapsed, stages)
+        self.metrics.requests.labels("routed", "200").inc()
+        info = self._predicted(decision.ctx, decision.primary.id)
+        if info is not None and info.total_blocks:
+            self.metrics.match_ratio.observe(info.match_blocks / info.total_blocks)
+
+    @staticmethod
+    def _predicted(ctx: SchedulingContext, endpoint: EndpointId) -> PrefixCacheMatchInfo | None:
+        infos = [v for v in ctx.attributes.get(endpoint, {}).values() if isinstance(v, PrefixCacheMatchInfo)]
+        return max(infos, key=lambda i: i.cached_block_count, default=None)
+
+    def _fail(self, error: RequestError) -> list[ProcessingResponse]:
+        self.phase = _Phase.DONE
+        outcome = "error" if error.status >= 500 and error.dropped_reason is None else "rejected"
+        self.metrics.requests.labels(outcome, str(error.status)).inc()
+        level = log.warning if error.status >= 500 else log.info
+        level("request_rejected", status=error.status, reason=error.message, path=self.path)
+        return [messages.error_response(error, json_body=self.options.json_errors)]
+
+    # --- response phase --------------------------------------------------------------------------
+
+    def _response_headers(self, headers: Any) -> list[ProcessingResponse]:
+        values = {h.key.lower(): _header_value(h) for h in headers.headers.headers}
+        try:
+            self.status = int(values.get(":status", "0"))
+        except ValueError:
+            self.status = 0
+        served = _struct_value(self.metadata, "envoy.lb", SERVED_KEY)
+        self.served = served if isinstance(served, str) else None
+        streaming = self.stream_flag or "text/event-stream" in values.get("content-type", "")
+        self.usage = UsageParser(streaming)
+        if headers.end_of_stream:
+            self._complete()
+        return [messages.continue_headers(response=True)]
+
+    def _response_body(self, body: Any) -> list[ProcessingResponse]:
+        if self.usage is None:
+            self.usage = UsageParser(self.stream_flag)
+        self.usage.feed(body.body)
+        if body.end_of_stream:
+            self._complete()
+        mode = self.response_mode if self.response_mode is not None else self.request_mode
+        if mode == BodyMode.FULL_DUPLEX_STREAMED:
+            return [messages.streamed_chunk(body.body, body.end_of_stream, response=True)]
+        return [messages.continue_body(response=True)]
+
+    def _complete(self) -> None:
+        """Finalise once: usage metrics, predicted-vs-reported cache hit, in-flight release."""
+        if self._completed:
+            return
+        self._completed = True
+        decision = self.decision
+        if decision is None:
+            return
+        usage = self.usage.finish() if self.usage is not None else None
+        endpoint = EndpointId(self.served.split(",")[0]) if self.served else decision.primary.id
+        if self.served and self.served.split(",")[0] != decision.primary.id:
+            self.metrics.anomalies.labels("served_elsewhere").inc()
+        predicted = self._predicted(decision.ctx, endpoint)
+        if usage is not None:
+            for kind, value in (("prompt", usage.prompt_tokens), ("completion", usage.completion_tokens),
+                                ("cached", usage.cached_tokens)):
+                if value:
+                    self.metrics.usage_tokens.labels(kind).inc(value)
+            if usage.cached_tokens is not None and self.status == 200:
+                self.metrics.observe_cached_tokens(predicted.cached_tokens if predicted else 0, usage.cached_tokens)
+        self.router.response_complete(
+            decision.ctx,
+            ResponseInfo(
+                self.request_id, endpoint, self.status,
+                usage.prompt_tokens if usage else None,
+                usage.cached_tokens if usage else None,
+                usage.completion_tokens if usage else None,
+            ),
+        )
+

@@ -1,0 +1,160 @@
+"""Extract (and hash) a body's token array while the body streams in.
+
+A 100K-token body is ~600 KB of JSON; parsing it and hashing its blocks after the last chunk
+arrives costs milliseconds that the routing decision then waits for. Instead, as chunks arrive:
+
+1. find ``"<field>": [`` (``prompt`` or ``token_ids``) in the bytes seen so far;
+2. convert each run of complete numbers (up to the last comma) to little-endian uint32 with
+   simdjson + numpy, never creating Python ints;
+3. hash the full blocks with the producer's token processor, chaining from the previous block.
+
+At the end of the body, ``finish`` validates the whole document cheaply: the array's text is
+replaced by a sentinel string and the (small) rest is parsed; the result is used only if the
+sentinel is the top-level field's value. Anything unusual — nested or batched prompts, floats,
+negative ids, a ``"prompt"`` inside some other value, salt or multimodal features that change
+block 0 — makes ``finish`` return None (or drop the precomputed keys), and the caller takes the
+ordinary path, which also produces the precise 400 message.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any
+
+import numpy as np
+import orjson
+import simdjson
+
+from ppc_extproc.blockkeys import TokenProcessor
+from ppc_extproc.tokens.body import ParsedBody, TokenField, _features, _scalars
+from ppc_extproc.tokens.prompt import TokenizedPrompt
+
+__all__ = ["StreamingPrompt"]
+
+_UINT32_MAX = 0xFFFFFFFF
+#: Give up looking for the token array once this much body has gone by without it.
+_SEARCH_LIMIT = 1 << 20
+_SENTINEL = "\u0000ppc-extproc-token-array-" + os.urandom(8).hex()
+_SENTINEL_JSON = orjson.dumps(_SENTINEL)
+_MODEL = re.compile(rb'"model"\s*:\s*("(?:[^"\\]|\\.)*")')
+
+
+class StreamingPrompt:
+    """Incremental token extraction for one request body."""
+
+    def __init__(self, field: TokenField, producer: tuple[str, TokenProcessor] | None = None) -> None:
+        self.field = field
+        self._key = re.compile(rb'"' + re.escape(field.name.encode()) + rb'"\s*:\s*\[')
+        self._producer = producer
+        self._parser = simdjson.Parser()
+        self._search_from = 0
+        self._array_start: int | None = None  # index of the '['
+        self._array_end: int | None = None  # index of the ']'
+        self._scan = 0
+        self._segments = 0
+        self._tokens = bytearray()
+        self._abandoned = False
+        self._model_guess: str | None = None
+        self._keys: list[int] = []
+
+    @property
+    def abandoned(self) -> bool:
+        return self._abandoned
+
+    def feed(self, body: bytearray | bytes) -> None:
+        """Advance over the body received so far (the whole buffer, not just the new chunk)."""
+        if self._abandoned or self._array_end is not None:
+            return
+        if self._array_start is None and not self._find_array(body):
+            return
+        end = body.find(b"]", self._scan)
+        if end >= 0:
+            self._convert(body[self._scan : end], final=True)
+            self._array_end = end
+        else:
+            cut = body.rfind(b",", self._scan)
+            if cut < 0:
+                return
+            self._convert(body[self._scan : cut], final=False)
+            self._scan = cut + 1
+        self._hash_full_blocks()
+
+    def finish(
+        self, body: bytes, model_override: str | None = None
+    ) -> tuple[ParsedBody, dict[str, list[list[int]]]] | None:
+        """The parsed body and precomputed block keys, or None to take the ordinary path."""
+        self.feed(body)
+        if self._abandoned or self._array_start is None or self._array_end is None:
+            return None
+        rest = body[: self._array_start] + _SENTINEL_JSON + body[self._array_end + 1 :]
+        try:
+            obj = orjson.loads(rest)
+        except orjson.JSONDecodeError:
+            return None
+        if not isinstance(obj, dict) or obj.get(self.field.name) != _SENTINEL:
+            return None
+        scalars = {k: obj[k] for k in ("model", "stream", "cache_salt") if k in obj}
+        body_model, stream, salt = _scalars(scalars)  # raises BadRequestError like the ordinary path
+        features = _features(obj) if self.field.features else ()
+        model = model_override or body_model
+        tokenized = TokenizedPrompt(model, (bytes(self._tokens),), features, salt)
+        keys: dict[str, list[list[int]]] = {}
+        if self._producer is not None and model == self._model_guess and not salt and not features:
+            self._hash_full_blocks()
+            keys[self._producer[0]] = [self._keys]
+        return ParsedBody(model, stream, tokenized, body_model), keys
+
+    # --- internals -------------------------------------------------------------------------------
+
+    def _find_array(self, body: bytearray | bytes) -> bool:
+        match = self._key.search(body, max(0, self._search_from - 64))
+        if match is None:
+            self._search_from = len(body)
+            if len(body) > _SEARCH_LIMIT:
+                self._abandoned = True
+            return False
+        self._array_start = match.end() - 1
+        self._scan = match.end()
+        head = _MODEL.search(body, 0, match.start())
+        if head is not None:
+            try:
+                self._model_guess = orjson.loads(head.group(1))
+            except orjson.JSONDecodeError:
+                self._model_guess = None
+        return True
+
+    def _convert(self, segment: bytes | bytearray, *, final: bool) -> None:
+        if not segment.strip():
+            # "[]" is an empty prompt; an empty segment anywhere else is ",," or ",]": not JSON.
+            if not (final and self._segments == 0):
+                self._abandoned = True
+            return
+        self._segments += 1
+        if b"[" in segment:
+            self._abandoned = True  # nested arrays: a batch of prompts, or invalid
+            return
+        doc: Any = None
+        try:
+            doc = self._parser.parse(b"[" + bytes(segment) + b"]")
+            values = np.frombuffer(doc.as_buffer(of_type="u"), dtype=np.uint64)
+        except (ValueError, TypeError, RuntimeError):
+            self._abandoned = True
+            return
+        finally:
+            del doc
+        if values.size and int(values.max()) > _UINT32_MAX:
+            self._abandoned = True
+            return
+        self._tokens += values.astype("<u4").tobytes()
+
+    def _hash_full_blocks(self) -> None:
+        if self._producer is None or self._model_guess is None or self._abandoned:
+            return
+        processor = self._producer[1]
+        block_bytes = processor.block_size * 4
+        done = len(self._keys) * block_bytes
+        full = len(self._tokens) // block_bytes * block_bytes
+        if full > done:
+            parent = self._keys[-1] if self._keys else 0
+            self._keys.extend(processor.keys(memoryview(self._tokens)[done:full], self._model_guess, parent=parent))
