@@ -60,6 +60,9 @@ class ServeOptions:
     #: Bound on waiting for open streams at shutdown.
     drain_seconds: float = 10.0
     services: Services = field(default_factory=Services)
+    #: A discovery source object (``async run(pool, stop)``) overriding ``endpoints`` and the
+    #: configuration's discovery — for embedding ppc-extproc with another endpoint source.
+    discovery: Any = None
 
 
 class Service:
@@ -79,7 +82,10 @@ class Service:
         self.extproc = ExternalProcessor(self.router, stream_options, self.metrics)
         self.grpc_port = 0
         self.admin_port = 0
-        self.discovery: Any = StaticDiscovery(options.endpoints) if options.endpoints is not None else loaded.discovery
+        self._stop: tuple[asyncio.AbstractEventLoop, asyncio.Event] | None = None
+        self.discovery: Any = options.discovery or (
+            StaticDiscovery(options.endpoints) if options.endpoints is not None else loaded.discovery
+        )
         if self.discovery is None:
             raise ConfigError(
                 "dataLayer.discovery",
@@ -93,6 +99,12 @@ class Service:
     @property
     def ready(self) -> bool:
         return self.health.ready
+
+    def request_stop(self) -> None:
+        """Begin a graceful shutdown, from any thread (what SIGTERM does)."""
+        if self._stop is not None:
+            loop, stop = self._stop
+            loop.call_soon_threadsafe(stop.set)
 
     def state_for_metrics(self) -> dict[str, Any]:
         producers = []
@@ -136,14 +148,17 @@ async def serve(
     options: ServeOptions,
     *,
     stop: asyncio.Event | None = None,
+    on_started: Callable[[Service], None] | None = None,
     on_ready: Callable[[Service], None] | None = None,
     install_signal_handlers: bool = True,
 ) -> None:
-    """Run the service until ``stop`` is set or SIGTERM/SIGINT arrives."""
+    """Run the service until ``stop`` is set or SIGTERM/SIGINT arrives. ``on_started`` is called
+    once the ports are bound, ``on_ready`` once the first endpoint list is in."""
     stop = stop or asyncio.Event()
     loaded = load_config(options.config_file, options.services)
     service = Service(options, loaded)
     loop = asyncio.get_running_loop()
+    service._stop = (loop, stop)
     if install_signal_handlers:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
@@ -184,6 +199,8 @@ async def serve(
             site = web.TCPSite(runner, options.admin_address, options.admin_port)
             await site.start()
             service.admin_port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        if on_started is not None:
+            on_started(service)
         discovery_stop = asyncio.Event()
         tasks.append(asyncio.create_task(service.discovery.run(service.pool, discovery_stop), name="discovery"))
         tasks.append(asyncio.create_task(_housekeeping(service), name="housekeeping"))
