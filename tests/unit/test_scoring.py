@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from vectors import load_vectors
 from ppc_extproc.index import InMemoryIndex, PodEntry
@@ -75,3 +77,18 @@ def test_speculative_entries_weigh_one_and_count_apart() -> None:
 )
 def test_prefix_cache_scorer_formula(info, weight, scale, expected) -> None:
     assert prefix_score(info, weight, scale) == pytest.approx(expected)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(st.tuples(st.sampled_from("ABCD"), st.sampled_from(["gpu", "", "storage"])), min_size=1, max_size=6), min_size=1, max_size=12))
+def test_unit_weight_fast_path_equals_the_general_loop(blocks) -> None:
+    from ppc_extproc.matchinfo.longest_prefix import _score_unit_weights, _score_weighted
+
+    index = InMemoryIndex(size=1000)
+    keys = list(range(1, len(blocks) + 1))
+    for key, entries in zip(keys, blocks):
+        for pod, tier in entries:
+            index.add(None, [key], [PodEntry(pod, tier, speculative=tier == "")])
+    runs = index.prefix_runs(keys)
+    if runs:
+        assert _score_unit_weights(runs) == _score_weighted(runs)

@@ -45,6 +45,26 @@ class TwoGenerationLRU(Generic[K, V]):
                 self._maybe_rotate()
         return value
 
+    def get_prefix(self, keys: Iterable[K]) -> list[V]:
+        """Values of the leading run of present keys (stops at the first absent one), each marked
+        recently used. The bulk form of ``get`` for a prompt's chain of block keys."""
+        values: list[V] = []
+        append = values.append
+        young = self._young
+        young_get = young.get
+        old_pop = self._old.pop
+        for key in keys:
+            value = young_get(key)
+            if value is None:
+                value = old_pop(key, None)
+                if value is None:
+                    break
+                young[key] = value
+            append(value)
+        if len(young) >= self._generation_size:
+            self._maybe_rotate()
+        return values
+
     def peek(self, key: K) -> V | None:
         """Value of ``key`` without touching its recency."""
         value = self._young.get(key)

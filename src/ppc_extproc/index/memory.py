@@ -211,15 +211,9 @@ class InMemoryIndex:
         with self._lock:
             registry = self.registry
             filt = registry.endpoints_mask(endpoints) if endpoints is not None else -1
-            get = self._keys.get
             current = 0
             count = 0
-            for key in request_keys:
-                if not filt:
-                    break
-                mask = get(key)
-                if mask is None:
-                    break
+            for mask in self._keys.get_prefix(request_keys):
                 mask &= filt
                 if not mask:
                     break

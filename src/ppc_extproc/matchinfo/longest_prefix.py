@@ -29,6 +29,13 @@ def score_prefix_runs(runs: Sequence[PrefixRun]) -> dict[EndpointId, PrefixScore
     """Scores of the endpoints present at block 0; an endpoint absent there gets no entry."""
     if not runs:
         return {}
+    if all(run.info.unit_weights for run in runs):
+        return _score_unit_weights(runs)
+    return _score_weighted(runs)
+
+
+def _score_weighted(runs: Sequence[PrefixRun]) -> dict[EndpointId, PrefixScore]:
+    """The general case: per endpoint, the best tier weight of each block, added in block order."""
     first = runs[0].info
     scores = {endpoint: PrefixScore() for endpoint in first.weights}
     alive = set(first.weights)
@@ -53,4 +60,37 @@ def score_prefix_runs(runs: Sequence[PrefixRun]) -> dict[EndpointId, PrefixScore
         for endpoint, tier in alive_tiers:
             by_tier = scores[endpoint].blocks_by_tier
             by_tier[tier] = by_tier.get(tier, 0) + count
+    return scores
+
+
+def _score_unit_weights(runs: Sequence[PrefixRun]) -> dict[EndpointId, PrefixScore]:
+    """Every weight is 1.0: an endpoint's score is the block count at which it drops out, so only
+    the endpoints (and tiers) that leave between runs need any work."""
+    first = runs[0].info
+    blocks: dict[EndpointId, int] = {}
+    tiers: dict[tuple[EndpointId, str], int] = {}
+    alive = set(first.weights)
+    alive_tiers = set(first.tiers)
+    done = 0
+    for run in runs:
+        info = run.info
+        if len(info.weights) != len(alive) or not alive.issubset(info.weights):
+            for endpoint in alive.difference(info.weights):
+                blocks[endpoint] = done
+            alive.intersection_update(info.weights)
+            if not alive:
+                break
+        if not alive_tiers.issubset(info.tiers):
+            for pair in alive_tiers.difference(info.tiers):
+                tiers[pair] = done
+            alive_tiers.intersection_update(info.tiers)
+        done += run.count
+    for endpoint in alive:
+        blocks[endpoint] = done
+    for pair in alive_tiers:
+        tiers[pair] = done
+    scores = {endpoint: PrefixScore(float(n), n, {}) for endpoint, n in blocks.items()}
+    for (endpoint, tier), n in tiers.items():
+        if n:
+            scores[endpoint].blocks_by_tier[tier] = n
     return scores

@@ -22,10 +22,11 @@ class Endpoint:
     #: Data-parallel rank index: KV events come from ``socketPort + rank``.
     rank: int = 0
     labels: tuple[tuple[str, str], ...] = ()
+    #: ``ip:port`` (IPv6 unbracketed): the endpoint's key in the index and in every score map.
+    id: EndpointId = field(init=False, compare=False, repr=False)
 
-    @property
-    def id(self) -> EndpointId:
-        return endpoint_id(self.address, self.port)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "id", endpoint_id(self.address, self.port))
 
 
 class EndpointEventKind(enum.Enum):

@@ -101,9 +101,8 @@ def body_chunks(body: bytes, end_of_stream: bool = True, *, response: bool = Fal
     if not body:
         yield streamed_chunk(b"", end_of_stream, response=response)
         return
-    view = memoryview(body)
     for start in range(0, len(body), MAX_CHUNK_BYTES):
-        chunk = bytes(view[start : start + MAX_CHUNK_BYTES])
+        chunk = body[start : start + MAX_CHUNK_BYTES]
         yield streamed_chunk(chunk, end_of_stream and start + MAX_CHUNK_BYTES >= len(body), response=response)
 
 

