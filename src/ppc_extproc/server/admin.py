@@ -3,6 +3,7 @@
     GET  /metrics        Prometheus exposition
     GET  /healthz        200 while the process runs
     GET  /readyz         200 once configuration and the first endpoint list are loaded, else 503
+    GET  /debug/decisions  the most recent routing decisions (``?request_id=`` filters)
     GET  /debug/state    endpoints, index size and entries per endpoint, KV-event sources and
                          counters, speculative entries, in-flight requests
     POST /debug/score    body: a completions request exactly as a client sends it; answer: each
@@ -38,6 +39,7 @@ def build_admin_app(
     registry: CollectorRegistry,
     is_ready: Callable[[], bool],
     state: Callable[[], dict[str, Any]],
+    decisions: Callable[[], list[dict[str, Any]]] = list,
 ) -> web.Application:
     async def metrics(_: web.Request) -> web.Response:
         return web.Response(body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
@@ -50,6 +52,11 @@ def build_admin_app(
 
     async def debug_state(_: web.Request) -> web.Response:
         return _json(state())
+
+    async def debug_decisions(request: web.Request) -> web.Response:
+        wanted = request.query.get("request_id")
+        found = [d for d in decisions() if wanted is None or d.get("requestId") == wanted]
+        return _json({"decisions": found})
 
     async def debug_score(request: web.Request) -> web.Response:
         body = await request.read()
@@ -87,6 +94,7 @@ def build_admin_app(
         web.get("/healthz", healthz),
         web.get("/readyz", readyz),
         web.get("/debug/state", debug_state),
+        web.get("/debug/decisions", debug_decisions),
         web.post("/debug/score", debug_score),
     ])
     return app

@@ -193,7 +193,10 @@ async def serve(
         await service.health.start()
         await server.start()
         if options.admin_port is not None:
-            app = build_admin_app(service.router, service.registry, lambda: service.ready, service.debug_state)
+            app = build_admin_app(
+                service.router, service.registry, lambda: service.ready, service.debug_state,
+                lambda: list(service.extproc.recent_decisions),
+            )
             runner = web.AppRunner(app, access_log=None)
             await runner.setup()
             site = web.TCPSite(runner, options.admin_address, options.admin_port)

@@ -4,7 +4,9 @@ each stream's messages to an ``ExtProcStream`` and sends back its replies."""
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import AsyncIterator
+from typing import Any
 
 import grpc
 import structlog
@@ -23,19 +25,21 @@ log = structlog.get_logger(__name__)
 class ExternalProcessor(external_processor_pb2_grpc.ExternalProcessorServicer):
     """One ``Process`` call per HTTP request; every call's state dies with the call."""
 
-    def __init__(self, router: Router, options: StreamOptions, metrics: Metrics) -> None:
+    def __init__(self, router: Router, options: StreamOptions, metrics: Metrics, decisions_kept: int = 256) -> None:
         self.router = router
         self.options = options
         self.metrics = metrics
         #: Streams open right now (graceful shutdown waits for them).
         self.active = 0
+        #: The most recent routing decisions, newest last (``GET /debug/decisions``).
+        self.recent_decisions: deque[dict[str, Any]] = deque(maxlen=decisions_kept)
 
     async def Process(  # noqa: N802 - gRPC method name
         self,
         request_iterator: AsyncIterator[ProcessingRequest],
         context: grpc.aio.ServicerContext[ProcessingRequest, ProcessingResponse],
     ) -> AsyncIterator[ProcessingResponse]:
-        stream = ExtProcStream(self.router, self.options, self.metrics)
+        stream = ExtProcStream(self.router, self.options, self.metrics, self.recent_decisions.append)
         self.active += 1
         cancelled = True
         try:

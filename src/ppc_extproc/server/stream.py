@@ -16,6 +16,7 @@ from __future__ import annotations
 import enum
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -95,10 +96,18 @@ def _struct_value(struct: Any, namespace: str, key: str) -> Any:
 class ExtProcStream:
     """Protocol state of one stream. ``handle`` returns the replies to send and whether to close."""
 
-    def __init__(self, router: Router, options: StreamOptions, metrics: Metrics) -> None:
+    def __init__(
+        self,
+        router: Router,
+        options: StreamOptions,
+        metrics: Metrics,
+        recorder: Callable[[dict[str, Any]], None] | None = None,
+    ) -> None:
         self.router = router
         self.options = options
         self.metrics = metrics
+        #: Receives a summary of every routing decision (the admin API's recent decisions).
+        self.recorder = recorder
         self.phase = _Phase.START
         self.request_mode = options.default_body_mode
         self.response_mode: BodyMode | None = None
@@ -293,6 +302,18 @@ class ExtProcStream:
         info = self._predicted(decision.ctx, decision.primary.id)
         if info is not None and info.total_blocks:
             self.metrics.match_ratio.observe(info.match_blocks / info.total_blocks)
+        if self.recorder is not None:
+            self.recorder({
+                "requestId": self.request_id,
+                "destination": decision.destination,
+                "model": decision.ctx.request.model,
+                "promptTokens": decision.ctx.request.prompt_tokens,
+                "matchBlocks": info.match_blocks if info else None,
+                "totalBlocks": info.total_blocks if info else None,
+                "cachedTokensPredicted": info.cached_tokens if info else None,
+                "totals": {ep: round(v, 6) for ep, v in decision.result.totals.items()},
+                "decisionMs": round(elapsed * 1e3, 3),
+            })
 
     @staticmethod
     def _predicted(ctx: SchedulingContext, endpoint: EndpointId) -> PrefixCacheMatchInfo | None:

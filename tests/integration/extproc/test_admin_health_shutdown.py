@@ -103,6 +103,13 @@ def test_admin_endpoints(tmp_path: Path) -> None:
         assert "ppc_extproc_decision_duration_seconds_count 1.0" in text
         assert 'ppc_extproc_index_request_keys{producer="precise-prefix-cache-producer"} 40.0' in text
 
+        decisions = json.loads(http("GET", base + "/debug/decisions")[1])["decisions"]
+        assert len(decisions) == 1 and decisions[0]["destination"] == "10.2.0.2:8000"
+        assert (decisions[0]["matchBlocks"], decisions[0]["totalBlocks"]) == (30, 40)
+        rid = decisions[0]["requestId"]
+        assert json.loads(http("GET", base + f"/debug/decisions?request_id={rid}")[1])["decisions"] == decisions
+        assert json.loads(http("GET", base + "/debug/decisions?request_id=nope")[1])["decisions"] == []
+
         state = json.loads(http("GET", base + "/debug/state")[1])
         assert [e["endpoint"] for e in state["endpoints"]] == ["10.2.0.1:8000", "10.2.0.2:8000"]
         index = state["producers"]["precise-prefix-cache-producer"]["index"]
