@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ppc_extproc.plugins.producers.approx_prefix_cache import ApproxPrefixCacheProducer  # noqa: F401
 from ppc_extproc.plugins.producers.precise_prefix_cache import PrecisePrefixCacheProducer
 
 __all__ = ["PrecisePrefixCacheProducer"]

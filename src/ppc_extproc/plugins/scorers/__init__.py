@@ -3,6 +3,21 @@
 from __future__ import annotations
 
 from ppc_extproc.plugins.scorers.active_request import ActiveRequestScorer
+from ppc_extproc.plugins.scorers.kv_cache_utilization import KVCacheUtilizationScorer
+from ppc_extproc.plugins.scorers.load_aware import LoadAwareScorer
+from ppc_extproc.plugins.scorers.no_hit_lru import NoHitLRUScorer
 from ppc_extproc.plugins.scorers.prefix_cache import PrefixCacheScorer
+from ppc_extproc.plugins.scorers.queue_depth import QueueScorer
+from ppc_extproc.plugins.scorers.running_requests import RunningRequestsScorer
+from ppc_extproc.plugins.scorers.token_load import TokenLoadScorer
 
-__all__ = ["ActiveRequestScorer", "PrefixCacheScorer"]
+__all__ = [
+    "ActiveRequestScorer",
+    "KVCacheUtilizationScorer",
+    "LoadAwareScorer",
+    "NoHitLRUScorer",
+    "PrefixCacheScorer",
+    "QueueScorer",
+    "RunningRequestsScorer",
+    "TokenLoadScorer",
+]

@@ -1,0 +1,135 @@
+"""``prefix-cache-affinity-filter``: keep only the endpoints that already cache the prompt, unless
+that costs too much time to first token.
+
+Type        ``prefix-cache-affinity-filter`` (filter)
+Rule        ≤ 1 candidate or ``affinityThreshold`` ≤ 0 ⇒ keep all.
+            With probability ``explorationProbability`` ⇒ keep all (exploration).
+            sticky = candidates with ``matchBlocks / totalBlocks ≥ affinityThreshold``; none ⇒ keep all.
+            TTFT gate (``maxTTFTPenaltyMs`` > 0 and some candidate is not sticky):
+            ``ttft(ep) = inflight_tokens(ep) / peakPrefillThroughput × 1000`` ms;
+            ``min ttft(sticky) − min ttft(non-sticky) > maxTTFTPenaltyMs`` ⇒ keep all.
+            Otherwise ⇒ the sticky endpoints, in candidate order.
+Inputs      ``PrefixCacheMatchInfoDataKey/<producer>``; the in-flight tracker (uncached prompt
+            tokens this replica has in flight per endpoint — always known, so the gate always runs)
+Parameters  ``affinityThreshold`` 0.80 ([0, 1]); ``explorationProbability`` 0 ([0, 1]);
+            ``maxTTFTPenaltyMs`` 18000 (≥ 0; 0 = always stick); ``peakPrefillThroughput`` 15928
+            tokens/s (> 0 when the gate is on; Qwen3-32B on 2×H100 TP2 — calibrate for yours);
+            ``ttftSource`` ``prefillThroughput`` (``latencyPredictor`` is not supported);
+            ``prefixMatchInfoProducerName`` ("" ⇒ the approximate producer);
+            ``inFlightLoadProducerName``, ``latencyPredictionInfoProducerName``: accepted, unused.
+            Calibration files (``prefillCalibrationFile`` …) are not supported: set the throughput.
+
+    plugins:
+    - type: precise-prefix-cache-producer
+    - type: prefix-cache-affinity-filter
+      parameters:
+        affinityThreshold: 0.80
+        maxTTFTPenaltyMs: 18000
+        peakPrefillThroughput: 15928
+        prefixMatchInfoProducerName: precise-prefix-cache-producer
+    - type: token-load-scorer
+    schedulingProfiles:
+    - name: default
+      plugins: [{pluginRef: prefix-cache-affinity-filter}, {pluginRef: token-load-scorer}]
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+
+from ppc_extproc.config.strict import Section
+from ppc_extproc.errors import ConfigError
+from ppc_extproc.matchinfo import match_info_key
+from ppc_extproc.plugins.registry import Services, register
+from ppc_extproc.plugins.scorers.prefix_cache import APPROXIMATE_PRODUCER
+from ppc_extproc.scheduling.inflight import InflightTracker
+from ppc_extproc.scheduling.types import Endpoint, SchedulingContext
+
+__all__ = ["PrefixCacheAffinityFilter"]
+
+_CALIBRATION_KEYS = ("prefillCalibrationFile", "prefillCalibrationFingerprint", "prefillCalibrationRequired")
+
+
+@register("prefix-cache-affinity-filter")
+class PrefixCacheAffinityFilter:
+    type_name: str
+
+    def __init__(
+        self,
+        name: str,
+        inflight: InflightTracker,
+        *,
+        affinity_threshold: float = 0.80,
+        exploration_probability: float = 0.0,
+        max_ttft_penalty_ms: float = 18000.0,
+        peak_prefill_throughput: float = 15928.0,
+        producer_name: str = "",
+        rng: random.Random | None = None,
+    ) -> None:
+        self.name = name
+        self.inflight = inflight
+        self.affinity_threshold = affinity_threshold
+        self.exploration_probability = exploration_probability
+        self.max_ttft_penalty_ms = max_ttft_penalty_ms
+        self.peak_prefill_throughput = peak_prefill_throughput
+        self.producer_name = producer_name
+        self.attribute_key = match_info_key(producer_name or APPROXIMATE_PRODUCER)
+        self.rng = rng or random.Random()
+
+    @classmethod
+    def from_parameters(cls, name: str, params: Section, services: Services) -> PrefixCacheAffinityFilter:
+        threshold = params.number("affinityThreshold", 0.80, minimum=0.0, maximum=1.0)
+        exploration = params.number("explorationProbability", 0.0, minimum=0.0, maximum=1.0)
+        penalty = params.number("maxTTFTPenaltyMs", 18000.0, minimum=0.0)
+        throughput = params.number("peakPrefillThroughput", 15928.0, minimum=0.0)
+        params.string("ttftSource", "prefillThroughput", choices=("prefillThroughput",))
+        if penalty > 0 and throughput <= 0:
+            raise ConfigError(
+                params.child_path("peakPrefillThroughput"), "must be > 0 when maxTTFTPenaltyMs > 0"
+            )
+        for key in _CALIBRATION_KEYS:
+            params.reject(key, "prefill calibration files are not supported; set peakPrefillThroughput")
+        params.string("inFlightLoadProducerName", "")
+        params.string("latencyPredictionInfoProducerName", "")
+        return cls(
+            name,
+            services.inflight_tracker(),
+            affinity_threshold=threshold,
+            exploration_probability=exploration,
+            max_ttft_penalty_ms=penalty,
+            peak_prefill_throughput=throughput,
+            producer_name=params.string("prefixMatchInfoProducerName", ""),
+        )
+
+    def prefix_ratio(self, ctx: SchedulingContext, endpoint: Endpoint) -> float:
+        info = ctx.attribute(endpoint.id, self.attribute_key)
+        if info is None or info.total_blocks <= 0:
+            return 0.0
+        return float(info.match_blocks / info.total_blocks)
+
+    def ttft_ms(self, endpoint: Endpoint) -> float:
+        return self.inflight.tokens(endpoint.id) / self.peak_prefill_throughput * 1000.0
+
+    def filter(self, ctx: SchedulingContext, endpoints: Sequence[Endpoint]) -> list[Endpoint]:
+        """The kept endpoints; ``ctx.plugin_data[name]`` says why: not_applicable, exploration,
+        no_match, load_override or sticky."""
+        kept, ctx.plugin_data[self.name] = self._decide(ctx, endpoints)
+        return kept
+
+    def _decide(self, ctx: SchedulingContext, endpoints: Sequence[Endpoint]) -> tuple[list[Endpoint], str]:
+        everyone = list(endpoints)
+        if len(everyone) <= 1 or self.affinity_threshold <= 0:
+            return everyone, "not_applicable"
+        if self.exploration_probability > 0 and self.rng.random() < self.exploration_probability:
+            return everyone, "exploration"
+        sticky = [e for e in everyone if self.prefix_ratio(ctx, e) >= self.affinity_threshold]
+        if not sticky:
+            return everyone, "no_match"
+        if self.max_ttft_penalty_ms > 0 and len(sticky) < len(everyone):
+            sticky_ids = {e.id for e in sticky}
+            best_sticky = min(self.ttft_ms(e) for e in sticky)
+            best_other = min(self.ttft_ms(e) for e in everyone if e.id not in sticky_ids)
+            if best_sticky - best_other > self.max_ttft_penalty_ms:
+                return everyone, "load_override"
+        return sticky, "sticky"

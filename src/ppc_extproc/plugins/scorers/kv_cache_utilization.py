@@ -1,0 +1,48 @@
+"""``kv-cache-utilization-scorer``: prefer endpoints with free KV-cache blocks.
+
+Type        ``kv-cache-utilization-scorer`` (scorer)
+Formula     ``1 − kv_usage``, ``kv_usage`` ∈ [0, 1]; absolute (equal usage ⇒ equal scores)
+Inputs      ``vllm:kv_cache_usage_perc`` (older vLLM: ``vllm:gpu_cache_usage_perc``)
+Missing     metrics missing or stale ⇒ not scored (counts 0, as a full cache)
+Parameters  none
+
+    plugins:
+    - type: kv-cache-utilization-scorer
+    schedulingProfiles:
+    - name: default
+      plugins: [{pluginRef: kv-cache-utilization-scorer, weight: 2}]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ppc_extproc.config.strict import Section
+from ppc_extproc.enginemetrics import EngineMetricsReader
+from ppc_extproc.ids import EndpointId
+from ppc_extproc.plugins.registry import Services, register
+from ppc_extproc.plugins.scorers._engine import fresh_metrics
+from ppc_extproc.scheduling.types import Endpoint, SchedulingContext
+
+__all__ = ["KVCacheUtilizationScorer"]
+
+
+@register("kv-cache-utilization-scorer")
+class KVCacheUtilizationScorer:
+    type_name: str
+
+    def __init__(self, name: str, metrics: EngineMetricsReader) -> None:
+        self.name = name
+        self.metrics = metrics
+
+    @classmethod
+    def from_parameters(cls, name: str, params: Section, services: Services) -> KVCacheUtilizationScorer:
+        return cls(name, services.engine_metrics_source())
+
+    def score(self, ctx: SchedulingContext, endpoints: Sequence[Endpoint]) -> dict[EndpointId, float]:
+        scores: dict[EndpointId, float] = {}
+        for endpoint in endpoints:
+            metrics = fresh_metrics(self.metrics, endpoint.id)
+            if metrics is not None and metrics.kv_usage is not None:
+                scores[endpoint.id] = 1.0 - metrics.kv_usage
+        return scores

@@ -1,0 +1,52 @@
+"""``load-aware-scorer``: an empty queue is good, a queue at the threshold is as bad as it gets.
+
+Type        ``load-aware-scorer`` (scorer)
+Formula     ``q == 0`` ⇒ 0.5; else ``0.5 × (1 − min(q, threshold) / threshold)``; at most 0.5
+            (room above 0.5 is reserved upstream for "spare capacity"); absolute, not normalised
+Inputs      ``vllm:num_requests_waiting`` from the engine metrics source
+Missing     metrics missing or stale ⇒ not scored (counts 0, as a queue at the threshold). llm-d
+            reads a missing queue as 0 and scores it 0.5, the best value: a dead engine would win.
+Parameters  ``threshold`` (int, default 128, ≥ 1; llm-d silently replaces ≤ 0 by 128, we reject it)
+
+    plugins:
+    - type: load-aware-scorer
+      parameters: {threshold: 128}
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ppc_extproc.config.strict import Section
+from ppc_extproc.enginemetrics import EngineMetricsReader
+from ppc_extproc.ids import EndpointId
+from ppc_extproc.plugins.registry import Services, register
+from ppc_extproc.plugins.scorers._engine import fresh_metrics
+from ppc_extproc.scheduling.types import Endpoint, SchedulingContext
+
+__all__ = ["LoadAwareScorer"]
+
+
+@register("load-aware-scorer")
+class LoadAwareScorer:
+    type_name: str
+
+    def __init__(self, name: str, metrics: EngineMetricsReader, threshold: int = 128) -> None:
+        self.name = name
+        self.metrics = metrics
+        self.threshold = threshold
+
+    @classmethod
+    def from_parameters(cls, name: str, params: Section, services: Services) -> LoadAwareScorer:
+        threshold = params.integer("threshold", 128, minimum=1)
+        return cls(name, services.engine_metrics_source(), threshold)
+
+    def score(self, ctx: SchedulingContext, endpoints: Sequence[Endpoint]) -> dict[EndpointId, float]:
+        scores: dict[EndpointId, float] = {}
+        for endpoint in endpoints:
+            metrics = fresh_metrics(self.metrics, endpoint.id)
+            if metrics is None or metrics.waiting is None:
+                continue
+            q = metrics.waiting
+            scores[endpoint.id] = 0.5 if q <= 0 else 0.5 * (1.0 - min(q, self.threshold) / self.threshold)
+        return scores

@@ -1,0 +1,99 @@
+"""``no-hit-lru-scorer``: spread cold requests (no prefix hit anywhere) over the endpoints.
+
+Type        ``no-hit-lru-scorer`` (scorer, with a ``pre_request`` hook)
+Formula     warm request (some candidate has ``matchBlocks > 0``) ⇒ 0.5 for every candidate.
+            Cold request (no match info, or all 0), N = #candidates: N = 1 ⇒ 1.0; never-used
+            candidates (not in the LRU), in candidate order i = 0, 1, … ⇒ ``1 − i / (N − 1)``;
+            used ones ⇒ ``rank = #never_used + lru_pos`` (lru_pos 0 = least recently used, over all
+            LRU keys) ⇒ ``max(0, 1 − rank / (N − 1))``.
+            After a cold request is routed, its primary target becomes the most recently used.
+Inputs      ``PrefixCacheMatchInfoDataKey/<producer>``
+Parameters  ``lruSize`` (default 1024, ≥ 1) — endpoints remembered
+            ``prefixMatchInfoProducerName`` (default "" ⇒ the approximate producer, as in llm-d;
+            the loader warns when a precise producer is configured but not named)
+            ``prefixPluginType``, ``prefixPluginName``: deprecated upstream, accepted and ignored
+
+    plugins:
+    - type: no-hit-lru-scorer
+      parameters: {lruSize: 1024, prefixMatchInfoProducerName: precise-prefix-cache-producer}
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+
+from ppc_extproc.config.strict import Section
+from ppc_extproc.ids import EndpointId
+from ppc_extproc.matchinfo import match_info_key
+from ppc_extproc.plugins.registry import Services, register
+from ppc_extproc.plugins.scorers.prefix_cache import APPROXIMATE_PRODUCER
+from ppc_extproc.scheduling.types import Endpoint, SchedulingContext
+
+__all__ = ["NoHitLRUScorer"]
+
+
+@register("no-hit-lru-scorer")
+class NoHitLRUScorer:
+    type_name: str
+
+    def __init__(self, name: str = "no-hit-lru-scorer", lru_size: int = 1024, producer_name: str = "") -> None:
+        self.name = name
+        self.lru_size = lru_size
+        self.producer_name = producer_name
+        self.attribute_key = match_info_key(producer_name or APPROXIMATE_PRODUCER)
+        #: endpoint id → None, least recently used first.
+        self._lru: OrderedDict[EndpointId, None] = OrderedDict()
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_parameters(cls, name: str, params: Section, services: Services) -> NoHitLRUScorer:
+        params.string("prefixPluginType", "")
+        params.string("prefixPluginName", "")
+        return cls(
+            name,
+            params.integer("lruSize", 1024, minimum=1),
+            params.string("prefixMatchInfoProducerName", ""),
+        )
+
+    def is_cold(self, ctx: SchedulingContext, endpoints: Sequence[Endpoint]) -> bool:
+        for endpoint in endpoints:
+            info = ctx.attribute(endpoint.id, self.attribute_key)
+            if info is not None and info.match_blocks > 0:
+                return False
+        return True
+
+    def score(self, ctx: SchedulingContext, endpoints: Sequence[Endpoint]) -> dict[EndpointId, float]:
+        cold = self.is_cold(ctx, endpoints)
+        ctx.plugin_data[self.name] = cold
+        if not cold:
+            return {e.id: 0.5 for e in endpoints}
+        n = len(endpoints)
+        if n == 1:
+            return {endpoints[0].id: 1.0}
+        with self._lock:
+            positions = {ep: i for i, ep in enumerate(self._lru)}
+        never_used = [e.id for e in endpoints if e.id not in positions]
+        scores = {ep: 1.0 - i / (n - 1) for i, ep in enumerate(never_used)}
+        for endpoint in endpoints:
+            pos = positions.get(endpoint.id)
+            if pos is not None:
+                scores[endpoint.id] = max(0.0, 1.0 - (len(never_used) + pos) / (n - 1))
+        return scores
+
+    def pre_request(self, ctx: SchedulingContext, targets: Sequence[Endpoint]) -> None:
+        """A cold request was routed: its primary target becomes the most recently used."""
+        cold = ctx.plugin_data.pop(self.name, False)
+        if not cold or ctx.dry_run or not targets:
+            return
+        with self._lock:
+            self._lru[targets[0].id] = None
+            self._lru.move_to_end(targets[0].id)
+            while len(self._lru) > self.lru_size:
+                self._lru.popitem(last=False)
+
+    def lru_order(self) -> list[EndpointId]:
+        """Endpoints, least recently used first (debugging, tests)."""
+        with self._lock:
+            return list(self._lru)

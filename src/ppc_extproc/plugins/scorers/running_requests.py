@@ -1,0 +1,41 @@
+"""``running-requests-size-scorer``: prefer endpoints running fewer requests.
+
+Type        ``running-requests-size-scorer`` (scorer)
+Formula     ``(maxR − r) / (maxR − minR)``, min and max over the candidates with fresh metrics;
+            all equal (or a single one) ⇒ 1.0
+Inputs      ``vllm:num_requests_running`` from the engine metrics source
+Missing     metrics missing or stale ⇒ not scored (counts 0) and left out of min/max
+Parameters  none
+
+    plugins:
+    - type: running-requests-size-scorer
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ppc_extproc.config.strict import Section
+from ppc_extproc.enginemetrics import EngineMetricsReader
+from ppc_extproc.ids import EndpointId
+from ppc_extproc.plugins.registry import Services, register
+from ppc_extproc.plugins.scorers._engine import min_max_inverse
+from ppc_extproc.scheduling.types import Endpoint, SchedulingContext
+
+__all__ = ["RunningRequestsScorer"]
+
+
+@register("running-requests-size-scorer")
+class RunningRequestsScorer:
+    type_name: str
+
+    def __init__(self, name: str, metrics: EngineMetricsReader) -> None:
+        self.name = name
+        self.metrics = metrics
+
+    @classmethod
+    def from_parameters(cls, name: str, params: Section, services: Services) -> RunningRequestsScorer:
+        return cls(name, services.engine_metrics_source())
+
+    def score(self, ctx: SchedulingContext, endpoints: Sequence[Endpoint]) -> dict[EndpointId, float]:
+        return min_max_inverse(self.metrics, endpoints, lambda m: m.running)

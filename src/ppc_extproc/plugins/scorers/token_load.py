@@ -1,0 +1,101 @@
+"""``token-load-scorer``: prefer endpoints with fewer uncached prompt tokens to prefill.
+
+Type        ``token-load-scorer`` (scorer)
+Formula     ``L = inflight_tokens(ep) + own(ep)``; ``L ≤ 0`` ⇒ 1.0; else ``1 − min(L, T) / T``
+            ``own(ep) = max(0, prompt_tokens − cachedBlockCount × blockSizeTokens)`` of this request
+            on ``ep``; no match info ⇒ the whole prompt
+Inputs      the in-flight tracker (uncached tokens this replica has in flight per endpoint) and
+            ``PrefixCacheMatchInfoDataKey/<producer>``; no engine metrics, so nothing goes stale
+Parameters  ``queueThresholdTokens`` T (default 4194304 = 128 requests × 32K; ≥ 1)
+            ``prefixMatchInfoProducerName`` (ppc-extproc; llm-d sets it on its in-flight-load
+            producer): the producer whose match info discounts the request's own tokens. Unset ⇒
+            the best cached prefix any producer reports for the endpoint — what the router charges
+            to the in-flight tracker — so llm-d configs load without an extra approximate producer
+            ``inFlightLoadProducerName``, ``nonTextTokenWeight``: accepted for llm-d
+            compatibility; in-flight load is tracked by this service and counts text tokens only
+
+    plugins:
+    - type: precise-prefix-cache-producer
+    - type: token-load-scorer
+      parameters:
+        queueThresholdTokens: 4194304
+        prefixMatchInfoProducerName: precise-prefix-cache-producer
+
+``request_token_load(ctx, endpoint_id)`` is the number the router should charge to
+``InflightTracker.start(request_id, endpoint, tokens)`` for the primary target.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ppc_extproc.config.strict import Section
+from ppc_extproc.ids import EndpointId
+from ppc_extproc.matchinfo import PrefixCacheMatchInfo, match_info_key
+from ppc_extproc.plugins.registry import Services, register
+from ppc_extproc.scheduling.inflight import InflightTracker
+from ppc_extproc.scheduling.types import Endpoint, SchedulingContext
+
+__all__ = ["TokenLoadScorer", "prompt_tokens", "request_token_load"]
+
+DEFAULT_QUEUE_THRESHOLD_TOKENS = 4_194_304
+
+
+def prompt_tokens(ctx: SchedulingContext) -> int:
+    """Prompt tokens of the request: the parsed count, else the token ids carried."""
+    request = ctx.request
+    if request.prompt_tokens > 0:
+        return request.prompt_tokens
+    return request.tokenized.num_tokens() if request.tokenized is not None else 0
+
+
+def request_token_load(ctx: SchedulingContext, endpoint_id: str, attribute_key: str | None = None) -> int:
+    """Uncached prompt tokens this request would add on ``endpoint_id``: the prompt minus the
+    cached prefix from ``attribute_key``'s match info (None: the best any producer reports)."""
+    total = prompt_tokens(ctx)
+    if attribute_key is not None:
+        info = ctx.attribute(EndpointId(endpoint_id), attribute_key)
+        cached = info.cached_tokens if isinstance(info, PrefixCacheMatchInfo) else 0
+    else:
+        values = ctx.attributes.get(EndpointId(endpoint_id), {}).values()
+        cached = max((v.cached_tokens for v in values if isinstance(v, PrefixCacheMatchInfo)), default=0)
+    return max(0, total - cached)
+
+
+@register("token-load-scorer")
+class TokenLoadScorer:
+    type_name: str
+
+    def __init__(
+        self,
+        name: str,
+        inflight: InflightTracker,
+        queue_threshold_tokens: int = DEFAULT_QUEUE_THRESHOLD_TOKENS,
+        producer_name: str = "",
+    ) -> None:
+        self.name = name
+        self.inflight = inflight
+        self.queue_threshold_tokens = queue_threshold_tokens
+        #: None: the best cached prefix over all producers' match info.
+        self.attribute_key: str | None = None
+        if producer_name:
+            # Only a named producer is exposed to the loader, which checks that it exists (an
+            # unnamed one would be bound to the approximate producer, created if missing).
+            self.producer_name = producer_name
+            self.attribute_key = match_info_key(producer_name)
+
+    @classmethod
+    def from_parameters(cls, name: str, params: Section, services: Services) -> TokenLoadScorer:
+        threshold = params.integer("queueThresholdTokens", DEFAULT_QUEUE_THRESHOLD_TOKENS, minimum=1)
+        params.string("inFlightLoadProducerName", "")
+        params.number("nonTextTokenWeight", 1.0)
+        producer = params.string("prefixMatchInfoProducerName", "")
+        return cls(name, services.inflight_tracker(), threshold, producer)
+
+    def score(self, ctx: SchedulingContext, endpoints: Sequence[Endpoint]) -> dict[EndpointId, float]:
+        threshold = self.queue_threshold_tokens
+        scores: dict[EndpointId, float] = {}
+        for endpoint in endpoints:
+            load = self.inflight.tokens(endpoint.id) + request_token_load(ctx, endpoint.id, self.attribute_key)
+            scores[endpoint.id] = 1.0 if load <= 0 else 1.0 - min(load, threshold) / threshold
+        return scores

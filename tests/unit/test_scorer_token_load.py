@@ -1,0 +1,80 @@
+"""token-load-scorer: in-flight uncached tokens + this request's own uncached tokens (§5.6)."""
+
+from __future__ import annotations
+
+import pytest
+
+from ppc_extproc.blockkeys import tokens_to_le32
+from ppc_extproc.config.strict import Section
+from ppc_extproc.errors import ConfigError
+from ppc_extproc.matchinfo import PrefixCacheMatchInfo, match_info_key
+from ppc_extproc.plugins.registry import Services
+from ppc_extproc.plugins.scorers import TokenLoadScorer
+from ppc_extproc.plugins.scorers.token_load import request_token_load
+from ppc_extproc.scheduling import Endpoint, LLMRequest, SchedulingContext
+from ppc_extproc.scheduling.inflight import InflightTracker
+from ppc_extproc.tokens import TokenizedPrompt
+
+A, B, C = Endpoint("10.0.0.1", 8000), Endpoint("10.0.0.2", 8000), Endpoint("10.0.0.3", 8000)
+KEY = match_info_key("precise")
+
+
+def ctx_with(prompt_tokens: int, cached_blocks: dict[Endpoint, int] | None = None) -> SchedulingContext:
+    ctx = SchedulingContext(LLMRequest("r", "m", prompt_tokens=prompt_tokens), [A, B, C])
+    for endpoint, blocks in (cached_blocks or {}).items():
+        ctx.set_attribute(endpoint.id, KEY, PrefixCacheMatchInfo(blocks, 10, 64, cached_block_count=blocks))
+    return ctx
+
+
+def scorer(inflight: InflightTracker, threshold: int = 1000) -> TokenLoadScorer:
+    return TokenLoadScorer("tl", inflight, threshold, producer_name="precise")
+
+
+def test_idle_endpoints_score_one_without_a_prompt() -> None:
+    assert scorer(InflightTracker()).score(ctx_with(0), [A, B]) == {A.id: 1.0, B.id: 1.0}
+
+
+def test_formula_counts_inflight_plus_own_uncached_tokens() -> None:
+    inflight = InflightTracker()
+    inflight.start("x", A.id, 300)
+    inflight.start("y", B.id, 1200)
+    ctx = ctx_with(640, {A: 5, C: 10})  # A caches 320 tokens, B nothing, C the whole prompt
+    scores = scorer(inflight).score(ctx, [A, B, C])
+    assert scores[A.id] == pytest.approx(1 - (300 + 320) / 1000)
+    assert scores[B.id] == 0.0  # 1200 + 640 ≥ threshold
+    assert scores[C.id] == 1.0  # nothing in flight, nothing to prefill
+
+
+def test_own_load_never_negative_when_the_cache_covers_more_than_the_prompt() -> None:
+    ctx = ctx_with(100, {A: 2})  # 128 cached tokens > 100 prompt tokens (partial last block)
+    assert request_token_load(ctx, A.id, KEY) == 0
+    assert request_token_load(ctx, B.id, KEY) == 100
+
+
+def test_unnamed_producer_uses_the_best_cached_prefix_of_any_producer() -> None:
+    ctx = ctx_with(640, {A: 2})
+    ctx.set_attribute(A.id, match_info_key("approx"), PrefixCacheMatchInfo(5, 10, 64, cached_block_count=5))
+    assert request_token_load(ctx, A.id) == 640 - 320
+    assert request_token_load(ctx, A.id, KEY) == 640 - 128
+    assert request_token_load(ctx, B.id) == 640
+    inflight = InflightTracker()
+    unnamed = TokenLoadScorer("tl", inflight, 1000)
+    assert unnamed.score(ctx, [A, B]) == {A.id: pytest.approx(1 - 320 / 1000), B.id: pytest.approx(1 - 640 / 1000)}
+
+
+def test_prompt_tokens_fall_back_to_the_token_ids() -> None:
+    tokenized = TokenizedPrompt("m", (tokens_to_le32(range(50)),))
+    ctx = SchedulingContext(LLMRequest("r", "m", tokenized), [A])
+    assert request_token_load(ctx, A.id, KEY) == 50
+
+
+def test_parameters_defaults_and_validation() -> None:
+    services = Services()
+    s = TokenLoadScorer.from_parameters(
+        "tl", Section({"inFlightLoadProducerName": "x", "nonTextTokenWeight": 2.0}, "p"), services
+    )
+    assert s.queue_threshold_tokens == 4194304
+    assert s.attribute_key is None and not hasattr(s, "producer_name")  # not bound by the loader
+    assert s.inflight is services.inflight  # the one shared tracker
+    with pytest.raises(ConfigError, match="queueThresholdTokens"):
+        TokenLoadScorer.from_parameters("tl", Section({"queueThresholdTokens": 0}, "p"), Services())
