@@ -32,7 +32,8 @@ __all__ = ["DECISION_BUCKETS", "Metrics", "StateCollector"]
 
 #: 50 µs … 100 ms: the decision is sub-millisecond to a few milliseconds.
 DECISION_BUCKETS = (5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2e-3, 3e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 1e-1)
-_STAGES = ("parse", "keys", "lookup", "produce", "filter", "score", "pick", "pre_request")
+#: parse the body; compute block keys; index lookup + match info; filters, scorers and picker; hooks
+_STAGES = ("parse", "keys", "lookup", "score", "pre_request")
 _OUTCOMES = (("routed", "200"), ("header_only", "200"), ("rejected", "400"), ("rejected", "413"),
              ("rejected", "429"), ("rejected", "503"), ("error", "500"))
 
@@ -73,19 +74,27 @@ class Metrics:
             "ppc_extproc_protocol_anomalies", "ext_proc streams that broke the protocol or ended early.", ["kind"],
             registry=r,
         )
-        for outcome, code in _OUTCOMES:
-            self.requests.labels(outcome, code)
-        for stage in _STAGES:
-            self.stage.labels(stage)
+        # Children are bound once: ``labels()`` costs microseconds on every call.
+        self._requests = {key: self.requests.labels(*key) for key in _OUTCOMES}
+        self._stages = {stage: self.stage.labels(stage) for stage in _STAGES}
         for source in ("predicted", "reported"):
             self.cached_tokens.labels(source)
         for kind in ("prompt", "completion", "cached"):
             self.usage_tokens.labels(kind)
 
+    def count_request(self, outcome: str, code: int) -> None:
+        child = self._requests.get((outcome, str(code)))
+        if child is None:
+            child = self._requests[(outcome, str(code))] = self.requests.labels(outcome, str(code))
+        child.inc()
+
     def observe_decision(self, seconds: float, stages: Mapping[str, float]) -> None:
         self.decision.observe(seconds)
         for stage, value in stages.items():
-            self.stage.labels(stage).observe(value)
+            child = self._stages.get(stage)
+            if child is None:
+                child = self._stages[stage] = self.stage.labels(stage)
+            child.observe(value)
 
     def observe_cached_tokens(self, predicted: int, reported: int) -> None:
         self.cached_tokens.labels("predicted").inc(predicted)

@@ -73,7 +73,7 @@ class Router:
         #: Plugins with ``pre_request`` / ``response_complete`` (producers and stateful scorers).
         self.hooks = list(hooks)
         #: Requests routed and not yet answered, per endpoint (read by load scorers).
-        self.inflight = inflight or InflightTracker()
+        self.inflight = inflight if inflight is not None else InflightTracker()
 
     def route(
         self, request: LLMRequest, subset: Sequence[str] | None = None, *, dry_run: bool = False

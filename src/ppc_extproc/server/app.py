@@ -72,6 +72,9 @@ class Service:
         self.options = options
         self.loaded = loaded
         self.pool = EndpointPool()
+        engine_metrics = loaded.services.engine_metrics
+        if engine_metrics is not None and hasattr(engine_metrics, "attach"):
+            engine_metrics.attach(self.pool)  # scrapes follow the endpoint set
         hooks = [p for p in loaded.plugins.values() if hasattr(p, "pre_request") or hasattr(p, "response_complete")]
         self.router = Router(self.pool, loaded.producers, loaded.profile, hooks, inflight=loaded.services.inflight)
         self.registry = CollectorRegistry()
@@ -104,7 +107,8 @@ class Service:
         """Begin a graceful shutdown, from any thread (what SIGTERM does)."""
         if self._stop is not None:
             loop, stop = self._stop
-            loop.call_soon_threadsafe(stop.set)
+            with contextlib.suppress(RuntimeError):  # the loop already finished: nothing to stop
+                loop.call_soon_threadsafe(stop.set)
 
     def state_for_metrics(self) -> dict[str, Any]:
         producers = []

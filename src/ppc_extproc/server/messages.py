@@ -10,18 +10,12 @@ from collections.abc import Iterator, Sequence
 
 from envoy.config.core.v3.base_pb2 import HeaderValue, HeaderValueOption
 from envoy.service.ext_proc.v3.external_processor_pb2 import (
-    BodyMutation,
-    BodyResponse,
     CommonResponse,
     HeaderMutation,
-    HeadersResponse,
     ImmediateResponse,
     ProcessingResponse,
-    StreamedBodyResponse,
-    TrailersResponse,
 )
 from envoy.type.v3.http_status_pb2 import HttpStatus
-from google.protobuf.struct_pb2 import Struct
 
 from ppc_extproc.errors import RequestError
 
@@ -50,29 +44,32 @@ def _header(key: str, value: str) -> HeaderValueOption:
     return HeaderValueOption(header=HeaderValue(key=key, raw_value=value.encode()))
 
 
-def _destination_metadata(destination: str) -> Struct:
-    metadata = Struct()
-    metadata.get_or_create_struct(METADATA_NAMESPACE)[DESTINATION_HEADER] = destination
-    return metadata
+def _set_route(common: CommonResponse, destination: str, extra: Sequence[tuple[str, str]]) -> None:
+    common.clear_route_cache = True
+    headers = common.header_mutation.set_headers
+    header = headers.add().header
+    header.key = DESTINATION_HEADER
+    header.raw_value = destination.encode()
+    for key, value in extra:
+        header = headers.add().header
+        header.key = key
+        header.raw_value = value.encode()
 
 
-def _route_mutation(destination: str, extra: Sequence[tuple[str, str]]) -> HeaderMutation:
-    headers = [_header(DESTINATION_HEADER, destination)]
-    headers.extend(_header(k, v) for k, v in extra)
-    return HeaderMutation(set_headers=headers)
+def _set_metadata(reply: ProcessingResponse, destination: str) -> None:
+    reply.dynamic_metadata.fields[METADATA_NAMESPACE].struct_value.fields[DESTINATION_HEADER].string_value = destination
+
+
+# Messages are filled in place: nested constructors would copy every sub-message once more.
 
 
 def route_headers_response(destination: str, extra_headers: Sequence[tuple[str, str]] = ()) -> ProcessingResponse:
     """The request-headers reply that routes: destination header (+ extras such as
     ``Content-Length``), ``clear_route_cache``, and the same destination in ``envoy.lb``."""
-    return ProcessingResponse(
-        request_headers=HeadersResponse(
-            response=CommonResponse(
-                clear_route_cache=True, header_mutation=_route_mutation(destination, extra_headers)
-            )
-        ),
-        dynamic_metadata=_destination_metadata(destination),
-    )
+    reply = ProcessingResponse()
+    _set_route(reply.request_headers.response, destination, extra_headers)
+    _set_metadata(reply, destination)
+    return reply
 
 
 def buffered_route_response(
@@ -80,19 +77,22 @@ def buffered_route_response(
 ) -> ProcessingResponse:
     """BUFFERED mode: the destination rides on the request-body reply (headers are still held by
     Envoy there); the body is replaced only when it was rewritten."""
-    common = CommonResponse(clear_route_cache=True, header_mutation=_route_mutation(destination, extra_headers))
+    reply = ProcessingResponse()
+    common = reply.request_body.response
+    _set_route(common, destination, extra_headers)
     if new_body is not None:
         common.body_mutation.body = new_body
-    return ProcessingResponse(
-        request_body=BodyResponse(response=common), dynamic_metadata=_destination_metadata(destination)
-    )
+    _set_metadata(reply, destination)
+    return reply
 
 
 def streamed_chunk(body: bytes, end_of_stream: bool, *, response: bool = False) -> ProcessingResponse:
     """One ``streamed_response`` body chunk (FULL_DUPLEX_STREAMED), request or response side."""
-    mutation = BodyMutation(streamed_response=StreamedBodyResponse(body=body, end_of_stream=end_of_stream))
-    reply = BodyResponse(response=CommonResponse(body_mutation=mutation))
-    return ProcessingResponse(response_body=reply) if response else ProcessingResponse(request_body=reply)
+    reply = ProcessingResponse()
+    streamed = (reply.response_body if response else reply.request_body).response.body_mutation.streamed_response
+    streamed.body = body
+    streamed.end_of_stream = end_of_stream
+    return reply
 
 
 def body_chunks(body: bytes, end_of_stream: bool = True, *, response: bool = False) -> Iterator[ProcessingResponse]:
@@ -107,18 +107,21 @@ def body_chunks(body: bytes, end_of_stream: bool = True, *, response: bool = Fal
 
 
 def continue_headers(*, response: bool = False) -> ProcessingResponse:
-    reply = HeadersResponse(response=CommonResponse())
-    return ProcessingResponse(response_headers=reply) if response else ProcessingResponse(request_headers=reply)
+    reply = ProcessingResponse()
+    (reply.response_headers if response else reply.request_headers).response.SetInParent()
+    return reply
 
 
 def continue_body(*, response: bool = False) -> ProcessingResponse:
-    reply = BodyResponse(response=CommonResponse())
-    return ProcessingResponse(response_body=reply) if response else ProcessingResponse(request_body=reply)
+    reply = ProcessingResponse()
+    (reply.response_body if response else reply.request_body).response.SetInParent()
+    return reply
 
 
 def continue_trailers(*, response: bool = False) -> ProcessingResponse:
-    reply = TrailersResponse()
-    return ProcessingResponse(response_trailers=reply) if response else ProcessingResponse(request_trailers=reply)
+    reply = ProcessingResponse()
+    (reply.response_trailers if response else reply.request_trailers).SetInParent()
+    return reply
 
 
 def error_response(error: RequestError, *, json_body: bool = False) -> ProcessingResponse:

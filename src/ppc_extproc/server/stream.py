@@ -44,6 +44,9 @@ SUBSET_NAMESPACE = "envoy.lb.subset_hint"
 SUBSET_KEY = "x-gateway-destination-endpoint-subset"
 SERVED_KEY = "x-gateway-destination-endpoint-served"
 _REWRITE_HEADERS = ("x-llm-d-model-name-rewrite", "x-gateway-model-name-rewrite")
+#: Bodies that arrive in several messages are parsed and hashed while they stream in once they
+#: reach this size; smaller ones are parsed whole at the end (cheaper for them).
+STREAMING_THRESHOLD_BYTES = 64 * 1024
 
 
 class BodyMode(enum.IntEnum):
@@ -188,9 +191,6 @@ class ExtProcStream:
         if headers.end_of_stream:
             return self._route_header_only(), False
         self.phase = _Phase.BODY
-        field = self.router.streaming_token_field(self.path)
-        if field is not None:
-            self.prompt = StreamingPrompt(field, self.router.streaming_processor())
         if self._full_duplex:
             return [], False  # held until the body's end of stream
         return [messages.continue_headers()], False
@@ -202,7 +202,7 @@ class ExtProcStream:
     def _route_header_only(self) -> list[ProcessingResponse]:
         self.phase = _Phase.ROUTED
         endpoint = self.router.route_header_only(LLMRequest(self.request_id, "", path=self.path), self._subset())
-        self.metrics.requests.labels("header_only", "200").inc()
+        self.metrics.count_request("header_only", 200)
         destination = destination_host_port(endpoint.id)
         return [messages.route_headers_response(destination, self._id_header())]
 
@@ -229,8 +229,13 @@ class ExtProcStream:
                 f"request body exceeds the limit of {self.options.max_body_bytes} bytes"
             )
         self.body += chunk
-        if self.prompt is not None and chunk:
-            self.prompt.feed(self.body)
+        if not body.end_of_stream and len(self.body) >= STREAMING_THRESHOLD_BYTES:
+            if self.prompt is None:
+                field = self.router.streaming_token_field(self.path)
+                if field is not None:
+                    self.prompt = StreamingPrompt(field, self.router.streaming_processor())
+            if self.prompt is not None:
+                self.prompt.feed(self.body)
         if body.end_of_stream:
             return self._route_body(end_of_stream=True), False
         if self._full_duplex:
@@ -296,9 +301,15 @@ class ExtProcStream:
         decision = self.decision
         assert decision is not None
         elapsed = time.perf_counter() - started
-        stages = {"parse": parse_done - started, **decision.ctx.timings, **decision.timings}
+        timings = decision.timings
+        stages = {
+            "parse": parse_done - started,
+            **decision.ctx.timings,
+            "score": timings["filter"] + timings["score"] + timings["pick"],
+            "pre_request": timings["pre_request"],
+        }
         self.metrics.observe_decision(elapsed, stages)
-        self.metrics.requests.labels("routed", "200").inc()
+        self.metrics.count_request("routed", 200)
         info = self._predicted(decision.ctx, decision.primary.id)
         if info is not None and info.total_blocks:
             self.metrics.match_ratio.observe(info.match_blocks / info.total_blocks)
@@ -323,7 +334,7 @@ class ExtProcStream:
     def _fail(self, error: RequestError) -> list[ProcessingResponse]:
         self.phase = _Phase.DONE
         outcome = "error" if error.status >= 500 and error.dropped_reason is None else "rejected"
-        self.metrics.requests.labels(outcome, str(error.status)).inc()
+        self.metrics.count_request(outcome, error.status)
         level = log.warning if error.status >= 500 else log.info
         level("request_rejected", status=error.status, reason=error.message, path=self.path)
         return [messages.error_response(error, json_body=self.options.json_errors)]

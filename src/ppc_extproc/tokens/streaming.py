@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 from typing import Any
 
 import numpy as np
@@ -40,14 +41,32 @@ _SENTINEL_JSON = orjson.dumps(_SENTINEL)
 _MODEL = re.compile(rb'"model"\s*:\s*("(?:[^"\\]|\\.)*")')
 
 
+_KEY_PATTERNS: dict[str, re.Pattern[bytes]] = {}
+_local = threading.local()
+
+
+def _key_pattern(name: str) -> re.Pattern[bytes]:
+    pattern = _KEY_PATTERNS.get(name)
+    if pattern is None:
+        pattern = _KEY_PATTERNS[name] = re.compile(rb'"' + re.escape(name.encode()) + rb'"\s*:\s*\[')
+    return pattern
+
+
+def _parser() -> simdjson.Parser:
+    """One parser per thread (a parser cannot be shared, and creating one per request costs)."""
+    parser = getattr(_local, "parser", None)
+    if parser is None:
+        parser = _local.parser = simdjson.Parser()
+    return parser
+
+
 class StreamingPrompt:
     """Incremental token extraction for one request body."""
 
     def __init__(self, field: TokenField, producer: tuple[str, TokenProcessor] | None = None) -> None:
         self.field = field
-        self._key = re.compile(rb'"' + re.escape(field.name.encode()) + rb'"\s*:\s*\[')
+        self._key = _key_pattern(field.name)
         self._producer = producer
-        self._parser = simdjson.Parser()
         self._search_from = 0
         self._array_start: int | None = None  # index of the '['
         self._array_end: int | None = None  # index of the ']'
@@ -136,7 +155,7 @@ class StreamingPrompt:
             return
         doc: Any = None
         try:
-            doc = self._parser.parse(b"[" + bytes(segment) + b"]")
+            doc = _parser().parse(b"[" + bytes(segment) + b"]")
             values = np.frombuffer(doc.as_buffer(of_type="u"), dtype=np.uint64)
         except (ValueError, TypeError, RuntimeError):
             self._abandoned = True

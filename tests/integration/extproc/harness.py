@@ -68,7 +68,9 @@ def running_service(tmp_path: Path, config: str | None = None, endpoints: str | 
             raise RuntimeError(f"service did not start: {state.get('error')!r}")
         yield state["service"]
     finally:
-        if "loop" in state and "stop" in state:
+        if "service" in state:
+            state["service"].request_stop()
+        elif "loop" in state and "stop" in state and not state["loop"].is_closed():
             state["loop"].call_soon_threadsafe(state["stop"].set)
         thread.join(30)
         assert not thread.is_alive(), "service thread did not stop"
