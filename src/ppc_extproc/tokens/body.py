@@ -15,7 +15,9 @@ values) falls back to a plain parse whose validation produces the precise error.
 
 from __future__ import annotations
 
+import sys
 import threading
+from array import array
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +32,9 @@ from ppc_extproc.tokens.prompt import MultimodalFeature, TokenizedPrompt
 __all__ = ["ParsedBody", "TokenField", "parse_body", "token_field_for_path"]
 
 _UINT32_MAX = 0xFFFFFFFF
+#: Below this size a plain orjson parse is cheaper than the simdjson path.
+_SMALL_BODY_BYTES = 4096
+_BIG_ENDIAN_HOST = sys.byteorder == "big"
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +163,15 @@ def _fast_parse(body: bytes, field: TokenField | None) -> tuple[dict[str, Any], 
 def _token_list(values: Any, where: str) -> bytes:
     if not isinstance(values, list):
         raise BadRequestError(f"{where}: expected an array of token ids")
+    try:  # the common case in C: ints in [0, 2^32); anything else raises
+        packed = array("I", values)
+    except (TypeError, OverflowError):
+        pass
+    else:
+        if not any(v is True or v is False for v in values):
+            if _BIG_ENDIAN_HOST:  # pragma: no cover
+                packed.byteswap()
+            return packed.tobytes()
     ids = []
     for i, value in enumerate(values):
         if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -180,7 +194,7 @@ def _slow_prompts(obj: dict[str, Any], field: TokenField) -> tuple[bytes, ...] |
         raise BadRequestError(f"{field.name}: unsupported type {type(value).__name__}")
     if not value:
         return (b"",)
-    if all(isinstance(v, str) for v in value):
+    if isinstance(value[0], str) and all(isinstance(v, str) for v in value):
         return None  # a batch of text prompts: no token ids
     if isinstance(value[0], list):
         if not field.batch_allowed:
@@ -243,6 +257,8 @@ def parse_body(path: str, body: bytes, *, model_override: str | None = None) -> 
     field = token_field_for_path(path)
     features: tuple[MultimodalFeature, ...] = ()
     try:
+        if len(body) < _SMALL_BODY_BYTES:
+            raise _SlowPath  # small bodies: orjson + array('I') beat simdjson's fixed costs
         scalars, prompts = _fast_parse(body, field)
     except (_SlowPath, ValueError, TypeError):
         try:
