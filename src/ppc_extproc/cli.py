@@ -173,6 +173,29 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.set_defaults(handler=_serve)
 
 
+def _plugins(args: argparse.Namespace) -> int:
+    from ppc_extproc.plugins.registry import plugin_doc, registered_types
+
+    types = registered_types()
+    if args.type is None:
+        for type_name in types:
+            summary = plugin_doc(type_name).splitlines()[0].removeprefix(f"``{type_name}``: ")
+            print(f"{type_name:32} {summary}")
+        print("\nppc-extproc plugins TYPE shows a type's formula, parameters and a YAML example.")
+        return 0
+    if args.type not in types:
+        print(f"ppc-extproc plugins: unknown type {args.type!r}; supported: {', '.join(types)}", file=sys.stderr)
+        return 2
+    print(plugin_doc(args.type))
+    return 0
+
+
+def _add_plugins(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("plugins", help="list the supported plugin types, or document one")
+    p.add_argument("type", nargs="?", help="a plugin type, e.g. prefix-cache-scorer")
+    p.set_defaults(handler=_plugins)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ppc-extproc",
@@ -184,6 +207,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_serve(sub)
     _add_mock_vllm(sub)
     _add_keys(sub)
+    _add_plugins(sub)
     return parser
 
 

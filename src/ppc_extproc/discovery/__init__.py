@@ -8,6 +8,7 @@ a watched YAML file are built in; a Kubernetes watcher is one more class with th
 from __future__ import annotations
 
 from ppc_extproc.discovery.file import FileDiscovery, parse_endpoints_document
-from ppc_extproc.discovery.static import EndpointNotificationSource, StaticDiscovery
+from ppc_extproc.discovery.notification_source import EndpointNotificationSource
+from ppc_extproc.discovery.static import StaticDiscovery
 
 __all__ = ["EndpointNotificationSource", "FileDiscovery", "StaticDiscovery", "parse_endpoints_document"]

@@ -1,10 +1,23 @@
 """``file-discovery``: endpoints from a YAML file, watched for changes.
 
-    - {name: vllm-0, address: 10.0.0.5, port: 8000}
-    - {name: vllm-1, address: 10.0.0.6, port: "8000", rank: 0, labels: {zone: a}}
+Type        ``file-discovery`` (discovery; reference it from ``dataLayer.discovery.pluginRef``)
+File        a list of ``{name?, address, port, rank?, labels?}`` (``{endpoints: [...]}`` works too;
+            llm-d's ``namespace`` is accepted); ``address`` must be an IP, ``port`` an int or string
+Behaviour   re-read when the file's modification time or size changes; endpoints added, updated
+            (e.g. a new rank) or deleted become events for the producers (KV-event subscribers,
+            index clearing); a broken edit is logged and the previous list stays in force; an
+            unreadable file at startup is an error
+Parameters  ``path`` (required), ``pollInterval`` ["1s"]
 
-(``{endpoints: [...]}`` works too; llm-d's ``namespace`` is accepted.) The file is re-read when its
-modification time or size changes. A broken edit is logged and the previous list stays in force.
+    plugins:
+    - type: file-discovery
+      parameters: {path: /etc/ppc-extproc/endpoints.yaml, pollInterval: 1s}
+    dataLayer:
+      discovery: {pluginRef: file-discovery}
+
+    # endpoints.yaml
+    - {name: vllm-0, address: 10.0.0.5, port: 8000}
+    - {name: vllm-1, address: 10.0.0.6, port: 8000, labels: {zone: a}}
 """
 
 from __future__ import annotations

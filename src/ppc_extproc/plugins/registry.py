@@ -12,6 +12,8 @@ plugin and the key) and gets shared services (clock, in-flight tracker, engine m
 from __future__ import annotations
 
 import importlib
+import inspect
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,7 +26,7 @@ if TYPE_CHECKING:
     from ppc_extproc.enginemetrics import EngineMetricsReader
     from ppc_extproc.scheduling.inflight import InflightTracker
 
-__all__ = ["PluginFactory", "Services", "create_plugin", "register", "registered_types"]
+__all__ = ["PluginFactory", "Services", "create_plugin", "plugin_doc", "register", "registered_types"]
 
 
 @dataclass
@@ -103,6 +105,14 @@ def registered_types() -> list[str]:
     """Every plugin type a configuration may use."""
     _load_builtins()
     return sorted(_REGISTRY)
+
+
+def plugin_doc(type_name: str) -> str:
+    """The documentation of a plugin type: its module's docstring (type, formula, parameters, YAML)."""
+    _load_builtins()
+    cls = _REGISTRY[type_name]
+    module = sys.modules[cls.__module__]
+    return inspect.cleandoc(module.__doc__ or cls.__doc__ or "")
 
 
 def create_plugin(type_name: str, name: str, params: Section, services: Services) -> Any:

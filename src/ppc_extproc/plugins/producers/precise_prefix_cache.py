@@ -1,9 +1,32 @@
 """``precise-prefix-cache-producer``: prefix match per endpoint from the KV-event-fed index.
 
-produce      tokens → request keys → index lookup → ``PrefixCacheMatchInfo`` per candidate
-pre_request  seed speculative entries for the picked endpoint (``speculativeIndexing``)
-extract      endpoint add/update/delete: KV-event subscribers follow the endpoint set; a deleted
-             endpoint's index entries are cleared
+Type        ``precise-prefix-cache-producer`` (producer, with ``pre_request`` and ``extract``)
+produce     tokens → request keys → index lookup → ``PrefixCacheMatchInfo`` for every candidate
+            under ``PrefixCacheMatchInfoDataKey/<name>``: matchBlocks = int(tier-weighted longest
+            consecutive prefix), totalBlocks, blockSizeTokens, cachedBlockCount,
+            cachedBlocksByTier (summed over the prompts of a batched request)
+pre_request seed speculative entries (tier "", weight 1.0) on every key of every prompt for the
+            picked endpoint when ``speculativeIndexing``; they expire after ``speculativeTTL``
+extract     endpoint add/update/delete: KV-event subscribers follow the endpoint set; a deleted
+            endpoint's index entries are cleared
+Parameters  (llm-d's names; defaults in brackets)
+            ``tokenProcessorConfig``: ``blockSizeTokens`` [16; use the engines' --block-size],
+              ``hashSeed`` [""], ``hashAlgorithm`` [xxh64; ``cbor-fnv`` is llm-d's default]
+            ``indexerConfig``: ``kvBlockIndexConfig.inMemoryConfig.size`` [10,000,000 keys],
+              ``podCacheSize`` [10 entries per key], ``kvCacheBackendConfigs`` [gpu 1.0, cpu 0.8]
+            ``kvEventsConfig``: ``zmqEndpoint`` [""; set ⇒ central mode], ``topicFilter`` [kv@],
+              ``engineType`` [vllm|sglang], ``discoverPods`` [true],
+              ``podDiscoveryConfig.socketPort`` [5557], ``replaySocketPort`` [0 = off],
+              ``queueSize`` [10000 messages per source]
+            ``speculativeIndexing`` [false], ``speculativeTTL`` ["2s"]
+
+    plugins:
+    - type: precise-prefix-cache-producer
+      parameters:
+        tokenProcessorConfig: {blockSizeTokens: 64}
+        speculativeIndexing: true
+        kvEventsConfig:
+          podDiscoveryConfig: {socketPort: 5556, replaySocketPort: 5559}
 
 Spec: ``block_keys_and_index.md`` §5.2, §6, §7.1.
 """

@@ -1,8 +1,15 @@
 """``active-request-scorer``: prefer endpoints with fewer requests this service has in flight.
 
-    c ≤ idleThreshold ⇒ 1.0;  else (maxC − c) / maxC × maxBusyScore     (maxC over candidates)
+Type        ``active-request-scorer`` (scorer)
+Formula     c = in-flight requests on the endpoint (routed by this replica, response not finished);
+            c ≤ idleThreshold ⇒ 1.0; else (maxC − c) / maxC × maxBusyScore   (maxC over candidates)
+Inputs      the in-flight tracker (no engine metrics: it reacts within the same millisecond)
+Parameters  ``idleThreshold`` [0], ``maxBusyScore`` [1.0, in [0, 1]],
+            ``inFlightLoadProducerName`` (accepted; in-flight load is tracked by this service)
 
-In-flight counts are tracked by this service between routing and the end of the response.
+    plugins:
+    - type: active-request-scorer
+      parameters: {idleThreshold: 0, maxBusyScore: 1.0}
 """
 
 from __future__ import annotations

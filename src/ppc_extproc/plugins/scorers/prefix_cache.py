@@ -1,12 +1,23 @@
 """``prefix-cache-scorer``: how much of the request an endpoint already caches.
 
-    ratio = matchBlocks / totalBlocks
-    len_s = min(1, matchBlocks × blockSizeTokens / matchLengthScaleTokens) ** 2     (only if w > 0)
-    score = (1 − w) × ratio + w × len_s                                             w = matchLengthWeight
+Type        ``prefix-cache-scorer`` (scorer)
+Formula     ratio = matchBlocks / totalBlocks
+            len_s = min(1, matchBlocks × blockSizeTokens / matchLengthScaleTokens)²   (only if w > 0)
+            score = (1 − w) × ratio + w × len_s                          w = matchLengthWeight
+            No match info (no token ids, no full block) ⇒ 0 for everyone. Absolute, not
+            normalised across endpoints.
+Inputs      ``PrefixCacheMatchInfoDataKey/<producer>``
+Parameters  ``prefixMatchInfoProducerName`` [""]: the producer to read — name your
+            precise-prefix-cache-producer here; empty means the approximate producer, as in llm-d
+            (the loader warns when a precise producer is configured but not named)
+            ``matchLengthWeight`` [0, in [0, 1]], ``matchLengthScaleTokens`` [8192, > 0 when w > 0]
 
-No match info (no token ids, no full block) ⇒ 0 for everyone. The score is absolute, not
-normalised across endpoints. ``prefixMatchInfoProducerName`` names the producer whose match info
-is read; left empty it means the approximate producer, as in llm-d.
+    plugins:
+    - type: prefix-cache-scorer
+      parameters: {prefixMatchInfoProducerName: precise-prefix-cache-producer}
+    schedulingProfiles:
+    - name: default
+      plugins: [{pluginRef: prefix-cache-scorer, weight: 3}]
 """
 
 from __future__ import annotations
