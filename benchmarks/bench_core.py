@@ -16,7 +16,7 @@ from pathlib import Path
 import msgpack
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import header, ms, pin_to_one_core, time_calls  # noqa: E402
+from _common import header, ms, pin_to_one_core, time_calls
 
 from ppc_extproc.blockkeys import TokenProcessor, TokenProcessorConfig, tokens_to_le32
 from ppc_extproc.events.apply import EventApplier

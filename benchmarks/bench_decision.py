@@ -23,7 +23,7 @@ from envoy.config.core.v3.base_pb2 import HeaderMap, HeaderValue
 from envoy.service.ext_proc.v3.external_processor_pb2 import HttpBody, HttpHeaders, ProcessingRequest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import header, percentile  # noqa: E402
+from _common import header, percentile
 
 from ppc_extproc.blockkeys import tokens_to_le32
 from ppc_extproc.config.epp import load_config_text

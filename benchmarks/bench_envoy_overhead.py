@@ -23,9 +23,16 @@ from pathlib import Path
 import yaml
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import header  # noqa: E402
+from _common import header
 
-from ppc_extproc.localcluster import ProcessGroup, find_envoy, free_port, render_envoy_config, wait_for_grpc_health, wait_for_http
+from ppc_extproc.localcluster import (
+    ProcessGroup,
+    find_envoy,
+    free_port,
+    render_envoy_config,
+    wait_for_grpc_health,
+    wait_for_http,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 UPSTREAM_IP = "127.0.0.2"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import NewType
 
-__all__ = ["EndpointId", "EngineKey", "RequestKey", "MASK64", "destination_host_port", "endpoint_id"]
+__all__ = ["MASK64", "EndpointId", "EngineKey", "RequestKey", "destination_host_port", "endpoint_id"]
 
 #: The indexer's own 64-bit key of a block (llm-d's hash chain over request tokens).
 RequestKey = NewType("RequestKey", int)

@@ -7,8 +7,8 @@ import pytest
 import xxhash
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from vectors import load_vectors, token_range
+
 from ppc_extproc.blockkeys import TokenProcessor, TokenProcessorConfig, tokens_to_le32
 from ppc_extproc.blockkeys.hashing import CborFnvHasher, fnv1a64
 

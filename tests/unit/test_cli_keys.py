@@ -1,8 +1,8 @@
 from __future__ import annotations
 
 import pytest
-
 from vectors import load_vectors
+
 from ppc_extproc.cli import main
 
 VECTORS = load_vectors("llmd_hash_vectors.json")["hash_vectors"]

@@ -5,11 +5,12 @@ from __future__ import annotations
 import msgpack
 import msgspec
 import pytest
-
 from vectors import load_vectors
+
 from ppc_extproc.errors import WireError
 from ppc_extproc.events.decode import decode_batch, normalise_hash
 from ppc_extproc.events.wire import AllBlocksCleared, BlockRemoved, BlockStored
+
 
 def norm(events: list) -> list:
     """Events as (wire type, field values): the array-era decoder yields subclasses of the wire types."""

@@ -3,8 +3,8 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from vectors import load_vectors
+
 from ppc_extproc.index import InMemoryIndex, PodEntry
 from ppc_extproc.matchinfo import PrefixCacheMatchInfo, score_prefix_runs
 from ppc_extproc.plugins.scorers.prefix_cache import prefix_score

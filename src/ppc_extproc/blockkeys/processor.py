@@ -50,17 +50,16 @@ class TokenProcessor:
 
     def keys(
         self,
-        tokens: bytes | memoryview | Sequence[int],
+        tokens: bytes | bytearray | memoryview | Sequence[int],
         model: str,
         *,
         parent: int = 0,
         extras: Sequence[BlockExtras] | None = None,
     ) -> list[RequestKey]:
         """Request keys of every full block of ``tokens``; ``parent`` 0 starts from the model's root."""
-        if not isinstance(tokens, (bytes, bytearray, memoryview)):
-            tokens = tokens_to_le32(tokens)
-        n_blocks = len(tokens) // (4 * self.block_size)
+        data = memoryview(tokens) if isinstance(tokens, (bytes, bytearray, memoryview)) else tokens_to_le32(tokens)
+        n_blocks = len(data) // (4 * self.block_size)
         if n_blocks == 0:
             return []
         start = parent if parent else self.root(model)
-        return self._hasher.chain(start, tokens, self.block_size, n_blocks, extras)  # type: ignore[return-value]
+        return self._hasher.chain(start, data, self.block_size, n_blocks, extras)  # type: ignore[return-value]

@@ -137,7 +137,7 @@ class FileDiscovery:
             try:
                 await asyncio.wait_for(stop.wait(), self.poll_interval_seconds)
                 return
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
             try:
                 changed = self.load()

@@ -17,7 +17,7 @@ import structlog
 
 from ppc_extproc.blockkeys import TokenProcessor, parse_raw_extra_keys, realign_extras, tokens_to_le32
 from ppc_extproc.events.stats import IngestStats
-from ppc_extproc.events.wire import AllBlocksCleared, BlockRemoved, BlockStored, EventBatch
+from ppc_extproc.events.wire import BlockRemoved, BlockStored, EventBatch
 from ppc_extproc.ids import EndpointId, EngineKey
 from ppc_extproc.index import EngineScope, InMemoryIndex, PodEntry
 

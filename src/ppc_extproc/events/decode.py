@@ -28,15 +28,15 @@ MAX_PAYLOAD_BYTES = 64 * 1024 * 1024
 # --- fast path: typed msgspec decoding of vLLM batches ---------------------------------------------
 
 
-class _ArrayBlockStored(BlockStored, array_like=True, tag="BlockStored"):
+class _ArrayBlockStored(BlockStored, array_like=True, tag="BlockStored", frozen=True):
     """vLLM ≤ 0.23: positional fields; missing trailing ones take their defaults."""
 
 
-class _ArrayBlockRemoved(BlockRemoved, array_like=True, tag="BlockRemoved"):
+class _ArrayBlockRemoved(BlockRemoved, array_like=True, tag="BlockRemoved", frozen=True):
     pass
 
 
-class _ArrayAllBlocksCleared(AllBlocksCleared, array_like=True, tag="AllBlocksCleared"):
+class _ArrayAllBlocksCleared(AllBlocksCleared, array_like=True, tag="AllBlocksCleared", frozen=True):
     pass
 
 

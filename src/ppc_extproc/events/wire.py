@@ -24,7 +24,7 @@ class _Event(msgspec.Struct, tag=True, tag_field="type", frozen=True, gc=False):
     """Base of the event types; the tag is the class name, as in vLLM."""
 
 
-class BlockStored(_Event):
+class BlockStored(_Event, frozen=True):
     """Blocks became full and cached on the engine."""
 
     #: Engine keys of the new blocks, in order (vLLM 0.9.0).
@@ -53,7 +53,7 @@ class BlockStored(_Event):
     cache_salt: str | None = None
 
 
-class BlockRemoved(_Event):
+class BlockRemoved(_Event, frozen=True):
     """Blocks were evicted from the engine's cache (vLLM 0.9.0)."""
 
     block_hashes: list[Hash]
@@ -63,7 +63,7 @@ class BlockRemoved(_Event):
     group_idx: GroupIndex | None = None
 
 
-class AllBlocksCleared(_Event):
+class AllBlocksCleared(_Event, frozen=True):
     """The engine's prefix cache was reset (vLLM 0.9.0)."""
 
 

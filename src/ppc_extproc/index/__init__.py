@@ -10,7 +10,6 @@ from ppc_extproc.index.entries import (
     PodEntry,
 )
 from ppc_extproc.index.mapping import engine_to_request_mapping
-from ppc_extproc.index.speculative import SpeculativeIndexer
 from ppc_extproc.index.memory import (
     DEFAULT_INDEX_SIZE,
     EngineScope,
@@ -18,6 +17,7 @@ from ppc_extproc.index.memory import (
     InMemoryIndex,
     PrefixRun,
 )
+from ppc_extproc.index.speculative import SpeculativeIndexer
 
 __all__ = [
     "DEFAULT_INDEX_SIZE",
@@ -25,8 +25,8 @@ __all__ = [
     "SPECULATIVE_TIER",
     "EngineScope",
     "EntryRegistry",
-    "IndexStats",
     "InMemoryIndex",
+    "IndexStats",
     "MaskInfo",
     "PodEntry",
     "PrefixRun",

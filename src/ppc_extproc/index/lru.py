@@ -134,6 +134,11 @@ class TwoGenerationLRU(Generic[K, V]):
         yield from list(self._old.items())
         yield from list(self._young.items())
 
+    def values(self) -> Iterator[V]:
+        """Snapshot iteration over the values of both generations."""
+        yield from list(self._old.values())
+        yield from list(self._young.values())
+
     def clear(self) -> None:
         self._young, self._old, self._retired = {}, {}, []
 

@@ -28,13 +28,13 @@ def engine_to_request_mapping(
     last_r = -1
     mapped: list[R] = []
     for i in range(n):
-        e, r = i * n_e // n, i * n_r // n
-        if e != current_e:
+        e_index, r_index = i * n_e // n, i * n_r // n
+        if e_index != current_e:
             if mapped:
                 yield engine_keys[current_e], tuple(mapped)
-            current_e, mapped, last_r = e, [], -1
-        if r != last_r:
-            mapped.append(request_keys[r])
-            last_r = r
+            current_e, mapped, last_r = e_index, [], -1
+        if r_index != last_r:
+            mapped.append(request_keys[r_index])
+            last_r = r_index
     if mapped:
         yield engine_keys[current_e], tuple(mapped)

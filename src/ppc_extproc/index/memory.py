@@ -233,7 +233,7 @@ class InMemoryIndex:
         """Number of request keys each endpoint holds an entry for (a debug view; O(keys))."""
         with self._lock:
             counts: dict[int, int] = {}
-            for _, mask in self._keys.items():
+            for mask in self._keys.values():
                 counts[mask] = counts.get(mask, 0) + 1
             per_endpoint: dict[str, int] = {}
             for mask, n in counts.items():

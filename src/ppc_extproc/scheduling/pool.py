@@ -84,11 +84,11 @@ class EndpointPool:
                 if eid not in new:
                     events.append(EndpointEvent(EndpointEventKind.DELETED, old))
             for eid, endpoint in new.items():
-                old = self._endpoints.get(eid)
-                if old is None:
+                known = self._endpoints.get(eid)
+                if known is None:
                     events.append(EndpointEvent(EndpointEventKind.ADDED, endpoint))
-                elif old != endpoint:
-                    events.append(EndpointEvent(EndpointEventKind.UPDATED, endpoint, old))
+                elif known != endpoint:
+                    events.append(EndpointEvent(EndpointEventKind.UPDATED, endpoint, known))
             self._endpoints = new
             listeners = list(self._listeners)
         self._synced.set()

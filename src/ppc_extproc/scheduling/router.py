@@ -17,8 +17,8 @@ import structlog
 from ppc_extproc.blockkeys import TokenProcessor
 from ppc_extproc.errors import NoEndpointsError
 from ppc_extproc.ids import EndpointId, destination_host_port
-from ppc_extproc.plugins.base import ResponseInfo
 from ppc_extproc.matchinfo import PrefixCacheMatchInfo
+from ppc_extproc.plugins.base import ResponseInfo
 from ppc_extproc.scheduling.inflight import InflightTracker
 from ppc_extproc.scheduling.pool import EndpointPool
 from ppc_extproc.scheduling.profile import ProfileResult, SchedulingProfile

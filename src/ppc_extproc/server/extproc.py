@@ -22,7 +22,7 @@ __all__ = ["ExternalProcessor"]
 log = structlog.get_logger(__name__)
 
 
-class ExternalProcessor(external_processor_pb2_grpc.ExternalProcessorServicer):
+class ExternalProcessor(external_processor_pb2_grpc.ExternalProcessorServicer):  # type: ignore[misc]
     """One ``Process`` call per HTTP request; every call's state dies with the call."""
 
     def __init__(self, router: Router, options: StreamOptions, metrics: Metrics, decisions_kept: int = 256) -> None:
@@ -34,7 +34,7 @@ class ExternalProcessor(external_processor_pb2_grpc.ExternalProcessorServicer):
         #: The most recent routing decisions, newest last (``GET /debug/decisions``).
         self.recent_decisions: deque[dict[str, Any]] = deque(maxlen=decisions_kept)
 
-    async def Process(  # noqa: N802 - gRPC method name
+    async def Process(
         self,
         request_iterator: AsyncIterator[ProcessingRequest],
         context: grpc.aio.ServicerContext[ProcessingRequest, ProcessingResponse],

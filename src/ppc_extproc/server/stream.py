@@ -77,7 +77,7 @@ class _Phase(enum.Enum):
 
 
 def _header_value(header: Any) -> str:
-    return header.raw_value.decode("utf-8", "replace") if header.raw_value else header.value
+    return str(header.raw_value.decode("utf-8", "replace") if header.raw_value else header.value)
 
 
 def _struct_value(struct: Any, namespace: str, key: str) -> Any:

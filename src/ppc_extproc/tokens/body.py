@@ -19,7 +19,7 @@ import sys
 import threading
 from array import array
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import orjson
@@ -148,7 +148,7 @@ def _fast_parse(body: bytes, field: TokenField | None) -> tuple[dict[str, Any], 
                     prompts = (_array_le32(tokens),)
                     brackets = 1
                 # as_buffer flattens nested arrays; a flat array has no '[' beyond the expected ones.
-                if _count_brackets(body, brackets + 1) > brackets and tokens.mini.count(b"[") != brackets:
+                if _count_brackets(body, brackets + 1) > brackets and cast(bytes, tokens.mini).count(b"[") != brackets:
                     raise _SlowPath
             elif tokens is not None and not isinstance(tokens, str):
                 raise _SlowPath
@@ -224,11 +224,13 @@ def _features(obj: dict[str, Any]) -> tuple[MultimodalFeature, ...]:
                 raise BadRequestError(f"features.mm_hashes.{modality}[{i}]: expected a string")
             if not isinstance(span, dict):
                 raise BadRequestError(f"{where}: expected {{offset, length}}")
-            offset, length = span.get("offset"), span.get("length")
-            for name, v in (("offset", offset), ("length", length)):
+            values = {}
+            for name in ("offset", "length"):
+                v = span.get(name)
                 if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                     raise BadRequestError(f"{where}.{name}: expected a non-negative integer")
-            items.append(MultimodalFeature(ident, offset, length))
+                values[name] = v
+            items.append(MultimodalFeature(ident, values["offset"], values["length"]))
     return tuple(sorted(items, key=lambda f: f.offset))
 
 
@@ -266,7 +268,7 @@ def parse_body(path: str, body: bytes, *, model_override: str | None = None) -> 
         except orjson.JSONDecodeError as exc:
             raise BadRequestError(f"error unmarshaling request body: {exc}") from None
         if not isinstance(obj, dict):
-            raise BadRequestError("request body must be a JSON object")
+            raise BadRequestError("request body must be a JSON object") from None
         scalars = {k: obj[k] for k in ("model", "stream", "cache_salt") if k in obj}
         prompts = _slow_prompts(obj, field) if field is not None else None
         if field is not None and field.features:

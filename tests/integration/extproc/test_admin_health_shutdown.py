@@ -18,8 +18,8 @@ import grpc
 import orjson
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-
 from harness import Client, body, headers, running_service, set_headers
+
 from ppc_extproc.blockkeys import tokens_to_le32
 from ppc_extproc.index import PodEntry
 from ppc_extproc.scheduling.pool import parse_endpoint_list

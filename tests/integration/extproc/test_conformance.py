@@ -11,7 +11,6 @@ import grpc
 import orjson
 import pytest
 from envoy.service.ext_proc.v3.external_processor_pb2 import ProcessingRequest
-
 from harness import (
     BUFFERED,
     FULL_DUPLEX,
@@ -27,6 +26,7 @@ from harness import (
     subset_metadata,
     trailers,
 )
+
 from ppc_extproc.blockkeys import tokens_to_le32
 from ppc_extproc.index import PodEntry
 from ppc_extproc.tokens import TokenizedPrompt

@@ -141,9 +141,10 @@ class PrecisePrefixCacheProducer:
         if tokenized is None:
             return
         started = time.perf_counter()
-        keys_per_prompt = ctx.request.precomputed_keys.get(self.name)
-        if keys_per_prompt is None:
-            keys_per_prompt = self.block_keys(tokenized)
+        precomputed = ctx.request.precomputed_keys.get(self.name)
+        keys_per_prompt: list[list[RequestKey]] = (
+            self.block_keys(tokenized) if precomputed is None else precomputed  # type: ignore[assignment]
+        )
         keyed = time.perf_counter()
         ctx.timings["keys"] = ctx.timings.get("keys", 0.0) + keyed - started
         total_blocks = sum(len(k) for k in keys_per_prompt)
@@ -217,7 +218,7 @@ class PrecisePrefixCacheProducer:
             log.info("endpoint_removed", endpoint=endpoint.id)
             return
         if self.transport is not None:
-            if event.kind is EndpointEventKind.UPDATED and event.previous is not None:
-                if event.previous.id != endpoint.id:
-                    self.transport.remove_endpoint(event.previous)
+            previous = event.previous
+            if event.kind is EndpointEventKind.UPDATED and previous is not None and previous.id != endpoint.id:
+                self.transport.remove_endpoint(previous)
             self.transport.add_endpoint(endpoint)
