@@ -105,6 +105,19 @@ def _add_mock_vllm(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     p.set_defaults(handler=mock_cli.main)
 
 
+def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from ppc_extproc.demo import cli as demo_cli
+
+    p = sub.add_parser(
+        "demo",
+        help="compare precise-prefix routing with round-robin on a local cluster (Envoy + mock engines)",
+        description="Start Envoy, mock vLLM engines and the service on loopback, drive a shared-prefix "
+        "multi-turn workload through Envoy under each policy, print a comparison table, stop everything.",
+    )
+    demo_cli.add_arguments(p)
+    p.set_defaults(handler=demo_cli.main)
+
+
 def _serve(args: argparse.Namespace) -> int:
     import asyncio
 
@@ -206,6 +219,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     _add_serve(sub)
     _add_mock_vllm(sub)
+    _add_demo(sub)
     _add_keys(sub)
     _add_plugins(sub)
     return parser

@@ -59,7 +59,7 @@ def patch_service_config(
     if isinstance(out.get("kvEventsConfig"), dict):
         targets.append(out)
     if not targets:
-        log.warning("service_config_without_kv_events", plugin_type=PRECISE_PRODUCER)
+        log.debug("service_config_without_kv_events", plugin_type=PRECISE_PRODUCER)
     for params in targets:
         discovery = params.setdefault("kvEventsConfig", {}).setdefault("podDiscoveryConfig", {})
         discovery["socketPort"] = socket_port

@@ -1,0 +1,173 @@
+"""``ppc-extproc demo``: precise-prefix routing vs round-robin on a local cluster, one command."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import TYPE_CHECKING
+
+from ppc_extproc.workload.policies import ALL_POLICIES
+from ppc_extproc.workload.spec import EngineProfile, WorkloadSpec
+
+if TYPE_CHECKING:
+    from ppc_extproc.demo.run import DemoOptions
+
+__all__ = ["add_arguments", "main", "options_from_args"]
+
+
+def _policies(text: str) -> tuple[str, ...]:
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    unknown = [n for n in names if n not in ALL_POLICIES]
+    if not names or unknown:
+        raise argparse.ArgumentTypeError(
+            f"unknown policy {', '.join(unknown) or '(none)'}; choose from {', '.join(ALL_POLICIES)}"
+        )
+    return names
+
+
+#: Defaults (``run.DemoOptions`` uses them), here so building the CLI parser imports nothing heavy.
+DEFAULT_POLICIES: tuple[str, ...] = ("default", "round-robin")
+DEFAULT_ENGINES = 4
+DEFAULT_RATE_PER_S = 10.0
+DEFAULT_DURATION_S = 40.0
+DEFAULT_DRAIN_S = 30.0
+#: 160 blocks × 64 tokens = 10,240 tokens per engine: fewer than the 8 tenants' contexts (16,384).
+DEFAULT_NUM_BLOCKS = 160
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The ``demo`` flags."""
+    w, e = WorkloadSpec(), EngineProfile()
+    p.add_argument("--engines", type=int, default=DEFAULT_ENGINES, help="mock engines (default %(default)s)")
+    p.add_argument(
+        "--rate",
+        type=float,
+        default=DEFAULT_RATE_PER_S,
+        help="Poisson arrivals per second (default %(default)s)",
+    )
+    p.add_argument(
+        "--duration",
+        type=float,
+        default=DEFAULT_DURATION_S,
+        help="seconds of arrivals per policy (default %(default)s)",
+    )
+    p.add_argument("--seed", type=int, default=w.seed, help="workload seed (default %(default)s)")
+    p.add_argument("--max-requests", type=int, default=None, help="stop the schedule after this many requests")
+    p.add_argument(
+        "--policies", type=_policies, default=DEFAULT_POLICIES,
+        help=f"comma-separated, first is compared with second (default {','.join(DEFAULT_POLICIES)}; "
+        f"choices: {', '.join(ALL_POLICIES)})",
+    )  # fmt: skip
+    p.add_argument("--tenants", type=int, default=w.tenants, help="tenants (default %(default)s)")
+    p.add_argument("--users-per-tenant", type=int, default=w.users_per_tenant, help="(default %(default)s)")
+    p.add_argument(
+        "--context-tokens",
+        type=int,
+        default=w.context_tokens,
+        help="shared context per tenant (default %(default)s)",
+    )
+    p.add_argument("--question-tokens", type=int, default=w.question_tokens, help="(default %(default)s)")
+    p.add_argument(
+        "--output-tokens",
+        type=int,
+        default=w.output_tokens,
+        help="max_tokens per request (default %(default)s)",
+    )
+    p.add_argument(
+        "--turns",
+        type=int,
+        default=w.turns_per_session,
+        help="turns per session (default %(default)s)",
+    )
+    p.add_argument(
+        "--num-blocks",
+        type=int,
+        default=DEFAULT_NUM_BLOCKS,
+        help="KV blocks per engine (default %(default)s)",
+    )
+    p.add_argument(
+        "--block-size",
+        type=int,
+        default=e.block_size,
+        help="tokens per block (default %(default)s)",
+    )
+    p.add_argument("--max-num-seqs", type=int, default=e.max_num_seqs, help="(default %(default)s)")
+    p.add_argument(
+        "--prefill-tokens-per-s",
+        type=float,
+        default=e.prefill_tokens_per_s,
+        help="(default %(default)s)",
+    )
+    p.add_argument(
+        "--decode-ms-per-token",
+        type=float,
+        default=e.decode_ms_per_token,
+        help="(default %(default)s)",
+    )
+    p.add_argument(
+        "--drain",
+        type=float,
+        default=DEFAULT_DRAIN_S,
+        help="seconds after the last arrival before cut-off (default %(default)s)",
+    )
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print the results as JSON on stdout (progress still on stderr)",
+    )
+    p.add_argument(
+        "--keep-logs",
+        action="store_true",
+        help="keep the processes' logs (their directory is logged)",
+    )
+    p.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default="warning")
+
+
+def options_from_args(args: argparse.Namespace) -> DemoOptions:
+    """``DemoOptions`` from the parsed flags (``ValueError`` for inconsistent values)."""
+    from ppc_extproc.demo.run import DemoOptions
+
+    spec = WorkloadSpec(
+        tenants=args.tenants, users_per_tenant=args.users_per_tenant,
+        context_tokens=args.context_tokens, question_tokens=args.question_tokens,
+        output_tokens=args.output_tokens, turns_per_session=args.turns, seed=args.seed,
+    )  # fmt: skip
+    profile = EngineProfile(
+        block_size=args.block_size, num_blocks=args.num_blocks, max_num_seqs=args.max_num_seqs,
+        prefill_tokens_per_s=args.prefill_tokens_per_s, decode_ms_per_token=args.decode_ms_per_token,
+    )  # fmt: skip
+    return DemoOptions(
+        engines=args.engines, rate_per_s=args.rate, duration_s=args.duration, seed=args.seed,
+        policies=args.policies, workload=spec, profile=profile, drain_s=args.drain,
+        max_requests=args.max_requests, keep_logs=args.keep_logs,
+    )  # fmt: skip
+
+
+def main(args: argparse.Namespace) -> int:
+    from ppc_extproc.demo.run import describe, render, run_demo
+    from ppc_extproc.localcluster import LocalClusterError
+    from ppc_extproc.observability.logging import configure_logging
+
+    configure_logging("console", args.log_level)
+    try:
+        options = options_from_args(args)
+        options.profile.check_fits(options.workload)
+    except ValueError as exc:
+        print(f"ppc-extproc demo: {exc}", file=sys.stderr)
+        return 2
+    print(describe(options), file=sys.stderr)
+    try:
+        result = run_demo(options)
+    except KeyboardInterrupt:
+        print("\nppc-extproc demo: interrupted; every process it started was stopped", file=sys.stderr)
+        return 130
+    except LocalClusterError as exc:
+        print(f"ppc-extproc demo: could not start the local cluster: {exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(result.to_json(), indent=2, default=str))
+    else:
+        print()
+        print(render(result))
+    return 0

@@ -1,0 +1,164 @@
+"""The demo run: each policy on a fresh local cluster, the same seeded workload, one table.
+
+Defaults (≈ 2 minutes on 2 cores): 4 mock engines of 160 blocks × 64 tokens (10,240 tokens:
+room for the contexts of 5 of the 8 tenants, minus what running requests pin), a serial prefill
+lane of 3,000 tokens/s, 10 ms decode steps, 8 sequences per engine; 8 tenants × a 2,048-token
+context, 4 users each, 256-token questions, 32-token answers, 3-turn sessions; Poisson arrivals
+at 10 req/s for 40 s per policy. Round-robin spreads every tenant over every engine, so each
+engine's cache churns and most prompts are prefilled in full — the prefill lanes saturate, queues
+and TTFT grow; precise-prefix routing keeps each tenant where its context is cached.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+from ppc_extproc.demo.cli import (
+    DEFAULT_DRAIN_S,
+    DEFAULT_DURATION_S,
+    DEFAULT_ENGINES,
+    DEFAULT_NUM_BLOCKS,
+    DEFAULT_POLICIES,
+    DEFAULT_RATE_PER_S,
+)
+from ppc_extproc.workload import (
+    ClusterPlan,
+    EngineProfile,
+    PolicyRun,
+    ProgressLine,
+    Stage,
+    Workload,
+    WorkloadSpec,
+    arrivals,
+    format_table,
+    policy,
+    run_policy,
+)
+from ppc_extproc.workload.probes import machine_info
+from ppc_extproc.workload.report import Summary
+
+__all__ = ["DEFAULT_POLICIES", "DemoOptions", "DemoResult", "run_demo", "verdict"]
+
+#: Policy name → the name shown in the table.
+_DISPLAY = {"default": "precise-prefix"}
+
+
+@dataclass(frozen=True, slots=True)
+class DemoOptions:
+    engines: int = DEFAULT_ENGINES
+    rate_per_s: float = DEFAULT_RATE_PER_S
+    duration_s: float = DEFAULT_DURATION_S
+    seed: int = 0
+    policies: tuple[str, ...] = DEFAULT_POLICIES
+    workload: WorkloadSpec = field(default_factory=WorkloadSpec)
+    profile: EngineProfile = field(default_factory=lambda: EngineProfile(num_blocks=DEFAULT_NUM_BLOCKS))
+    #: Seconds after the last arrival before open requests are cut off (counted "unfinished").
+    drain_s: float = DEFAULT_DRAIN_S
+    max_requests: int | None = None
+    keep_logs: bool = False
+
+
+@dataclass(slots=True)
+class DemoResult:
+    options: DemoOptions
+    runs: list[PolicyRun]
+    machine: dict[str, str | int]
+
+    @property
+    def summaries(self) -> list[Summary]:
+        return [r.summary for r in self.runs]
+
+    def to_json(self) -> dict[str, Any]:
+        o = self.options
+        return {
+            "machine": self.machine,
+            "options": {
+                "engines": o.engines, "rate_per_s": o.rate_per_s, "duration_s": o.duration_s,
+                "seed": o.seed, "policies": list(o.policies), "drain_s": o.drain_s,
+                "workload": dataclasses.asdict(o.workload), "engine": dataclasses.asdict(o.profile),
+            },
+            "results": [_run_json(r) for r in self.runs],
+        }  # fmt: skip
+
+
+def _nan_none(v: Any) -> Any:
+    return None if isinstance(v, float) and math.isnan(v) else v
+
+
+def _run_json(run: PolicyRun) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "policy": run.policy.name,
+        "description": run.policy.description,
+        "summary": {k: _nan_none(v) for k, v in run.summary.as_dict().items()},
+        "loop_lag_p99_s": _nan_none(run.result.loop_lag_p99_s),
+        "send_lag_p99_s": _nan_none(run.result.send_lag_p99_s),
+    }
+    if run.cpu is not None:
+        out["cpu"] = dataclasses.asdict(run.cpu)
+    if run.decisions is not None:
+        out["decisions"] = {k: _nan_none(v) for k, v in dataclasses.asdict(run.decisions).items()}
+    return out
+
+
+def verdict(summaries: Sequence[Summary]) -> str:
+    """One honest sentence comparing the first policy with the second."""
+    if len(summaries) < 2:
+        return ""
+    a, b = summaries[0], summaries[1]
+
+    def ratio(x: float, y: float) -> str:
+        return "n/a" if math.isnan(x) or math.isnan(y) or y == 0 else f"{x / y:.1f}x"
+
+    return (
+        f"{a.policy} vs {b.policy}: hit rate {100 * a.hit_rate:.0f}% vs {100 * b.hit_rate:.0f}%, "
+        f"TTFT p90 {ratio(b.ttft_p90_s, a.ttft_p90_s)} lower, "
+        f"throughput {ratio(a.output_tokens_per_s, b.output_tokens_per_s)}."
+    )
+
+
+def describe(options: DemoOptions) -> str:
+    w, p = options.workload, options.profile
+    return (
+        f"{options.engines} mock engines: {p.num_blocks} blocks x {p.block_size} tokens of KV cache, "
+        f"prefill {p.prefill_tokens_per_s:,.0f} tok/s, decode {p.decode_ms_per_token:g} ms/token, "
+        f"max {p.max_num_seqs} seqs\n"
+        f"workload: {w.tenants} tenants x {w.context_tokens}-token context, {w.users_per_tenant} users "
+        f"each, {w.question_tokens}-token questions, {w.output_tokens}-token answers, "
+        f"{w.turns_per_session}-turn sessions (working set {w.working_set_tokens:,} tokens; "
+        f"cluster cache {options.engines * p.capacity_tokens:,})\n"
+        f"arrivals: Poisson {options.rate_per_s:g} req/s for {options.duration_s:g} s per policy, "
+        f"seed {options.seed}"
+    )
+
+
+def run_demo(options: DemoOptions, stream: TextIO | None = None) -> DemoResult:
+    """Run every policy of ``options`` in turn; progress and notes go to ``stream`` (stderr)."""
+    err = stream if stream is not None else sys.stderr
+    spec = dataclasses.replace(options.workload, seed=options.seed)
+    stages = [Stage(options.rate_per_s, options.duration_s)]
+    schedule = arrivals(spec, stages, options.max_requests)
+    plan = ClusterPlan(engines=options.engines, profile=options.profile, keep_logs=options.keep_logs)
+    runs: list[PolicyRun] = []
+    for name in options.policies:
+        chosen = policy(name, block_size=options.profile.block_size)
+        chosen = dataclasses.replace(chosen, name=_DISPLAY.get(name, name))
+        progress = ProgressLine(chosen.name, err)
+        try:
+            run = run_policy(
+                chosen, Workload(spec), schedule, stages, plan,
+                drain_s=options.drain_s, on_progress=progress,
+            )  # fmt: skip
+        finally:
+            progress.close()
+        runs.append(run)
+    return DemoResult(options, runs, machine_info())
+
+
+def render(result: DemoResult) -> str:
+    """The table and the one-line verdict."""
+    return format_table(result.summaries) + "\n\n" + verdict(result.summaries)

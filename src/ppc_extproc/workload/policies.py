@@ -1,0 +1,150 @@
+"""Routing policies as service configurations (EndpointPickerConfig mappings).
+
+Names used by the demo and the routing benchmark:
+
+================  =============================================================================
+random            ``random-picker`` only
+round-robin       ``round-robin-picker`` only
+load-only         queue-scorer 2 + kv-cache-utilization-scorer 2, max-score-picker
+approximate       approx-prefix-cache-producer + prefix-cache-scorer 3 + kv-util 2 + queue 2
+precise           precise producer (speculative off) + prefix-cache-scorer, max-score-picker
+precise+spec      the same with ``speculativeIndexing: true``
+precise+load      precise + speculative, prefix 3 + kv-util 2 + queue 2 (llm-d's guide weights)
+default           the service's embedded default config (precise + speculative, prefix 3 +
+                  active-request 2)
+oracle            no service: the client asks every engine's ``/mock/match`` and sends the
+                  request straight to the engine holding the most of it (ties: least loaded)
+================  =============================================================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["ALL_POLICIES", "BENCHMARK_POLICIES", "Policy", "policy"]
+
+_PRECISE = "precise-prefix-cache-producer"
+_APPROX = "approx-prefix-cache-producer"
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    name: str
+    description: str
+    #: The service config; None for the client-side oracle (no service in the path).
+    service_config: Mapping[str, Any] | None
+
+    @property
+    def oracle(self) -> bool:
+        return self.service_config is None
+
+
+def _config(plugins: Sequence[Mapping[str, Any]], profile: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    return {
+        "apiVersion": "llm-d.ai/v1alpha1",
+        "kind": "EndpointPickerConfig",
+        "plugins": [dict(p) for p in plugins],
+        "schedulingProfiles": [{"name": "default", "plugins": [dict(p) for p in profile]}],
+    }
+
+
+def _picker_only(picker: str) -> dict[str, Any]:
+    return _config([{"type": picker}], [{"pluginRef": picker}])
+
+
+def _precise(*, speculative: bool, load: bool) -> dict[str, Any]:
+    plugins: list[dict[str, Any]] = [
+        {
+            "type": _PRECISE,
+            "parameters": {"speculativeIndexing": speculative, "speculativeTTL": "2s"},
+        },
+        {"type": "prefix-cache-scorer", "parameters": {"prefixMatchInfoProducerName": _PRECISE}},
+    ]
+    profile: list[dict[str, Any]] = [{"pluginRef": "prefix-cache-scorer", "weight": 3}]
+    if load:
+        plugins += [{"type": "kv-cache-utilization-scorer"}, {"type": "queue-scorer"}]
+        profile += [
+            {"pluginRef": "kv-cache-utilization-scorer", "weight": 2},
+            {"pluginRef": "queue-scorer", "weight": 2},
+        ]
+    plugins.append({"type": "max-score-picker"})
+    profile.append({"pluginRef": "max-score-picker"})
+    return _config(plugins, profile)
+
+
+def _load_only() -> dict[str, Any]:
+    return _config(
+        [
+            {"type": "kv-cache-utilization-scorer"},
+            {"type": "queue-scorer"},
+            {"type": "max-score-picker"},
+        ],
+        [
+            {"pluginRef": "kv-cache-utilization-scorer", "weight": 2},
+            {"pluginRef": "queue-scorer", "weight": 2},
+            {"pluginRef": "max-score-picker"},
+        ],
+    )
+
+
+def _approximate(block_size: int) -> dict[str, Any]:
+    return _config(
+        [
+            {"type": _APPROX, "parameters": {"blockSizeTokens": max(64, block_size)}},
+            {"type": "prefix-cache-scorer", "parameters": {"prefixMatchInfoProducerName": _APPROX}},
+            {"type": "kv-cache-utilization-scorer"},
+            {"type": "queue-scorer"},
+            {"type": "max-score-picker"},
+        ],
+        [
+            {"pluginRef": "prefix-cache-scorer", "weight": 3},
+            {"pluginRef": "kv-cache-utilization-scorer", "weight": 2},
+            {"pluginRef": "queue-scorer", "weight": 2},
+            {"pluginRef": "max-score-picker"},
+        ],
+    )
+
+
+def _service_default(block_size: int) -> dict[str, Any]:
+    from ppc_extproc.localcluster.service_config import default_service_config
+
+    return default_service_config(block_size=block_size)
+
+
+_DESCRIPTIONS = {
+    "random": "random-picker",
+    "round-robin": "round-robin-picker",
+    "load-only": "queue 2 + kv-util 2",
+    "approximate": "approx producer: prefix 3 + kv-util 2 + queue 2",
+    "precise": "precise producer: prefix only, no speculation",
+    "precise+spec": "precise producer + speculative indexing: prefix only",
+    "precise+load": "precise + speculative: prefix 3 + kv-util 2 + queue 2",
+    "default": "service default: precise + speculative, prefix 3 + active-request 2",
+    "oracle": "client reads every engine's cache (/mock/match), most cached wins, ties least loaded",
+}
+ALL_POLICIES: tuple[str, ...] = tuple(_DESCRIPTIONS)
+#: The routing benchmark's default line-up (issue #6).
+BENCHMARK_POLICIES: tuple[str, ...] = (
+    "random", "round-robin", "load-only", "approximate", "precise", "precise+spec", "precise+load",
+    "oracle",
+)  # fmt: skip
+
+
+def policy(name: str, *, block_size: int = 64) -> Policy:
+    """The policy called ``name`` (one of :data:`ALL_POLICIES`)."""
+    configs: dict[str, Any] = {
+        "random": lambda: _picker_only("random-picker"),
+        "round-robin": lambda: _picker_only("round-robin-picker"),
+        "load-only": _load_only,
+        "approximate": lambda: _approximate(block_size),
+        "precise": lambda: _precise(speculative=False, load=False),
+        "precise+spec": lambda: _precise(speculative=True, load=False),
+        "precise+load": lambda: _precise(speculative=True, load=True),
+        "default": lambda: _service_default(block_size),
+        "oracle": lambda: None,
+    }
+    if name not in configs:
+        raise ValueError(f"unknown policy {name!r}; choose from {', '.join(ALL_POLICIES)}")
+    return Policy(name, _DESCRIPTIONS[name], configs[name]())
