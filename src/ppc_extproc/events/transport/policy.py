@@ -1,0 +1,54 @@
+"""Tunables of the ZMQ transport: replay limits (llm-d's values) and socket/loop settings."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = ["ReplayPolicy", "TransportTuning"]
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayPolicy:
+    """Bounds of replay requests. Defaults are llm-d's (``pkg/kvevents/zmq_subscriber.go``)."""
+
+    #: An attempt fails when no reply message arrives for this long.
+    idle_timeout_seconds: float = 2.0
+    #: A replay (all attempts) fails after this long.
+    total_timeout_seconds: float = 120.0
+    #: Attempts in a row without a single reply before the replay fails.
+    max_attempts: int = 3
+    #: After a failed replay, gaps of that source are only counted for this long.
+    cooldown_seconds: float = 30.0
+    #: Replays running at once across all sources; more wait (their live messages are held).
+    max_concurrent: int = 8
+    #: Replay from 0 as soon as a subscriber first connects (llm-d does), not only mid-stream.
+    replay_on_connect: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class TransportTuning:
+    """Socket and loop settings of the ingestion thread."""
+
+    replay: ReplayPolicy = field(default_factory=ReplayPolicy)
+    #: Messages read from one readable socket before polling again (fairness between sources).
+    drain_budget: int = 128
+    #: Longest poll wait; also the resolution of replay timers and reconnect retries.
+    poll_interval_seconds: float = 0.05
+    #: After a round in which fewer than ``coalesce_below`` sockets had input, pause this long
+    #: so the next round serves several messages per wake-up (adds at most this much latency).
+    coalesce_seconds: float = 0.0005
+    coalesce_below: int = 4
+    #: ZMQ reconnect interval of SUB sockets, doubling up to the maximum (llm-d: 5 s).
+    reconnect_interval_seconds: float = 0.1
+    reconnect_interval_max_seconds: float = 5.0
+    #: ZMTP heartbeats: a silent dead peer is noticed (and reconnected) after the timeout.
+    heartbeat_interval_seconds: float = 5.0
+    heartbeat_timeout_seconds: float = 15.0
+    #: Receive high-water mark of replay DEALER sockets (vLLM 0.33's ROUTER: 2 × (buffer + 1)).
+    replay_hwm: int = 100_000
+    #: Frames above this size make libzmq drop the connection (the decoder refuses 64 MiB anyway).
+    max_frame_bytes: int = 64 * 1024 * 1024 + 4096
+    #: Distinct topics accepted in central mode; more are dropped and counted.
+    max_central_sources: int = 4096
+    #: A repeated warning (same event and endpoint) is logged at most once per interval.
+    log_interval_seconds: float = 10.0

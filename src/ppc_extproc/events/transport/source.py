@@ -1,0 +1,77 @@
+"""One event source: a publisher's sockets, sequence position and the messages held for it.
+
+A source is one endpoint's publisher (per-endpoint mode) or one topic pod id (central mode). It is
+owned by the ingestion thread; other threads only read its ``state`` (an ``IngestStats`` entry).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from ppc_extproc.events.stats import SourceState
+
+if TYPE_CHECKING:
+    import zmq
+
+    from ppc_extproc.events.transport.replay import ReplaySession
+
+__all__ = ["Held", "ReplayKind", "Source"]
+
+#: A live message held while its source replays: (topic, seq, payload).
+Held = tuple[bytes, int, bytes]
+
+
+class ReplayKind(enum.Enum):
+    """Why a replay was requested."""
+
+    #: From 0: first contact, engine restart, or a resync that could not be verified.
+    FULL = "full"
+    #: From ``last + 1``: messages were lost (HWM, a full queue).
+    GAP = "gap"
+    #: From ``last`` after a reconnect: is it the same publisher (same payload at ``last``)?
+    VERIFY = "verify"
+
+
+@dataclass(slots=True, eq=False)
+class Source:
+    """Mutable state of one source, touched by the ingestion thread only."""
+
+    #: Index id of the events: the endpoint's ``ip:port`` (or the topic pod id in central mode).
+    endpoint: str
+    state: SourceState
+    #: PUB address the SUB connects to ("" in central mode).
+    address: str = ""
+    #: Replay ROUTER address ("" ⇒ no replay for this source).
+    replay_address: str = ""
+    sub: zmq.Socket[bytes] | None = None
+    monitor: zmq.Socket[bytes] | None = None
+    #: Last topic frame seen (None: none yet), the model parsed from it, and whether it parsed.
+    topic: bytes | None = None
+    model: str = ""
+    topic_ok: bool = True
+    #: Last applied sequence number (None: nothing applied since start, clear or restart).
+    last_seq: int | None = None
+    #: Payload of ``last_seq``: compared with the replayed one to tell a restarted publisher.
+    last_payload: bytes = b""
+    #: Highest seq a replay applied; live copies up to it may still be in flight on the SUB
+    #: (the two channels are not ordered) and are duplicates, not a restart. -1: none pending.
+    replayed_to: int = -1
+    #: Seq of the message whose gap was last counted (so a failed replay does not count twice).
+    gap_counted_at: int = -1
+    #: Live messages held while a replay runs (bounded by the queue size).
+    held: deque[Held] = field(default_factory=deque)
+    #: Held messages were dropped because ``held`` was full: resync when the replay ends.
+    overflowed: bool = False
+    replay: ReplaySession | None = None
+    #: Gaps are only counted (no replay) until this monotonic time, after a failed replay.
+    cooldown_until: float = 0.0
+    #: The SUB connected at least once (a later handshake is a reconnect).
+    connected_once: bool = False
+    #: Reconnected without replay: the next message must be ``last + 1`` or the engine restarted.
+    reconnected: bool = False
+    #: Socket (re)creation failed: retry at this monotonic time with ``backoff`` seconds.
+    retry_at: float = 0.0
+    backoff: float = 0.0

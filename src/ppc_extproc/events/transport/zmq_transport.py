@@ -1,0 +1,337 @@
+"""``ZmqTransport``: ZMQ subscribers feeding the applier on one background ingestion thread.
+
+Threading: the thread owns every socket, the applier and the sources; other threads talk to it
+through a command queue plus an inproc PAIR wake-up (``add_endpoint``, ``remove_endpoint``,
+``wait_idle``, ``stop``). The request path never waits on it: it only reads the (thread-safe)
+index. Each round waits on the sockets' notification descriptors (``Reactor``), drains each
+socket with input for at most ``drain_budget`` messages (one busy publisher cannot starve the
+others), and timers (replay deadlines, socket retries) run every poll interval. Events of one
+source are decoded and applied in sequence order, inline: a second queue and thread would only
+add hand-offs under the GIL. Queues are bounded by the SUB receive high-water mark per
+connection (``queue_size``; overflow shows up as a sequence gap) and, during a replay, by the
+hold of that source (``queue_size``; overflow ⇒ resync by replay).
+
+Modes: central (``zmq_endpoint`` set: one bound SUB, the source is the topic's pod id) and
+per-endpoint (``discover_pods``: one SUB per endpoint at ``socket_port + rank``, the source is the
+endpoint's ``ip:port``, replay at ``replay_socket_port + rank``). Each per-endpoint SUB has a
+connection monitor: a reconnect makes the next message prove continuity (``Ingestor``).
+Spec: ``kv_events_wire.md`` §1, §6; ``block_keys_and_index.md`` §3.6–§3.7.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import queue
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import structlog
+import zmq
+
+from ppc_extproc.events.apply import EventApplier
+from ppc_extproc.events.config import KVEventsConfig
+from ppc_extproc.events.stats import IngestStats, SourceState
+from ppc_extproc.events.transport.ingest import Ingestor
+from ppc_extproc.events.transport.policy import TransportTuning
+from ppc_extproc.events.transport.ratelimit import RateLimitedLog
+from ppc_extproc.events.transport.reactor import Reactor
+from ppc_extproc.events.transport.replay import ReplayManager
+from ppc_extproc.events.transport.sockets import close_socket
+from ppc_extproc.events.transport.subscribers import UNATTRIBUTED, Subscribers
+
+if TYPE_CHECKING:
+    from ppc_extproc.scheduling.types import Endpoint
+
+__all__ = ["ZmqTransport"]
+
+log = structlog.get_logger(__name__)
+_wake_ids = itertools.count()
+
+
+@dataclass(frozen=True, slots=True)
+class _Command:
+    kind: str  # "add" | "remove" | "barrier"
+    endpoint: Endpoint | None = None
+    done: Future[None] | None = None
+    idle: threading.Event | None = None
+
+
+class ZmqTransport:
+    """Subscribes to engines' KV events over ZMQ; see the module docstring."""
+
+    def __init__(
+        self,
+        config: KVEventsConfig,
+        applier: EventApplier,
+        stats: IngestStats,
+        tuning: TransportTuning | None = None,
+    ) -> None:
+        self.config = config
+        self.applier = applier
+        self.stats = stats
+        self.tuning = tuning or TransportTuning()
+        self.central = bool(config.zmq_endpoint)
+        self._commands: queue.SimpleQueue[_Command] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._context: zmq.Context[zmq.Socket[bytes]] | None = None
+        self._wake_tx: zmq.Socket[bytes] | None = None
+        self._wake_rx: zmq.Socket[bytes] | None = None
+        self._wake_lock = threading.Lock()
+        self._stopping = threading.Event()
+        #: Set (under ``_wake_lock``) when the thread has finished: commands then run inline.
+        self._closed = False
+        # Everything below belongs to the ingestion thread.
+        self._warn = RateLimitedLog(log, self.tuning.log_interval_seconds)
+        self._ingest = Ingestor(
+            applier,
+            stats,
+            engine_type=config.engine_type,
+            queue_size=config.queue_size,
+            warn=self._warn,
+        )
+        self._reactor = Reactor()
+        self._subscribers: Subscribers | None = None
+        self._barriers: list[threading.Event] = []
+
+    # --- public API (any thread) ---------------------------------------------------------------
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def start(self) -> None:
+        """Start the ingestion thread (idempotent)."""
+        if self._thread is not None:
+            return
+        self._context = zmq.Context()
+        address = f"inproc://ppc-kv-wake-{next(_wake_ids)}"
+        self._wake_rx = self._context.socket(zmq.PAIR)
+        self._wake_rx.bind(address)
+        self._wake_tx = self._context.socket(zmq.PAIR)
+        self._wake_tx.connect(address)
+        self._thread = threading.Thread(target=self._run, name="kv-events-ingest", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop the thread within ``timeout`` seconds; every socket is closed with linger 0."""
+        if self._thread is None or self._stopping.is_set():
+            return
+        self._stopping.set()
+        with self._wake_lock:
+            if self._wake_tx is not None:
+                try:
+                    self._wake_tx.send(b"", zmq.NOBLOCK)
+                except zmq.ZMQError:
+                    pass
+                self._wake_tx.close(0)
+                self._wake_tx = None
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            log.warning("kv_transport_stop_timeout", timeout_seconds=timeout)
+
+    def add_endpoint(self, endpoint: Endpoint) -> Future[None]:
+        """Ensure a subscriber for ``endpoint`` (idempotent; a changed address re-creates it)."""
+        return self._submit("add", endpoint)
+
+    def remove_endpoint(self, endpoint: Endpoint) -> Future[None]:
+        """Close ``endpoint``'s subscriber, discard what is queued for it, then forget its index
+        entries — in that order, on the ingestion thread (directly once it has stopped)."""
+        return self._submit("remove", endpoint)
+
+    def wait_idle(self, timeout: float = 5.0) -> bool:
+        """Wait until the thread has handled every earlier command, no replay runs or waits, and a
+        poll found nothing to read. False on timeout or when the thread is not running."""
+        if not self.running:
+            return False
+        idle = threading.Event()
+        self._commands.put(_Command("barrier", idle=idle))
+        self._wake()
+        return idle.wait(timeout) and not self._stopping.is_set()
+
+    def sources(self) -> list[SourceState]:
+        """A snapshot of every source's state (for the debug API)."""
+        return [copy.copy(state) for state in list(self.stats.sources.values())]
+
+    def diagnostics(self) -> dict[str, object]:
+        """Loop facts for the debug API and benchmarks: thread id, rounds run, sockets polled."""
+        thread = self._thread
+        return {
+            "running": self.running,
+            "thread_id": thread.native_id if thread is not None else None,
+            "rounds": self._reactor.rounds,
+            "sockets": len(self._reactor),
+        }
+
+    def _submit(self, kind: str, endpoint: Endpoint) -> Future[None]:
+        done: Future[None] = Future()
+        command = _Command(kind, endpoint, done)
+        with self._wake_lock:
+            if self._closed:
+                self._run_closed(command)
+                return done
+            self._commands.put(command)
+            if self._wake_tx is not None:
+                try:
+                    self._wake_tx.send(b"", zmq.NOBLOCK)
+                except zmq.Again:
+                    pass  # a wake-up is already pending
+        return done
+
+    def _run_closed(self, command: _Command) -> None:
+        """A command after the thread finished (caller holds ``_wake_lock``): a removal still
+        forgets the endpoint; an addition has nothing to subscribe with."""
+        assert command.done is not None and command.endpoint is not None
+        if command.kind == "remove":
+            self.applier.forget_endpoint(command.endpoint.id)
+            self.stats.forget(command.endpoint.id)
+            command.done.set_result(None)
+        else:
+            command.done.cancel()
+
+    def _wake(self) -> None:
+        with self._wake_lock:
+            if self._wake_tx is not None:
+                try:
+                    self._wake_tx.send(b"", zmq.NOBLOCK)
+                except zmq.Again:
+                    pass  # a wake-up is already pending
+
+    # --- the ingestion thread ------------------------------------------------------------------
+
+    def _run(self) -> None:
+        assert self._context is not None and self._wake_rx is not None
+        replay_port = self.config.pod_discovery.replay_socket_port
+        if not self.central and replay_port > 0:
+            self._ingest.replays = ReplayManager(
+                self._context,
+                self._reactor,
+                self._ingest,
+                self.stats,
+                self.tuning.replay,
+                hwm=self.tuning.replay_hwm,
+                budget=self.tuning.drain_budget,
+            )
+        self._subscribers = Subscribers(
+            self._context,
+            self._reactor,
+            self._ingest,
+            self.config,
+            self.stats,
+            self.tuning,
+            self._warn,
+        )
+        if self.central:
+            self._subscribers.open_central()
+        self._reactor.add(self._wake_rx, self._on_wake)
+        log.info(
+            "kv_transport_started",
+            mode="central" if self.central else "per_endpoint",
+            endpoint=self.config.zmq_endpoint or None,
+            socket_port=None if self.central else self.config.pod_discovery.socket_port,
+            replay_socket_port=replay_port or None,
+        )
+        try:
+            self._loop()
+        finally:
+            self._teardown()
+
+    def _loop(self) -> None:
+        interval = self.tuning.poll_interval_seconds
+        coalesce = self.tuning.coalesce_seconds
+        coalesce_below = self.tuning.coalesce_below if coalesce > 0 else 0
+        next_tick = 0.0
+        self._on_wake()
+        while not self._stopping.is_set():
+            try:
+                active = self._reactor.run_once(0.01 if self._barriers else interval)
+                if 0 < active < coalesce_below:
+                    # Few sources had input: let more arrive before the next round, so each
+                    # wake-up (select, ZMQ_EVENTS, one failed recv) serves several messages.
+                    time.sleep(coalesce)
+                now = time.monotonic()
+                if now >= next_tick:
+                    next_tick = now + interval
+                    self._tick(now)
+                if self._barriers and not active and not self._busy():
+                    for idle in self._barriers:
+                        idle.set()
+                    self._barriers.clear()
+            except Exception:  # the loop boundary: log, count, continue
+                self.stats.count(UNATTRIBUTED, "internal_errors")
+                log.exception("kv_ingest_loop_error")
+                self._stopping.wait(0.05)
+
+    def _busy(self) -> bool:
+        replays = self._ingest.replays
+        subscribers = self._subscribers
+        return (replays is not None and replays.busy) or (subscribers is not None and subscribers.busy())
+
+    def _tick(self, now: float) -> None:
+        if self._ingest.replays is not None:
+            self._ingest.replays.tick(now)
+        if self._subscribers is not None:
+            self._subscribers.tick(now)
+
+    def _on_wake(self) -> bool:
+        assert self._wake_rx is not None
+        while True:
+            try:
+                self._wake_rx.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                break
+        while True:
+            try:
+                command = self._commands.get_nowait()
+            except queue.Empty:
+                return False
+            try:
+                if command.kind == "barrier":
+                    assert command.idle is not None
+                    self._barriers.append(command.idle)
+                    continue
+                assert command.endpoint is not None and self._subscribers is not None
+                if command.kind == "add":
+                    self._subscribers.add(command.endpoint)
+                else:
+                    self._subscribers.remove(command.endpoint)
+            except Exception as exc:
+                self.stats.count(UNATTRIBUTED, "internal_errors")
+                log.exception("kv_transport_command_failed", command=command.kind)
+                if command.done is not None:
+                    command.done.set_exception(exc)
+                continue
+            if command.done is not None:
+                command.done.set_result(None)
+
+    def _teardown(self) -> None:
+        if self._ingest.replays is not None:
+            self._ingest.replays.close_all()
+        if self._subscribers is not None:
+            self._subscribers.close_all()
+        if self._wake_rx is not None:
+            self._reactor.remove(self._wake_rx)
+        self._reactor.close()
+        close_socket(self._wake_rx)
+        for idle in self._barriers:
+            idle.set()
+        with self._wake_lock:
+            self._closed = True
+            while True:
+                try:
+                    command = self._commands.get_nowait()
+                except queue.Empty:
+                    break
+                if command.idle is not None:
+                    command.idle.set()
+                else:
+                    self._run_closed(command)
+            if self._wake_tx is not None:
+                self._wake_tx.close(0)
+                self._wake_tx = None
+        if self._context is not None:
+            self._context.destroy(linger=0)
+        log.info("kv_transport_stopped")

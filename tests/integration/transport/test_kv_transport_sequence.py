@@ -1,0 +1,159 @@
+"""Ordering and sequence tracking without replay: interleaved endpoints, gaps, engine restarts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import zmq
+from kv_transport_helpers import Publisher, bad_frames, holds, wait_until
+from kv_transport_wire import chain
+
+from ppc_extproc.events.apply import EventApplier
+
+
+def test_interleaved_endpoints_are_each_applied_in_order(
+    zctx: zmq.Context[Any], applier: EventApplier, make_transport: Any
+) -> None:
+    """Each batch's parent is the previous batch's last block: one batch applied out of order
+    would drop every later block of that endpoint (unknown parent)."""
+    first = Publisher(zctx, "127.0.1.1")
+    pubs = [first] + [Publisher(zctx, f"127.0.1.{i}", first.port) for i in range(2, 6)]
+    transport = make_transport(socket_port=first.port)
+    for pub in pubs:
+        transport.add_endpoint(pub.endpoint)
+    for pub in pubs:
+        pub.wait_subscribed()
+    n_batches, per_batch = 150, 3
+    tokens: dict[str, list[int]] = {pub.endpoint_id: [] for pub in pubs}
+    parents: dict[str, int | None] = {pub.endpoint_id: None for pub in pubs}
+    for i in range(n_batches):
+        for k, pub in enumerate(pubs):
+            first_hash = (k + 1) << 32 | i * per_batch
+            payload, toks = chain(first_hash, per_batch, 1 + len(tokens[pub.endpoint_id]), parents[pub.endpoint_id])
+            pub.send(payload)
+            tokens[pub.endpoint_id] += toks
+            parents[pub.endpoint_id] = first_hash + per_batch - 1
+    for pub in pubs:
+        wait_until(
+            lambda: holds(applier, pub.endpoint_id, tokens[pub.endpoint_id]) == n_batches * per_batch,
+            what=f"all blocks of {pub.endpoint_id}",
+        )
+        assert applier.stats.dropped.get((pub.endpoint_id, "unknown_parent"), 0) == 0
+        assert applier.stats.transport[(pub.endpoint_id, "gaps")] == 0
+    assert {s.endpoint: s.last_seq for s in transport.sources()} == {pub.endpoint_id: n_batches - 1 for pub in pubs}
+    for pub in pubs:
+        pub.close()
+
+
+def test_gap_without_replay_is_counted_and_the_stream_continues(
+    zctx: zmq.Context[Any], applier: EventApplier, make_transport: Any
+) -> None:
+    pub = Publisher(zctx, "127.0.2.1")
+    transport = make_transport(socket_port=pub.port)
+    transport.add_endpoint(pub.endpoint)
+    pub.wait_subscribed()
+    a, tokens_a = chain(0xA0, 2, 1)
+    lost, _ = chain(0xB0, 2, 1000)
+    c, tokens_c = chain(0xC0, 2, 2000)
+    pub.send(a)
+    pub.skip(lost)  # seq 1 never reaches the subscriber (a PUB HWM drop)
+    pub.send(c)
+    wait_until(lambda: holds(applier, pub.endpoint_id, tokens_c) == 2, what="batch after the gap")
+    endpoint = pub.endpoint_id
+    assert holds(applier, endpoint, tokens_a) == 2
+    assert applier.stats.transport[(endpoint, "gaps")] == 1
+    assert applier.stats.transport[(endpoint, "gap_messages")] == 1
+    assert applier.stats.transport[(endpoint, "restarts_detected")] == 0
+    assert transport.sources()[0].last_seq == 2
+    pub.close()
+
+
+def test_seq_regression_clears_the_endpoint_even_without_replay(
+    zctx: zmq.Context[Any], applier: EventApplier, make_transport: Any
+) -> None:
+    """llm-d only notices restarts with replay configured (#2853); we always do."""
+    pub = Publisher(zctx, "127.0.2.2")
+    transport = make_transport(socket_port=pub.port)
+    transport.add_endpoint(pub.endpoint)
+    pub.wait_subscribed()
+    old, old_tokens = chain(0xA0, 3, 1)
+    for _ in range(3):
+        pub.send(old)
+    wait_until(lambda: transport.sources()[0].last_seq == 2, what="seq 2")
+    assert holds(applier, pub.endpoint_id, old_tokens) == 3
+    new, new_tokens = chain(0xD0, 2, 5000)
+    pub.send(new, seq=0)  # same connection, counter back at 0
+    wait_until(lambda: holds(applier, pub.endpoint_id, new_tokens) == 2, what="new blocks")
+    assert holds(applier, pub.endpoint_id, old_tokens) == 0
+    assert applier.stats.transport[(pub.endpoint_id, "restarts_detected")] == 1
+    pub.close()
+
+
+def test_restarted_publisher_on_the_same_port_is_detected(
+    zctx: zmq.Context[Any], applier: EventApplier, make_transport: Any
+) -> None:
+    pub = Publisher(zctx, "127.0.2.3")
+    transport = make_transport(socket_port=pub.port)
+    transport.add_endpoint(pub.endpoint)
+    pub.wait_subscribed()
+    old, old_tokens = chain(0xA0, 2, 1)
+    pub.send(old)
+    pub.send(old)
+    wait_until(lambda: holds(applier, pub.endpoint_id, old_tokens) == 2, what="old blocks")
+
+    pub.restart()
+    pub.probe_until(lambda: bad_frames(applier, pub))  # the SUB reconnected by itself
+    new, new_tokens = chain(0xD0, 2, 5000)
+    pub.send(new)  # seq 0
+    wait_until(lambda: holds(applier, pub.endpoint_id, new_tokens) == 2, what="new blocks")
+    assert holds(applier, pub.endpoint_id, old_tokens) == 0
+    endpoint = pub.endpoint_id
+    assert applier.stats.transport[(endpoint, "restarts_detected")] == 1
+    assert applier.stats.transport[(endpoint, "reconnects")] == 1
+    pub.close()
+
+
+def test_restarted_publisher_whose_seq_passed_ours_is_detected_after_reconnect(
+    zctx: zmq.Context[Any], applier: EventApplier, make_transport: Any
+) -> None:
+    """The new engine is already at seq 40 when we reconnect (we were at 1): a plain seq check
+    would call that a gap and keep the old engine's blocks; the reconnect makes it a restart."""
+    pub = Publisher(zctx, "127.0.2.4")
+    transport = make_transport(socket_port=pub.port)
+    transport.add_endpoint(pub.endpoint)
+    pub.wait_subscribed()
+    old, old_tokens = chain(0xA0, 2, 1)
+    pub.send(old)
+    pub.send(old)
+    wait_until(lambda: holds(applier, pub.endpoint_id, old_tokens) == 2, what="old blocks")
+
+    pub.restart()
+    pub.probe_until(lambda: bad_frames(applier, pub))
+    new, new_tokens = chain(0xD0, 2, 5000)
+    pub.send(new, seq=40)
+    wait_until(lambda: holds(applier, pub.endpoint_id, new_tokens) == 2, what="new blocks")
+    assert holds(applier, pub.endpoint_id, old_tokens) == 0
+    assert applier.stats.transport[(pub.endpoint_id, "restarts_detected")] == 1
+    pub.close()
+
+
+def test_reconnect_to_the_same_stream_keeps_the_index(
+    zctx: zmq.Context[Any], applier: EventApplier, make_transport: Any
+) -> None:
+    """The publisher's socket goes away and comes back on the same port, continuing its seq."""
+    pub = Publisher(zctx, "127.0.2.5")
+    transport = make_transport(socket_port=pub.port)
+    transport.add_endpoint(pub.endpoint)
+    pub.wait_subscribed()
+    a, tokens_a = chain(0xA0, 2, 1)
+    pub.send(a)
+    wait_until(lambda: holds(applier, pub.endpoint_id, tokens_a) == 2, what="first blocks")
+    pub.restart(keep_seq=True)
+    pub.probe_until(lambda: bad_frames(applier, pub))
+    b, tokens_b = chain(0xB0, 2, 3000, parent=0xA1)
+    pub.send(b)
+    wait_until(lambda: holds(applier, pub.endpoint_id, tokens_a + tokens_b) == 4, what="chain continued")
+    endpoint = pub.endpoint_id
+    assert applier.stats.transport[(endpoint, "restarts_detected")] == 0
+    assert applier.stats.transport[(endpoint, "reconnects")] == 1
+    pub.close()
