@@ -277,7 +277,7 @@ class EngineMetricsSource:
                     raise ValueError("no vLLM gauges in the response")
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # noqa: BLE001 - loop boundary: a failure marks the endpoint
+            except Exception as exc:
                 self._failed(target, exc)
                 return False
             finally:

@@ -6,7 +6,6 @@ import time
 from typing import Any
 
 import zmq
-
 from kv_transport_helpers import (
     MODEL,
     Publisher,
@@ -16,6 +15,7 @@ from kv_transport_helpers import (
     wait_until,
 )
 from kv_transport_wire import MAP_STORED_H0_H1, TOKENS_1_32, chain
+
 from ppc_extproc.events.apply import EventApplier
 from ppc_extproc.events.config import KVEventsConfig, PodDiscoveryConfig
 from ppc_extproc.scheduling.types import Endpoint, EndpointEvent, EndpointEventKind

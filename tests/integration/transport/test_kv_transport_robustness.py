@@ -8,9 +8,9 @@ from typing import Any
 
 import msgpack
 import zmq
-
 from kv_transport_helpers import MODEL, Publisher, free_port, holds, wait_until
 from kv_transport_wire import MAP_STORED_H0_H1, TOKENS_1_32, batch, chain, stored
+
 from ppc_extproc.events.apply import EventApplier
 
 #: Payloads that must each be dropped as a whole (counted as ``bad_payload``).

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import msgpack
 import pytest
-
 from vectors import load_vectors
 
 from ppc_extproc.mock_vllm.kv_events import (
