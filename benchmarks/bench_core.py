@@ -54,9 +54,11 @@ def make_batches(n_blocks: int, rng: random.Random) -> list[tuple[str, bytes]]:
         hashes = list(range(next_hash, next_hash + n))
         next_hash += n
         parent = heads[ep] if rng.random() < 0.7 else None
+        # vLLM 0.22+ map-era fields, as a real engine sends them
         event = {"type": "BlockStored", "block_hashes": hashes, "parent_block_hash": parent,
                  "token_ids": [rng.randrange(150_000) for _ in range(16 * n)], "block_size": 16,
-                 "lora_id": None, "medium": "GPU", "lora_name": None}
+                 "lora_id": None, "medium": "GPU", "lora_name": None, "extra_keys": [None] * n,
+                 "group_idx": 0, "kv_cache_spec_kind": "full_attention"}
         heads[ep] = hashes[-1]
         batches.append((ep, msgpack.packb([time.time(), [event], 0])))
         produced += n

@@ -124,12 +124,13 @@ class EventApplier:
         group = event.group_idx
         if group is None:
             return True
-        if isinstance(event, BlockStored) and event.kv_cache_spec_kind is not None:
-            self._groups[(endpoint, group)] = _GroupInfo(
-                event.kv_cache_spec_kind, event.block_size, event.kv_cache_spec_sliding_window
-            )
-            return event.kv_cache_spec_kind in INDEXABLE_KINDS
         info = self._groups.get((endpoint, group))
+        if isinstance(event, BlockStored) and event.kv_cache_spec_kind is not None:
+            if info is None or info.kind != event.kv_cache_spec_kind:
+                self._groups[(endpoint, group)] = _GroupInfo(
+                    event.kv_cache_spec_kind, event.block_size, event.kv_cache_spec_sliding_window
+                )
+            return event.kv_cache_spec_kind in INDEXABLE_KINDS
         if info is None:
             # vLLM before 0.22 tags groups without kinds; group 0 is the full-attention group.
             return isinstance(event, BlockStored) and event.kv_cache_spec_kind is None and group == 0
@@ -177,8 +178,9 @@ class EventApplier:
             stats.drop(endpoint, "bad_token_ids")
             return 0
         extras = None
-        if event.extra_keys is not None:
-            extras = realign_extras(parse_raw_extra_keys(event.extra_keys, event.lora_name), n_canonical)
+        raw_extras = event.extra_keys
+        if raw_extras is not None and raw_extras.count(None) != len(raw_extras):  # vLLM sends [None, …]
+            extras = realign_extras(parse_raw_extra_keys(raw_extras, event.lora_name), n_canonical)
         if event.cache_salt and event.parent_block_hash is None and n_canonical:
             extras = list(extras) if extras else [None] * n_canonical
             extras[0] = (*(extras[0] or ()), event.cache_salt)

@@ -8,7 +8,6 @@ for SGLang and anything unusual). Hashes are unsigned 64-bit ints once decoded. 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Annotated, Any
 
 import msgspec
@@ -70,13 +69,12 @@ class AllBlocksCleared(_Event, frozen=True):
 KVCacheEvent = BlockStored | BlockRemoved | AllBlocksCleared
 
 
-@dataclass(frozen=True, slots=True)
-class EventBatch:
-    """One ZMQ message's payload: the events of one engine scheduler step."""
+class EventBatch(msgspec.Struct, frozen=True, gc=False):
+    """One ZMQ message's payload: the events of one engine scheduler step (as decoded)."""
 
     ts: float
     events: list[KVCacheEvent]
     #: Data-parallel rank of the publishing engine core (0 when absent).
     data_parallel_rank: int = 0
     #: Reasons of the events that could not be decoded and were skipped (a metric label each).
-    skipped: list[str] = field(default_factory=list)
+    skipped: list[str] = msgspec.field(default_factory=list)

@@ -10,7 +10,7 @@ items per write, so no single call pays for dropping half the map.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Generic, TypeVar
 
 __all__ = ["TwoGenerationLRU"]
@@ -19,6 +19,8 @@ K = TypeVar("K")
 V = TypeVar("V")
 
 _RELEASE_PER_WRITE = 4
+#: Below this many keys a plain loop beats the bulk path's setup.
+_BULK_MIN_KEYS = 32
 
 
 class TwoGenerationLRU(Generic[K, V]):
@@ -60,9 +62,10 @@ class TwoGenerationLRU(Generic[K, V]):
                 if value is None:
                     break
                 young[key] = value
+                if len(young) >= self._generation_size:
+                    self._maybe_rotate()
+                    young, young_get, old_pop = self._young, self._young.get, self._old.pop
             append(value)
-        if len(young) >= self._generation_size:
-            self._maybe_rotate()
         return values
 
     def peek(self, key: K) -> V | None:
@@ -81,15 +84,16 @@ class TwoGenerationLRU(Generic[K, V]):
         if self._retired:
             self._release_some()
 
-    def set_many(self, items: Iterable[tuple[K, V]]) -> list[V | None]:
-        """``set`` for several items at once; returns each key's previous value (or None)."""
+    def set_many(self, keys: Sequence[K], values: Sequence[V]) -> list[V | None]:
+        """``set`` for several keys at once; returns each key's previous value (or None)."""
         previous: list[V | None] = []
-        for key, value in items:
+        append = previous.append
+        for key, value in zip(keys, values):
             young = self._young
-            old_value = young.get(key)
-            if old_value is None:
-                old_value = self._old.pop(key, None)
-            previous.append(old_value)
+            found = young.get(key)
+            if found is None and self._old:
+                found = self._old.pop(key, None)
+            append(found)
             young[key] = value
             if len(young) >= self._generation_size:
                 self._maybe_rotate()
@@ -97,14 +101,20 @@ class TwoGenerationLRU(Generic[K, V]):
             self._release_some()
         return previous
 
-    def or_bits(self, keys: Iterable[K], bits: int, limit: int, trim: Callable[[int, int], int]) -> None:
+    def or_bits(self, keys: Sequence[K], bits: int, limit: int, trim: Callable[[int, int], int]) -> None:
         """For int-mask values: ``value |= bits`` on every key (inserting absent keys), marking each
-        recently used. ``trim(mask, bits)`` shrinks a mask with more than ``limit`` bits set."""
+        recently used. ``trim(mask, bits)`` shrinks a mask with more than ``limit`` bits set.
+
+        Long key lists (a prompt's speculative entries) go through bulk dict operations in C;
+        short ones (a KV event's few blocks) through a plain loop, which is cheaper for them."""
+        if len(keys) > _BULK_MIN_KEYS:
+            self._or_bits_bulk(keys, bits, limit, trim)
+            return
         for key in keys:
             young = self._young
             value = young.get(key)
             if value is None:
-                value = self._old.pop(key, None)
+                value = self._old.pop(key, None) if self._old else None
                 new = bits if value is None else value | bits  # type: ignore[operator]
             else:
                 new = value | bits  # type: ignore[operator]
@@ -115,6 +125,54 @@ class TwoGenerationLRU(Generic[K, V]):
             young[key] = new  # type: ignore[assignment]
             if len(young) >= self._generation_size:
                 self._maybe_rotate()
+        if self._retired:
+            self._release_some()
+
+    def _or_bits_bulk(self, keys: Sequence[K], bits: int, limit: int, trim: Callable[[int, int], int]) -> None:
+        for lo, hi in self._slices(len(keys)):
+            chunk = keys[lo:hi]
+            young = self._young
+            current: list[V | None] = list(map(young.get, chunk))
+            self._promote_from_old(chunk, current)
+            if any(value is not None for value in current):
+                updates = {}
+                for key, value in zip(chunk, current):
+                    new = bits if value is None else value | bits  # type: ignore[operator]
+                    if new == value:
+                        continue
+                    if new.bit_count() > limit:
+                        new = trim(new, bits)
+                    updates[key] = new
+                young.update(updates)  # type: ignore[arg-type]
+            else:  # every key is new: one C-level insert
+                young.update(dict.fromkeys(chunk, bits))  # type: ignore[arg-type]
+            self._after_write()
+
+    def _slices(self, n: int) -> Iterator[tuple[int, int]]:
+        """Bounds of consecutive slices that each fit in the young generation's remaining room,
+        so a bulk write rotates exactly where single writes would."""
+        lo = 0
+        while lo < n:
+            room = max(1, self._generation_size - len(self._young))
+            yield lo, min(n, lo + room)
+            lo += room
+
+    def _promote_from_old(self, keys: Sequence[K], values: list[V | None]) -> None:
+        """Fill ``values`` for keys found in the old generation, moving them to the young one."""
+        old = self._old
+        if not old:
+            return
+        found = old.keys() & keys
+        if found:
+            for i, key in enumerate(keys):
+                if key in found and values[i] is None:
+                    value = old.pop(key)
+                    values[i] = value
+                    self._young[key] = value
+
+    def _after_write(self) -> None:
+        if len(self._young) >= self._generation_size:
+            self._maybe_rotate()
         if self._retired:
             self._release_some()
 

@@ -97,19 +97,17 @@ class InMemoryIndex:
             raise ValueError("add needs at least one entry")
         duplicates: list[EngineKey] = []
         with self._lock:
-            bits = self.registry.mask(entries)
+            bits = 1 << self.registry.bit(entries[0]) if len(entries) == 1 else self.registry.mask(entries)
             if engine_keys:
                 salt = self._salt(scope or EngineScope(entries[0].endpoint))
                 if len(engine_keys) == len(request_keys):  # the common 1:1 case, without tuples
                     mapped_engine_keys: Sequence[int] = engine_keys
-                    values: Iterable[int | tuple[int, ...]] = request_keys
+                    values: Sequence[int | tuple[int, ...]] = request_keys
                 else:
                     pairs = list(engine_to_request_mapping(engine_keys, request_keys))
                     mapped_engine_keys = [e for e, _ in pairs]
                     values = [r[0] if len(r) == 1 else r for _, r in pairs]
-                previous = self._engine.set_many(
-                    zip([(e ^ salt) & MASK64 for e in mapped_engine_keys], values)
-                )
+                previous = self._engine.set_many([(e ^ salt) & MASK64 for e in mapped_engine_keys], values)
                 if any(before is not None for before in previous):
                     peek = self._keys.peek
                     for engine_key, before in zip(mapped_engine_keys, previous):
@@ -120,6 +118,8 @@ class InMemoryIndex:
             for entry in entries:
                 if entry.speculative:
                     self._speculative_bits |= 1 << self.registry.bit(entry)
+            if not isinstance(request_keys, list):
+                request_keys = list(request_keys)
             self._keys.or_bits(request_keys, bits, self.pod_cache_size, self._trim)
         return duplicates
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -40,6 +41,7 @@ __all__ = ["ServeOptions", "Service", "serve"]
 log = structlog.get_logger(__name__)
 
 _TICK_SECONDS = 0.1
+_GC_GEN0_THRESHOLD = 50_000
 
 
 @dataclass
@@ -160,6 +162,10 @@ async def serve(
     once the ports are bound, ``on_ready`` once the first endpoint list is in."""
     stop = stop or asyncio.Event()
     loaded = load_config(options.config_file, options.services)
+    # The KV-event path allocates many short-lived containers; collect young objects less often,
+    # and keep everything built at startup out of later collections.
+    gc.set_threshold(_GC_GEN0_THRESHOLD, *gc.get_threshold()[1:])
+    gc.freeze()
     service = Service(options, loaded)
     loop = asyncio.get_running_loop()
     service._stop = (loop, stop)

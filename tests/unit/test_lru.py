@@ -1,0 +1,56 @@
+"""The two-generation LRU: bulk writes behave exactly like the same writes one key at a time."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ppc_extproc.index.lru import TwoGenerationLRU
+
+keys = st.lists(st.integers(0, 120), min_size=1, max_size=70, unique=True)  # both paths: < and > 32 keys
+ops = st.lists(st.tuples(st.sampled_from(["set", "or", "get"]), keys, st.integers(1, 7)), max_size=30)
+
+
+def _no_trim(mask: int, bits: int) -> int:
+    return mask
+
+
+def _one_by_one(lru: TwoGenerationLRU[int, int], op: str, ks: list[int], bits: int) -> None:
+    for k in ks:
+        if op == "set":
+            lru.set(k, bits)
+        elif op == "or":
+            current = lru.peek(k)  # read, then one write: a single touch, like or_bits
+            lru.set(k, bits if current is None else current | bits)
+        else:
+            lru.get(k)
+
+
+def _state(lru: TwoGenerationLRU[int, int]) -> tuple[dict[int, int], dict[int, int]]:
+    return dict(lru._young), dict(lru._old)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(2, 90), ops)
+def test_bulk_operations_equal_single_key_operations(capacity: int, sequence) -> None:
+    bulk: TwoGenerationLRU[int, int] = TwoGenerationLRU(capacity)
+    single: TwoGenerationLRU[int, int] = TwoGenerationLRU(capacity)
+    for op, ks, bits in sequence:
+        if op == "set":
+            bulk.set_many(ks, [bits] * len(ks))
+        elif op == "or":
+            bulk.or_bits(ks, bits, limit=64, trim=_no_trim)
+        else:
+            ks = ks[: len(bulk.get_prefix(ks))]  # get_prefix stops at the first absent key
+        _one_by_one(single, op, ks, bits)
+        assert {**_state(bulk)[1], **_state(bulk)[0]} == {**_state(single)[1], **_state(single)[0]}
+        assert len(bulk) <= capacity
+
+
+def test_a_key_touched_within_half_the_capacity_survives() -> None:
+    lru: TwoGenerationLRU[int, str] = TwoGenerationLRU(10)
+    lru.set_many(list(range(5)), ["a"] * 5)
+    assert lru.get(0) == "a"
+    lru.set_many(list(range(100, 105)), ["b"] * 5)
+    assert 0 in lru and all(k not in lru for k in range(1, 5))
+    assert lru.evicted == 4
