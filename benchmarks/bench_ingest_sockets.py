@@ -35,7 +35,6 @@ import time
 from array import array
 from typing import Any, cast
 
-import msgspec
 import zmq
 
 from ppc_extproc.blockkeys import TokenProcessor
@@ -46,32 +45,14 @@ from ppc_extproc.events.stats import IngestStats
 from ppc_extproc.events.transport import TransportTuning, ZmqTransport
 from ppc_extproc.events.wire import EventBatch
 from ppc_extproc.index import InMemoryIndex
+from ppc_extproc.mock_vllm.kv_events import MEDIUM_GPU, SPEC_KIND_FULL_ATTENTION, BlockStored, EventEncoder
 from ppc_extproc.scheduling.types import Endpoint
 
 MODEL = "bench-model"
 BLOCK = 16
 
 
-class _Event(msgspec.Struct, tag=True, omit_defaults=True, gc=False):
-    pass
-
-
-class BlockStored(_Event):
-    """vLLM 0.26–0.28 map-era BlockStored."""
-
-    block_hashes: list[int]
-    parent_block_hash: int | None
-    token_ids: list[int]
-    block_size: int
-    lora_id: int | None
-    medium: str | None
-    lora_name: str | None
-    extra_keys: list[Any] | None = None
-    group_idx: int | None = None
-    kv_cache_spec_kind: str | None = None
-
-
-_ENC = msgspec.msgpack.Encoder()
+_ENCODER = EventEncoder("map")  # vLLM 0.26–0.28 bytes, pinned against the spec by the mock's tests
 
 
 def events_bytes(rng: random.Random, state: dict[str, Any]) -> tuple[bytes, int]:
@@ -81,10 +62,14 @@ def events_bytes(rng: random.Random, state: dict[str, Any]) -> tuple[bytes, int]
         state["parent"] = None
     hashes = [rng.getrandbits(64) for _ in range(n)]
     tokens = [rng.randrange(50_000) for _ in range(BLOCK * n)]
-    event = BlockStored(hashes, state["parent"], tokens, BLOCK, None, "GPU", None, [None] * n, 0, "full_attention")
+    event = BlockStored(
+        hashes, state["parent"], tokens, BLOCK, None, MEDIUM_GPU, None,
+        extra_keys=[None] * n, group_idx=0, kv_cache_spec_kind=SPEC_KIND_FULL_ATTENTION,
+    )
     state["parent"] = hashes[-1]
     state["batches"] += 1
-    return _ENC.encode([event]), n
+    encoded = _ENCODER.encode_events([event], ts=0.0, data_parallel_rank=0)
+    return encoded[10:-1], n  # strip [ts, … , rank]: payload() re-stamps ts at send time
 
 
 def payload(events: bytes, ts: float) -> bytes:

@@ -4,31 +4,19 @@ HTTP and KV-event protocols, and the service — all on loopback ports chosen at
 from __future__ import annotations
 
 import random
-import time
 from collections.abc import Iterator
 
 import httpx
 import openai
 import pytest
 
-from ppc_extproc.localcluster import LocalCluster, default_service_config
+from ppc_extproc.localcluster import LocalCluster, default_service_config, wait_for
 
 pytestmark = pytest.mark.integration
 
 MODEL = "mock-model"
 BLOCK = 16
 FAST_ENGINES = ["--prefill-tokens-per-s", "400000", "--decode-ms-per-token", "1"]
-
-
-def wait_for(predicate, timeout: float = 20.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
 
 
 @pytest.fixture(scope="module")
@@ -148,7 +136,7 @@ def test_service_down_gives_503_and_recovers(cluster: LocalCluster, client: open
         except openai.APIStatusError:
             return False
 
-    wait_for(served, timeout=40, what="routing through the restarted service")
+    wait_for(served, what="routing through the restarted service", timeout=40)
 
 
 def test_speculative_indexing_follows_before_kv_events_arrive() -> None:

@@ -22,6 +22,7 @@ from harness import Client, body, headers, running_service, set_headers
 
 from ppc_extproc.blockkeys import tokens_to_le32
 from ppc_extproc.index import PodEntry
+from ppc_extproc.localcluster import wait_for
 from ppc_extproc.scheduling.pool import parse_endpoint_list
 from ppc_extproc.tokens import TokenizedPrompt
 
@@ -59,14 +60,6 @@ def health(port: int, service: str) -> int:
             return stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=5).status
         except grpc.RpcError as error:
             return -1 if error.code() == grpc.StatusCode.NOT_FOUND else -2
-
-
-def wait_for(predicate, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.01)
 
 
 def test_admin_endpoints(tmp_path: Path) -> None:
@@ -154,14 +147,14 @@ def test_not_ready_until_discovery_produces_endpoints(tmp_path: Path) -> None:
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     try:
-        wait_for(lambda: "service" in state)
+        wait_for(lambda: "service" in state, what="the service to start")
         svc = state["service"]
         assert health(svc.grpc_port, "readiness") == health_pb2.HealthCheckResponse.NOT_SERVING
         assert health(svc.grpc_port, "") == health_pb2.HealthCheckResponse.NOT_SERVING
         assert health(svc.grpc_port, "liveness") == health_pb2.HealthCheckResponse.SERVING
         assert http("GET", f"http://127.0.0.1:{svc.admin_port}/readyz")[0] == 503
         gate.release.set()
-        wait_for(lambda: "ready" in state)
+        wait_for(lambda: "ready" in state, what="readiness")
         assert health(svc.grpc_port, "readiness") == health_pb2.HealthCheckResponse.SERVING
     finally:
         if "service" in state:
@@ -183,9 +176,9 @@ def test_shutdown_drains_open_streams(tmp_path: Path) -> None:
 
         client = Client(svc.grpc_port)
         call = client.stub.Process(messages(), timeout=20)
-        wait_for(lambda: svc.extproc.active == 1)
+        wait_for(lambda: svc.extproc.active == 1, what="the stream to open")
         svc.request_stop()
-        wait_for(lambda: not svc.health.ready)
+        wait_for(lambda: not svc.health.ready, what="health to go NOT_SERVING")
         finish.set()
         replies = list(call)
         assert set_headers(replies[0])["x-gateway-destination-endpoint"] in PODS.split(",")

@@ -4,7 +4,6 @@ test-case table of ext_proc_protocol.md §14, in FULL_DUPLEX_STREAMED and BUFFER
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 
 import grpc
@@ -29,6 +28,7 @@ from harness import (
 
 from ppc_extproc.blockkeys import tokens_to_le32
 from ppc_extproc.index import PodEntry
+from ppc_extproc.localcluster import wait_for
 from ppc_extproc.tokens import TokenizedPrompt
 
 pytestmark = pytest.mark.integration
@@ -281,18 +281,12 @@ def test_client_cancel_mid_stream_releases_state(service, client) -> None:
         release.wait(10)
 
     call = client.stub.Process(messages(), timeout=10)
-    deadline = time.monotonic() + 5
-    while service.extproc.active == 0 and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert service.extproc.active == 1
+    wait_for(lambda: service.extproc.active == 1, what="the stream to open", timeout=5)
     call.cancel()
     release.set()
     with pytest.raises(grpc.RpcError):
         list(call)
-    deadline = time.monotonic() + 5
-    while service.extproc.active and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert service.extproc.active == 0
+    wait_for(lambda: service.extproc.active == 0, what="the cancelled stream to be released", timeout=5)
     replies = client.run([headers(), body(completion())])  # the server still serves
     assert set_headers(replies[0])["x-gateway-destination-endpoint"] in PODS
 

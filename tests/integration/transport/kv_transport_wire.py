@@ -1,17 +1,22 @@
 """vLLM-format KV-event payloads for the transport tests, encoded the way vLLM encodes them.
 
-msgspec structs re-declared per era as in ``vllm/distributed/kv_events.py``: the map era
-(0.26–0.28: ``tag=True, omit_defaults=True``, 13 possible BlockStored entries ⇒ fixmap) and the
-array era (0.22–0.23: ``array_like=True``). ``test_kv_transport_wire_fixture.py`` pins the bytes
-against ``kv_events_wire.md`` §9. Also the spec's literal payloads (§9.2, §9.5, §9.8).
+Built with the mock engine's ``EventEncoder`` (map era 0.26–0.28, array era 0.22–0.23), whose bytes
+``tests/unit/mock_vllm`` pins against ``kv_events_wire.md`` §9 — plus the spec's literal payloads
+(§9.2, §9.5, §9.8).
 """
 
 from __future__ import annotations
 
-import time
-from typing import Any
-
-import msgspec
+from ppc_extproc.mock_vllm.kv_events import (
+    MEDIUM_GPU,
+    SPEC_KIND_FULL_ATTENTION,
+    AllBlocksCleared,
+    BlockRemoved,
+    BlockStored,
+    Encoding,
+    EventEncoder,
+    KVCacheEvent,
+)
 
 H0, H1 = 0x137BB037547F4CAF, 0x16D077AD0843C577
 TOKENS_1_32 = list(range(1, 33))
@@ -39,109 +44,32 @@ SGLANG_BATCH = bytes.fromhex(
 )
 
 
-class _MapEvent(msgspec.Struct, tag=True, omit_defaults=True, gc=False):
-    pass
-
-
-class _MapStored(_MapEvent, tag="BlockStored"):
-    block_hashes: list[int]
-    parent_block_hash: int | None
-    token_ids: list[int]
-    block_size: int
-    lora_id: int | None
-    medium: str | None
-    lora_name: str | None
-    extra_keys: list[tuple[Any, ...] | None] | None = None
-    group_idx: int | None = None
-    kv_cache_spec_kind: str | None = None
-    kv_cache_spec_sliding_window: int | None = None
-    locality: str | None = None
-
-
-class _MapRemoved(_MapEvent, tag="BlockRemoved"):
-    block_hashes: list[int]
-    medium: str | None
-    group_idx: int | None = None
-    locality: str | None = None
-
-
-class _MapCleared(_MapEvent, tag="AllBlocksCleared"):
-    pass
-
-
-class _ArrayEvent(msgspec.Struct, tag=True, array_like=True, omit_defaults=True, gc=False):
-    pass
-
-
-class _ArrayStored(_ArrayEvent, tag="BlockStored"):
-    block_hashes: list[int]
-    parent_block_hash: int | None
-    token_ids: list[int]
-    block_size: int
-    lora_id: int | None
-    medium: str | None
-    lora_name: str | None
-    extra_keys: list[tuple[Any, ...] | None] | None = None
-    group_idx: int | None = None
-    kv_cache_spec_kind: str | None = None
-    kv_cache_spec_sliding_window: int | None = None
-
-
-class _ArrayRemoved(_ArrayEvent, tag="BlockRemoved"):
-    block_hashes: list[int]
-    medium: str | None
-    group_idx: int | None = None
-
-
-class _ArrayCleared(_ArrayEvent, tag="AllBlocksCleared"):
-    pass
-
-
-class _Batch(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
-    ts: float
-    events: list[Any]
-    data_parallel_rank: int | None = None
-
-
-_ENCODER = msgspec.msgpack.Encoder()
-
-
 def stored(
     hashes: list[int],
     tokens: list[int],
     parent: int | None = None,
     *,
-    era: str = "map",
     block_size: int = 16,
-) -> msgspec.Struct:
+) -> BlockStored:
     """A GPU BlockStored of HMA group 0 (``full_attention``), as vLLM ≥0.22 emits it."""
-    cls = _MapStored if era == "map" else _ArrayStored
-    return cls(
-        hashes,
-        parent,
-        tokens,
-        block_size,
-        None,
-        "GPU",
-        None,
-        [None] * len(hashes),
-        0,
-        "full_attention",
+    return BlockStored(
+        hashes, parent, tokens, block_size, None, MEDIUM_GPU, None,
+        extra_keys=[None] * len(hashes), group_idx=0, kv_cache_spec_kind=SPEC_KIND_FULL_ATTENTION,
     )
 
 
-def removed(hashes: list[int], *, era: str = "map") -> msgspec.Struct:
-    cls = _MapRemoved if era == "map" else _ArrayRemoved
-    return cls(hashes, "GPU", 0)
+def removed(hashes: list[int]) -> BlockRemoved:
+    return BlockRemoved(hashes, MEDIUM_GPU, group_idx=0)
 
 
-def cleared(*, era: str = "map") -> msgspec.Struct:
-    return _MapCleared() if era == "map" else _ArrayCleared()
+def cleared() -> AllBlocksCleared:
+    return AllBlocksCleared()
 
 
-def batch(events: list[msgspec.Struct], *, ts: float | None = None, rank: int = 0) -> bytes:
-    """One ``KVEventBatch`` payload (ZMQ frame 2)."""
-    return _ENCODER.encode(_Batch(time.time() if ts is None else ts, events, rank))
+def batch(events: list[KVCacheEvent], *, era: Encoding = "map", ts: float | None = None, rank: int = 0) -> bytes:
+    """One ``KVEventBatch`` payload (ZMQ frame 2), encoded as vLLM of ``era`` does (the mock
+    engine's encoder, whose bytes are pinned against the spec)."""
+    return _ENCODERS[era].encode_events(events, ts=ts, data_parallel_rank=rank)
 
 
 def chain(
@@ -150,11 +78,14 @@ def chain(
     first_token: int,
     parent: int | None = None,
     *,
-    era: str = "map",
+    era: Encoding = "map",
     ts: float | None = None,
 ) -> tuple[bytes, list[int]]:
     """A batch storing ``n_blocks`` blocks with hashes ``first_hash …`` and tokens
     ``first_token …`` (16 per block); returns the payload and its tokens."""
     tokens = list(range(first_token, first_token + 16 * n_blocks))
     hashes = list(range(first_hash, first_hash + n_blocks))
-    return batch([stored(hashes, tokens, parent, era=era)], ts=ts), tokens
+    return batch([stored(hashes, tokens, parent)], era=era, ts=ts), tokens
+
+
+_ENCODERS: dict[Encoding, EventEncoder] = {era: EventEncoder(era) for era in ("map", "array", "map16")}
