@@ -3,6 +3,7 @@
 Importing this package starts nothing. :class:`LocalCluster` is the entry point; the modules
 below it are usable on their own:
 
+* :mod:`~ppc_extproc.localcluster.layout` — where every process listens (``ClusterLayout``);
 * :mod:`~ppc_extproc.localcluster.ports` — loopback IPs per engine, free ports;
 * :mod:`~ppc_extproc.localcluster.processes` — process groups that are always reaped;
 * :mod:`~ppc_extproc.localcluster.readiness` — waits with deadlines (TCP, HTTP, gRPC health);
@@ -28,6 +29,7 @@ from ppc_extproc.localcluster.envoy_config import (
     render_envoy_config,
     rewrite_envoy_config,
 )
+from ppc_extproc.localcluster.layout import ClusterLayout
 from ppc_extproc.localcluster.ports import (
     PortAllocator,
     check_loopback_ip,
@@ -51,6 +53,7 @@ __all__ = [
     "DEFAULT_SERVICE_COMMAND",
     "DEFAULT_VARIANT",
     "VARIANTS",
+    "ClusterLayout",
     "LocalCluster",
     "LocalClusterError",
     "ManagedProcess",

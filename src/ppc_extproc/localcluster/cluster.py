@@ -12,12 +12,15 @@ Layout of a run (ports chosen at start, all on loopback):
   engine, like pods;
 * the service serves gRPC (ext_proc + health) on ``127.0.0.1:<grpc_port>`` and its admin HTTP
   on ``127.0.0.1:<service_admin_port>``; its config file points the KV-event subscribers at the
-  engines' ports;
+  engines' ports. With ``service_replicas=N`` there are N such processes (replica ``r`` on
+  ``grpc_ports[r]`` / ``service_admin_ports[r]``, same config): each subscribes to every engine's
+  KV events and routes the requests Envoy gives it;
 * Envoy listens on ``127.0.0.1:<listener_port>`` (admin ``<envoy_admin_port>``), with one of the
-  shipped configs rewritten by :mod:`ppc_extproc.localcluster.envoy_config`.
+  shipped configs rewritten by :mod:`ppc_extproc.localcluster.envoy_config`; its ``ext_proc``
+  cluster lists every replica, and Envoy load-balances the gRPC streams (one per request) over them.
 
-Start order: engines (``GET /health`` 200) → service (gRPC health ``readiness`` SERVING) → Envoy
-(admin ``/ready`` 200). A failing start stops what was started and raises
+Start order: engines (``GET /health`` 200) → service replicas (gRPC health ``readiness``
+SERVING, each) → Envoy (admin ``/ready`` 200). A failing start stops what was started and raises
 :class:`ReadinessError` with the log tail; stop order is the reverse.
 """
 
@@ -37,12 +40,7 @@ import yaml
 
 from ppc_extproc.localcluster._errors import LocalClusterError
 from ppc_extproc.localcluster.envoy_config import DEFAULT_VARIANT, find_envoy, render_envoy_config
-from ppc_extproc.localcluster.ports import (
-    ANY_ADDRESS,
-    PortAllocator,
-    check_loopback_ip,
-    loopback_ips,
-)
+from ppc_extproc.localcluster.layout import ClusterLayout
 from ppc_extproc.localcluster.processes import (
     ManagedProcess,
     ProcessGroup,
@@ -59,7 +57,7 @@ DEFAULT_ENGINE_COMMAND: tuple[str, ...] = (sys.executable, "-m", "ppc_extproc", 
 DEFAULT_SERVICE_COMMAND: tuple[str, ...] = (sys.executable, "-m", "ppc_extproc", "serve")
 
 
-class LocalCluster:
+class LocalCluster(ClusterLayout):
     """Engines + service + Envoy on loopback; a context manager that always stops everything.
 
     Args:
@@ -71,7 +69,9 @@ class LocalCluster:
         engine_args: extra arguments for every engine, e.g. the time model
             (``--prefill-tokens-per-s``, ``--decode-ms-per-token``, ``--max-num-seqs``).
         per_engine_args: extra arguments per engine (index ``i`` → engine ``i``).
-        service_args: extra arguments for the service.
+        service_args: extra arguments for the service (every replica).
+        service_replicas: service processes behind Envoy's ``ext_proc`` cluster (same config,
+            their own ports); replica 0 is what the single-service accessors refer to.
         service_config: the service config as a mapping or a YAML file path; the cluster patches
             the KV-event ports in, writes it to the log dir and passes ``--config-file``.
             ``None`` → :func:`default_service_config`.
@@ -99,6 +99,7 @@ class LocalCluster:
         engine_args: Sequence[str] = (),
         per_engine_args: Sequence[Sequence[str]] | None = None,
         service_args: Sequence[str] = (),
+        service_replicas: int = 1,
         service_config: Mapping[str, Any] | str | os.PathLike[str] | None = None,
         envoy_variant: str | os.PathLike[str] = DEFAULT_VARIANT,
         log_dir: str | os.PathLike[str] | None = None,
@@ -116,11 +117,11 @@ class LocalCluster:
         service_health_service: str = "readiness",
         replay: bool = True,
     ) -> None:
-        if num_engines < 0:
-            raise ValueError("num_engines must be >= 0")
+        super().__init__(
+            num_engines, service_replicas=service_replicas, first_engine_ip=first_engine_ip
+        )
         if per_engine_args is not None and len(per_engine_args) != num_engines:
             raise ValueError("per_engine_args needs one entry per engine")
-        self.num_engines = num_engines
         self.model = model
         self.block_size = block_size
         self.num_blocks = num_blocks
@@ -144,69 +145,32 @@ class LocalCluster:
         self.service_health_service = service_health_service
         self.replay = replay
 
-        self.engine_ips: list[str] = loopback_ips(num_engines, first=first_engine_ip)
         self._requested_log_dir = Path(log_dir) if log_dir is not None else None
         self._owns_log_dir = False
         self._failed_start = False
         self.log_dir: Path = Path()
         self._group: ProcessGroup | None = None
         self._engines: list[ManagedProcess] = []
-        self._service: ManagedProcess | None = None
+        self._services: list[ManagedProcess] = []
         self._envoy: ManagedProcess | None = None
-        self.engine_port = self.kv_events_port = self.replay_port = 0
-        self.grpc_port = self.service_admin_port = self.listener_port = self.envoy_admin_port = 0
         self.service_config_path: Path | None = None
         self.envoy_config_path: Path | None = None
 
-    # -- addresses ---------------------------------------------------------------------------
-
-    @property
-    def engine_endpoints(self) -> list[str]:
-        """``ip:port`` of every engine, in index order (the service's ``--endpoints``)."""
-        return [f"{ip}:{self.engine_port}" for ip in self.engine_ips]
-
-    @property
-    def engine_urls(self) -> list[str]:
-        """``http://ip:port`` of every engine."""
-        return [f"http://{e}" for e in self.engine_endpoints]
-
-    @property
-    def kv_events_endpoints(self) -> list[str]:
-        """``tcp://ip:port`` each engine publishes KV events on."""
-        return [f"tcp://{ip}:{self.kv_events_port}" for ip in self.engine_ips]
-
-    @property
-    def listener_url(self) -> str:
-        """Envoy's listener: where clients send requests."""
-        return f"http://127.0.0.1:{self.listener_port}"
-
-    @property
-    def envoy_admin_url(self) -> str:
-        """Envoy's admin interface (``/ready``, ``/stats``, ``/clusters``)."""
-        return f"http://127.0.0.1:{self.envoy_admin_port}"
-
-    @property
-    def service_admin_url(self) -> str:
-        """The service's admin HTTP server (``/readyz``, ``/metrics``)."""
-        return f"http://127.0.0.1:{self.service_admin_port}"
-
-    @property
-    def admin_url(self) -> str:
-        """Same as :attr:`service_admin_url`."""
-        return self.service_admin_url
-
-    @property
-    def grpc_target(self) -> str:
-        """``host:port`` of the service's gRPC server (ext_proc and health)."""
-        return f"127.0.0.1:{self.grpc_port}"
+    # -- processes ---------------------------------------------------------------------------
 
     @property
     def engine_processes(self) -> list[ManagedProcess]:
         return list(self._engines)
 
     @property
+    def service_processes(self) -> list[ManagedProcess]:
+        """Every service replica, in replica order (empty before :meth:`start`)."""
+        return list(self._services)
+
+    @property
     def service_process(self) -> ManagedProcess | None:
-        return self._service
+        """Replica 0."""
+        return self._services[0] if self._services else None
 
     @property
     def envoy_process(self) -> ManagedProcess | None:
@@ -217,8 +181,8 @@ class LocalCluster:
         return {
             "listener_url": self.listener_url,
             "envoy_admin_url": self.envoy_admin_url if self.with_envoy else None,
-            "grpc_target": self.grpc_target,
-            "service_admin_url": self.service_admin_url,
+            "grpc_targets": self.grpc_targets,
+            "service_admin_urls": self.service_admin_urls,
             "engine_endpoints": self.engine_endpoints,
             "kv_events_endpoints": self.kv_events_endpoints,
             "envoy_config": str(self.envoy_config_path) if self.envoy_config_path else None,
@@ -247,7 +211,7 @@ class LocalCluster:
         self._prepare_log_dir()
         self._group = ProcessGroup(self.log_dir, stop_timeout=self.stop_timeout)
         try:
-            self._allocate_ports()
+            self.allocate_ports()
             self._write_configs()
             self._engines = [
                 self._group.add(self._engine_process(i)) for i in range(self.num_engines)
@@ -256,7 +220,9 @@ class LocalCluster:
                 proc.start()
             for i in range(self.num_engines):
                 self._wait_engine(i)
-            self._service = self._group.add(self._service_process())
+            self._services = [
+                self._group.add(self._service_process(r)) for r in range(self.service_replicas)
+            ]
             self.start_service()
             if self.with_envoy:
                 self._envoy = self._group.add(self._envoy_process())
@@ -283,22 +249,37 @@ class LocalCluster:
                 shutil.rmtree(self.log_dir, ignore_errors=True)
                 self._owns_log_dir = False
 
-    def stop_service(self) -> None:
-        """Stop the service (Envoy and engines keep running): the "EPP down" scenario."""
-        if self._service is not None:
-            self._service.stop(self.stop_timeout)
-
-    def start_service(self) -> None:
-        """(Re)start the service and wait until its gRPC health reports SERVING."""
-        if self._service is None:
+    def _replicas(self, index: int | None) -> list[int]:
+        if not self._services:
             raise LocalClusterError("cluster not started")
-        self._service.start()
-        wait_for_grpc_health(
-            self.grpc_target,
-            self.service_health_service,
-            timeout=self.startup_timeout,
-            process=self._service,
-        )
+        if index is None:
+            return list(range(len(self._services)))
+        if not 0 <= index < len(self._services):
+            raise IndexError(f"no service replica {index} (have {len(self._services)})")
+        return [index]
+
+    def stop_service(self, index: int | None = None) -> None:
+        """Stop every service replica, or replica ``index`` (Envoy and engines keep running):
+        the "EPP down" scenario."""
+        if not self._services:
+            return
+        for r in self._replicas(index):
+            self._services[r].stop(self.stop_timeout)
+
+    def start_service(self, index: int | None = None) -> None:
+        """(Re)start every replica not running (or replica ``index``); wait until each one's
+        gRPC health reports SERVING."""
+        replicas = self._replicas(index)
+        for r in replicas:  # start all, then wait: they boot in parallel
+            if not self._services[r].running():
+                self._services[r].start()
+        for r in replicas:
+            wait_for_grpc_health(
+                self.grpc_targets[r],
+                self.service_health_service,
+                timeout=self.startup_timeout,
+                process=self._services[r],
+            )
 
     def stop_engine(self, index: int) -> None:
         """Stop engine ``index``."""
@@ -316,7 +297,7 @@ class LocalCluster:
 
     def log_tails(self, lines: int = 40) -> dict[str, str]:
         """The last lines of every process log, by process name."""
-        procs = [*self._engines, self._service, self._envoy]
+        procs = [*self._engines, *self._services, self._envoy]
         return {p.name: p.log_tail(lines) for p in procs if p is not None}
 
     # -- internals ---------------------------------------------------------------------------
@@ -328,17 +309,6 @@ class LocalCluster:
         else:
             self.log_dir = self._requested_log_dir
             self.log_dir.mkdir(parents=True, exist_ok=True)
-
-    def _allocate_ports(self) -> None:
-        for ip in self.engine_ips:
-            check_loopback_ip(ip)
-        ports = PortAllocator()
-        engine_hosts = self.engine_ips or ["127.0.0.1"]
-        self.engine_port, self.kv_events_port, self.replay_port = ports.ports(3, engine_hosts)
-        # The service and Envoy may bind every interface: their ports must be free everywhere.
-        self.grpc_port, self.service_admin_port, self.listener_port, self.envoy_admin_port = (
-            ports.ports(4, ANY_ADDRESS)
-        )
 
     def _write_configs(self) -> None:
         source: Mapping[str, Any]
@@ -367,7 +337,7 @@ class LocalCluster:
                 self.log_dir,
                 listener_port=self.listener_port,
                 admin_port=self.envoy_admin_port,
-                ext_proc_port=self.grpc_port,
+                ext_proc_endpoints=self.grpc_targets,
                 upstream_endpoints=self.engine_endpoints,
             )
 
@@ -400,17 +370,19 @@ class LocalCluster:
             process=self._engines[index],
         )
 
-    def _service_process(self) -> ManagedProcess:
+    def _service_process(self, replica: int = 0) -> ManagedProcess:
         argv = [
             *self.service_command,
-            "--grpc-port", str(self.grpc_port),
-            "--admin-port", str(self.service_admin_port),
+            "--grpc-port", str(self.grpc_ports[replica]),
+            "--admin-port", str(self.service_admin_ports[replica]),
             "--admin-address", "127.0.0.1",
             "--endpoints", ",".join(self.engine_endpoints),
             "--config-file", str(self.service_config_path),
             *self.service_args,
         ]  # fmt: skip
-        return ManagedProcess("service", argv, log_path=self.log_dir / "service.log", env=self.env)
+        # One replica keeps the historical name ("service", service.log).
+        name = "service" if self.service_replicas == 1 else f"service-{replica}"
+        return ManagedProcess(name, argv, log_path=self.log_dir / f"{name}.log", env=self.env)
 
     def _envoy_process(self) -> ManagedProcess:
         argv = [

@@ -6,7 +6,9 @@ A local run changes only addresses and ports:
 
 * the listener → ``127.0.0.1:<listener_port>``, the admin interface → ``127.0.0.1:<admin_port>``;
 * the ``ext_proc`` cluster's endpoint (and the ``authority`` of the gRPC service that names it)
-  → ``127.0.0.1:<ext_proc_port>``;
+  → ``127.0.0.1:<ext_proc_port>`` — or, for several service replicas, the list of their
+  ``ip:port`` (the authority names the first; Envoy load-balances the gRPC streams, one per HTTP
+  request, over the list with the file's ``lb_policy``);
 * in a cluster load-balanced by ``override_host``, the member list → the engine endpoints.
 
 Anything else in the file reaches Envoy unchanged; a file without the expected elements is an
@@ -138,22 +140,39 @@ def _uses_override_host(cluster: Mapping[str, Any]) -> bool:
     )
 
 
+def _ext_proc_addresses(
+    port: int | None, address: str, endpoints: Sequence[str] | None
+) -> list[tuple[str, int]]:
+    """The ``(host, port)`` list of the ext_proc cluster: one endpoint, or the replicas' list."""
+    if endpoints is not None and port is None:
+        if not endpoints:
+            raise ValueError("ext_proc_endpoints must not be empty")
+        return [split_host_port(e) for e in endpoints]
+    if port is None or endpoints is not None:
+        raise ValueError("give exactly one of ext_proc_port and ext_proc_endpoints")
+    return [(address, port)]
+
+
 def rewrite_envoy_config(
     config: Mapping[str, Any],
     *,
     listener_port: int,
     admin_port: int,
-    ext_proc_port: int,
+    ext_proc_port: int | None = None,
     listener_address: str = "127.0.0.1",
     admin_address: str = "127.0.0.1",
     ext_proc_address: str = "127.0.0.1",
+    ext_proc_endpoints: Sequence[str] | None = None,
     upstream_endpoints: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """A copy of ``config`` with only the local addresses and ports changed (see module doc).
 
+    The ``ext_proc`` cluster gets either the one endpoint ``ext_proc_address:ext_proc_port`` or
+    every ``ip:port`` of ``ext_proc_endpoints`` (service replicas; exactly one of the two).
     ``upstream_endpoints`` (``ip:port``) replaces the members of every ``override_host`` cluster;
     ``None`` leaves them as they are.
     """
+    processors = _ext_proc_addresses(ext_proc_port, ext_proc_address, ext_proc_endpoints)
     out: dict[str, Any] = copy.deepcopy(dict(config))
 
     admin = out.get("admin")
@@ -180,11 +199,14 @@ def rewrite_envoy_config(
         "endpoints": [
             {
                 "lb_endpoints": [
-                    {"endpoint": {"address": _socket_address(ext_proc_address, ext_proc_port)}}
+                    {"endpoint": {"address": _socket_address(host, port)}}
+                    for host, port in processors
                 ]
             }
         ],
     }
+    first_host, first_port = processors[0]
+    authority = f"[{first_host}]:{first_port}" if ":" in first_host else f"{first_host}:{first_port}"
     for node in _walk(out.get("static_resources")):
         grpc = node.get("envoy_grpc")
         if (
@@ -192,7 +214,7 @@ def rewrite_envoy_config(
             and grpc.get("cluster_name") == EXT_PROC_CLUSTER
             and "authority" in grpc
         ):
-            grpc["authority"] = f"{ext_proc_address}:{ext_proc_port}"
+            grpc["authority"] = authority
 
     if upstream_endpoints is not None:
         members = [
@@ -214,16 +236,22 @@ def render_envoy_config(
     *,
     listener_port: int,
     admin_port: int,
-    ext_proc_port: int,
+    ext_proc_port: int | None = None,
+    ext_proc_endpoints: Sequence[str] | None = None,
     upstream_endpoints: Sequence[str] | None = None,
     file_name: str | None = None,
 ) -> Path:
-    """Load a variant (or file), rewrite it for a local run, write it into ``out_dir``; return the path."""
+    """Load a variant (or file), rewrite it for a local run, write it into ``out_dir``; return the path.
+
+    ``ext_proc_port`` (one service on loopback) or ``ext_proc_endpoints`` (replicas): see
+    :func:`rewrite_envoy_config`.
+    """
     config = rewrite_envoy_config(
         load_envoy_config(variant_or_path),
         listener_port=listener_port,
         admin_port=admin_port,
         ext_proc_port=ext_proc_port,
+        ext_proc_endpoints=ext_proc_endpoints,
         upstream_endpoints=upstream_endpoints,
     )
     if file_name is None:

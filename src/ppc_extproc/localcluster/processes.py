@@ -264,7 +264,7 @@ class ProcessGroup:
         for proc in reversed(self._procs):
             try:
                 proc.stop(self.stop_timeout if timeout is None else timeout)
-            except BaseException as exc:  # noqa: BLE001 - keep stopping the rest, re-raise below
+            except BaseException as exc:
                 errors.append(exc)
         self._procs.clear()
         if errors:

@@ -9,6 +9,7 @@ Importing this package starts nothing and imports its modules on first use.
 * :mod:`~ppc_extproc.workload.policies` — routing policies as service configs;
 * :mod:`~ppc_extproc.workload.oracle` — the client-side cache oracle;
 * :mod:`~ppc_extproc.workload.experiment` — one policy on a fresh ``LocalCluster``;
+* :mod:`~ppc_extproc.workload.disturbance` — an engine restart mid-run (``EngineRestart``);
 * :mod:`~ppc_extproc.workload.probes` / :mod:`~ppc_extproc.workload.progress` — CPU, decision
   latency, a progress line.
 """
@@ -19,6 +20,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from ppc_extproc.workload.disturbance import EngineRestart, RestartRecord
     from ppc_extproc.workload.experiment import ClusterPlan, PolicyRun, run_policy, stage_summaries
     from ppc_extproc.workload.generator import Arrival, Conversation, Workload, arrivals
     from ppc_extproc.workload.oracle import OracleTarget
@@ -38,6 +40,7 @@ _EXPORTS: dict[str, str] = {
     "ClusterPlan": "ppc_extproc.workload.experiment",
     "Conversation": "ppc_extproc.workload.generator",
     "EngineProfile": "ppc_extproc.workload.spec",
+    "EngineRestart": "ppc_extproc.workload.disturbance",
     "FixedTarget": "ppc_extproc.workload.runner",
     "OracleTarget": "ppc_extproc.workload.oracle",
     "Policy": "ppc_extproc.workload.policies",
@@ -45,6 +48,7 @@ _EXPORTS: dict[str, str] = {
     "Progress": "ppc_extproc.workload.runner",
     "ProgressLine": "ppc_extproc.workload.progress",
     "RequestRecord": "ppc_extproc.workload.report",
+    "RestartRecord": "ppc_extproc.workload.disturbance",
     "RunResult": "ppc_extproc.workload.runner",
     "Stage": "ppc_extproc.workload.spec",
     "Summary": "ppc_extproc.workload.report",
@@ -77,6 +81,7 @@ __all__ = [
     "ClusterPlan",
     "Conversation",
     "EngineProfile",
+    "EngineRestart",
     "FixedTarget",
     "OracleTarget",
     "Policy",
@@ -84,6 +89,7 @@ __all__ = [
     "Progress",
     "ProgressLine",
     "RequestRecord",
+    "RestartRecord",
     "RunResult",
     "Stage",
     "Summary",

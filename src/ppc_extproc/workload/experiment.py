@@ -2,9 +2,10 @@
 routing benchmark repeat per policy.
 
 ``run_policy`` starts a :class:`~ppc_extproc.localcluster.LocalCluster` (fresh engines ⇒ cold
-caches) with the policy's service config, sends the schedule through Envoy (or, for the
-oracle, straight to the engines it picks), measures CPU and the service's decision latency,
-and always stops the cluster — also on Ctrl-C.
+caches) with the policy's service config — on ``plan.service_replicas`` router replicas behind
+Envoy — sends the schedule through Envoy (or, for the oracle, straight to the engines it picks),
+optionally restarts an engine mid-run (:class:`~ppc_extproc.workload.disturbance.EngineRestart`),
+measures CPU and the services' decision latency, and always stops the cluster — also on Ctrl-C.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import aiohttp
 import structlog
 
 from ppc_extproc.localcluster import LocalCluster
+from ppc_extproc.workload.disturbance import EngineRestart, RestartRecord, run_restart
 from ppc_extproc.workload.generator import Arrival, Workload
 from ppc_extproc.workload.oracle import OracleTarget
 from ppc_extproc.workload.policies import Policy, policy
@@ -41,6 +43,8 @@ class ClusterPlan:
     model: str = "mock-model"
     #: Envoy worker threads (1 leaves the cores to the engines).
     envoy_concurrency: int = 1
+    #: Router (service) replicas behind Envoy; each sees only the requests Envoy gives it.
+    service_replicas: int = 1
     startup_timeout_s: float = 60.0
     keep_logs: bool = False
 
@@ -55,6 +59,10 @@ class PolicyRun:
     cpu: CpuReport | None = None
     decisions: DecisionLatency | None = None
     engine_states: list[dict[str, Any]] = field(default_factory=list)
+    #: Router replicas the run had (the oracle has none in the path).
+    replicas: int = 1
+    #: The mid-run engine restart, if the run had one and reached it.
+    restart: RestartRecord | None = None
 
 
 def stage_summaries(name: str, result: RunResult, stages: Sequence[Stage], endpoints: Sequence[str]) -> list[Summary]:
@@ -101,6 +109,34 @@ async def _engine_states(urls: Sequence[str]) -> list[dict[str, Any]]:
         return list(await asyncio.gather(*(one(u) for u in urls)))
 
 
+async def _run_with_restart(
+    runner: WorkloadRunner, cluster: LocalCluster, workload: Workload, restart: EngineRestart | None
+) -> tuple[RunResult, RestartRecord | None]:
+    """Run the schedule; meanwhile restart an engine at ``restart.at_s`` (if the run lasts)."""
+    if restart is None:
+        return await runner.run(), None
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()  # the runner's clock starts now too (it reads the time before its first await)
+
+    async def restart_process(index: int) -> None:
+        await asyncio.to_thread(cluster.restart_engine, index)
+
+    task = asyncio.create_task(
+        run_restart(restart, cluster.engine_urls, workload, now=lambda: loop.time() - t0,
+                    restart_process=restart_process)
+    )  # fmt: skip
+    try:
+        result = await runner.run()
+    finally:
+        # Cancel a restart that has not begun; let one under way finish, so a process restart
+        # never races the cluster's stop (a process started after it would outlive the run).
+        if not task.done() and loop.time() - t0 < restart.at_s:
+            task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    record = task.result() if task.done() and not task.cancelled() else None
+    return result, record
+
+
 def run_policy(
     chosen: Policy,
     workload: Workload,
@@ -111,6 +147,7 @@ def run_policy(
     drain_s: float = 30.0,
     request_timeout_s: float = 120.0,
     on_progress: Callable[[Progress], None] | None = None,
+    restart: EngineRestart | None = None,
 ) -> PolicyRun:
     """Run ``schedule`` under ``chosen`` on a fresh cluster; the cluster is always stopped."""
     schedule_s = sum(s.duration_s for s in stages)
@@ -126,6 +163,7 @@ def run_policy(
         num_blocks=prof.num_blocks,
         engine_args=prof.engine_args(),
         service_config=config,
+        service_replicas=1 if chosen.oracle else plan.service_replicas,
         with_envoy=not chosen.oracle,
         envoy_args=["--concurrency", str(plan.envoy_concurrency)],
         startup_timeout=plan.startup_timeout_s,
@@ -151,19 +189,18 @@ def run_policy(
         )
         meter = CpuMeter()
         pids: dict[str, int | None] = {p.name: p.pid for p in cluster.engine_processes}
-        if cluster.service_process is not None:
-            pids["service"] = cluster.service_process.pid
+        pids.update({p.name: p.pid for p in cluster.service_processes})
         if cluster.envoy_process is not None:
             pids["envoy"] = cluster.envoy_process.pid
         meter.start(pids)
-        result = asyncio.run(runner.run())
+        result, restarted = asyncio.run(_run_with_restart(runner, cluster, workload, restart))
         cpu = meter.stop()
-        decisions = None if chosen.oracle else decision_latency(cluster.service_admin_url)
+        decisions = None if chosen.oracle else decision_latency(cluster.service_admin_urls)
         states = asyncio.run(_engine_states(cluster.engine_urls))
     summary = summarize(chosen.name, result.records, endpoints=endpoints, end_s=schedule_s)
     run = PolicyRun(
         chosen, result, summary, stage_summaries(chosen.name, result, stages, endpoints),
-        endpoints, cpu, decisions, states,
+        endpoints, cpu, decisions, states, 0 if chosen.oracle else cluster.service_replicas, restarted,
     )  # fmt: skip
     log.info(
         "policy_run_finished",

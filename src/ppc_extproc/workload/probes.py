@@ -2,7 +2,8 @@
 
 ``CpuMeter`` reads ``/proc`` (Linux; elsewhere it reports nothing): the whole machine's busy
 fraction and each watched process's CPU time over a run. ``decision_latency`` reads the
-service's ``ppc_extproc_decision_duration_seconds`` histogram from its admin ``/metrics``.
+``ppc_extproc_decision_duration_seconds`` histogram from the admin ``/metrics`` of each service
+replica and merges them.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import math
 import os
 import time
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -86,38 +87,62 @@ class CpuMeter:
 
 @dataclass(frozen=True, slots=True)
 class DecisionLatency:
-    """The service's routing decisions over a run (from its histogram)."""
+    """The service's routing decisions over a run (from its histogram; summed over replicas)."""
 
     count: int
     mean_s: float
     #: Upper bound of the histogram bucket holding the 99th percentile.
     p99_le_s: float
+    #: Decisions per replica (admin URL order); one entry for a single service.
+    per_replica: tuple[int, ...] = ()
 
 
-def decision_latency(admin_url: str, timeout_s: float = 5.0) -> DecisionLatency | None:
-    """Read ``ppc_extproc_decision_duration_seconds`` from the service's ``/metrics``."""
+@dataclass(slots=True)
+class _Histogram:
+    count: float = 0.0
+    total: float = 0.0
+    buckets: dict[float, float] = field(default_factory=dict)
+
+
+def _read_histogram(admin_url: str, timeout_s: float) -> _Histogram | None:
     try:
         with urllib.request.urlopen(admin_url + "/metrics", timeout=timeout_s) as resp:
             text = resp.read().decode()
     except OSError:
         return None
-    buckets: list[tuple[float, float]] = []
-    count = total = 0.0
+    h = _Histogram()
     for family in text_string_to_metric_families(text):
         if family.name != "ppc_extproc_decision_duration_seconds":
             continue
         for sample in family.samples:
             if sample.name.endswith("_bucket"):
-                buckets.append((float(sample.labels["le"]), sample.value))
+                le = float(sample.labels["le"])
+                h.buckets[le] = h.buckets.get(le, 0.0) + sample.value
             elif sample.name.endswith("_count"):
-                count = sample.value
+                h.count += sample.value
             elif sample.name.endswith("_sum"):
-                total = sample.value
+                h.total += sample.value
+    return h
+
+
+def decision_latency(admin_urls: str | Sequence[str], timeout_s: float = 5.0) -> DecisionLatency | None:
+    """Read ``ppc_extproc_decision_duration_seconds`` from each service's ``/metrics`` and merge
+    the histograms (the buckets are the same everywhere); None if no service answered."""
+    urls = [admin_urls] if isinstance(admin_urls, str) else list(admin_urls)
+    read = [_read_histogram(u, timeout_s) for u in urls]
+    found = [h for h in read if h is not None]
+    if not found:
+        return None
+    per_replica = tuple(int(h.count) if h is not None else 0 for h in read)
+    count = sum(h.count for h in found)
     if count <= 0:
-        return DecisionLatency(0, math.nan, math.nan)
-    buckets.sort()
-    p99 = next((le for le, n in buckets if n >= 0.99 * count), math.inf)
-    return DecisionLatency(int(count), total / count, p99)
+        return DecisionLatency(0, math.nan, math.nan, per_replica)
+    buckets: dict[float, float] = {}
+    for h in found:
+        for le, n in h.buckets.items():
+            buckets[le] = buckets.get(le, 0.0) + n
+    p99 = next((le for le, n in sorted(buckets.items()) if n >= 0.99 * count), math.inf)
+    return DecisionLatency(int(count), sum(h.total for h in found) / count, p99, per_replica)
 
 
 def machine_info() -> dict[str, str | int]:

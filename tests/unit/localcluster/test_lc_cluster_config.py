@@ -73,8 +73,8 @@ def test_patch_keeps_other_settings_and_fills_missing_sections() -> None:
 
 
 def test_default_commands_run_the_package_module() -> None:
-    assert DEFAULT_ENGINE_COMMAND == (sys.executable, "-m", "ppc_extproc", "mock-vllm")
-    assert DEFAULT_SERVICE_COMMAND == (sys.executable, "-m", "ppc_extproc", "serve")
+    assert (sys.executable, "-m", "ppc_extproc", "mock-vllm") == DEFAULT_ENGINE_COMMAND
+    assert (sys.executable, "-m", "ppc_extproc", "serve") == DEFAULT_SERVICE_COMMAND
 
 
 def test_command_lines(tmp_path: Path) -> None:
@@ -151,8 +151,47 @@ def test_user_service_config_file_is_patched(tmp_path: Path) -> None:
     assert cluster.envoy_config_path is None
 
 
+def test_service_replicas_get_their_own_ports_and_one_envoy_cluster(tmp_path: Path) -> None:
+    cluster = LocalCluster(num_engines=2, service_replicas=3, log_dir=tmp_path)
+    cluster.log_dir = tmp_path
+    cluster.allocate_ports()
+    ports = [*cluster.grpc_ports, *cluster.service_admin_ports, cluster.listener_port]
+    assert len(cluster.grpc_ports) == len(cluster.service_admin_ports) == 3
+    assert len(set(ports)) == len(ports)
+    assert cluster.grpc_port == cluster.grpc_ports[0]
+    assert cluster.admin_url == cluster.service_admin_url == cluster.service_admin_urls[0]
+    assert cluster.service_admin_urls == [f"http://127.0.0.1:{p}" for p in cluster.service_admin_ports]
+    cluster._write_configs()
+    for r in range(3):
+        proc = cluster._service_process(r)
+        assert proc.name == f"service-{r}"
+        assert proc.log_path == tmp_path / f"service-{r}.log"
+        argv = proc.argv
+        assert argv[argv.index("--grpc-port") + 1] == str(cluster.grpc_ports[r])
+        assert argv[argv.index("--admin-port") + 1] == str(cluster.service_admin_ports[r])
+        assert argv[argv.index("--config-file") + 1] == str(cluster.service_config_path)
+    assert cluster.envoy_config_path is not None
+    envoy = yaml.safe_load(cluster.envoy_config_path.read_text())
+    (ext_proc,) = [c for c in envoy["static_resources"]["clusters"] if c["name"] == "ext_proc"]
+    members = [
+        m["endpoint"]["address"]["socket_address"]
+        for m in ext_proc["load_assignment"]["endpoints"][0]["lb_endpoints"]
+    ]
+    assert members == [{"address": "127.0.0.1", "port_value": p} for p in cluster.grpc_ports]
+
+
+def test_one_replica_keeps_the_service_name(tmp_path: Path) -> None:
+    cluster = LocalCluster(num_engines=1, log_dir=tmp_path)
+    cluster.log_dir = tmp_path
+    assert cluster.grpc_ports == [0] and cluster.service_process is None
+    proc = cluster._service_process()
+    assert (proc.name, proc.log_path) == ("service", tmp_path / "service.log")
+
+
 def test_rejects_bad_arguments() -> None:
     with pytest.raises(ValueError):
         LocalCluster(num_engines=-1)
+    with pytest.raises(ValueError):
+        LocalCluster(num_engines=1, service_replicas=0)
     with pytest.raises(ValueError):
         LocalCluster(num_engines=2, per_engine_args=[["--a"]])

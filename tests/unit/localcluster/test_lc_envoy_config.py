@@ -276,3 +276,62 @@ def test_split_host_port(endpoint: str, expected: tuple[str, int]) -> None:
 def test_split_host_port_rejects(bad: str) -> None:
     with pytest.raises(ValueError):
         split_host_port(bad)
+
+
+def _ext_proc_members(config: dict[str, Any]) -> list[dict[str, Any]]:
+    lb = _cluster(config, "ext_proc")["load_assignment"]["endpoints"][0]["lb_endpoints"]
+    return [e["endpoint"]["address"]["socket_address"] for e in lb]
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_rewrite_lists_every_service_replica(variant: str) -> None:
+    original = load_envoy_config(variant)
+    local = rewrite_envoy_config(
+        original,
+        listener_port=1111,
+        admin_port=2222,
+        ext_proc_endpoints=["127.0.0.1:3333", "127.0.0.1:3334", "[::1]:3335"],
+    )
+    assert _ext_proc_members(local) == [
+        {"address": "127.0.0.1", "port_value": 3333},
+        {"address": "127.0.0.1", "port_value": 3334},
+        {"address": "::1", "port_value": 3335},
+    ]
+    # Everything else (the lb_policy that spreads the streams, health checks …) is the file's.
+    assert _without_local_fields(local) == _without_local_fields(original)
+    assert _cluster(local, "ext_proc")["lb_policy"] == _cluster(original, "ext_proc")["lb_policy"]
+    assert _ext_proc(local)["grpc_service"]["envoy_grpc"]["authority"] == "127.0.0.1:3333"
+
+
+def test_rewrite_one_replica_list_equals_the_single_port_form() -> None:
+    config = load_envoy_config("full-duplex")
+    single = rewrite_envoy_config(config, listener_port=1, admin_port=2, ext_proc_port=3)
+    listed = rewrite_envoy_config(
+        config, listener_port=1, admin_port=2, ext_proc_endpoints=["127.0.0.1:3"]
+    )
+    assert single == listed
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{}, {"ext_proc_port": 3, "ext_proc_endpoints": ["127.0.0.1:3"]}, {"ext_proc_endpoints": []}],
+)
+def test_rewrite_needs_exactly_one_ext_proc_form(kwargs: dict[str, Any]) -> None:
+    with pytest.raises(ValueError):
+        rewrite_envoy_config(
+            load_envoy_config("full-duplex"), listener_port=1, admin_port=2, **kwargs
+        )
+
+
+def test_render_with_replicas(tmp_path: Path) -> None:
+    path = render_envoy_config(
+        "buffered",
+        tmp_path,
+        listener_port=1,
+        admin_port=2,
+        ext_proc_endpoints=["127.0.0.1:7001", "127.0.0.1:7002"],
+    )
+    assert [m["port_value"] for m in _ext_proc_members(yaml.safe_load(path.read_text()))] == [
+        7001,
+        7002,
+    ]
