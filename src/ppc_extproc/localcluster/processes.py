@@ -322,7 +322,7 @@ def _install_exit_hooks() -> None:
 
 
 # Re-exported: the readiness waits belong with the processes they watch.
-from ppc_extproc.localcluster.readiness import (
+from ppc_extproc.localcluster.readiness import (  # noqa: E402 - readiness imports this module
     http_status,
     wait_for,
     wait_for_grpc_health,
