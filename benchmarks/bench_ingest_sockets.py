@@ -47,6 +47,7 @@ from ppc_extproc.events.wire import EventBatch
 from ppc_extproc.index import InMemoryIndex
 from ppc_extproc.mock_vllm.kv_events import MEDIUM_GPU, SPEC_KIND_FULL_ATTENTION, BlockStored, EventEncoder
 from ppc_extproc.scheduling.types import Endpoint
+from ppc_extproc.server.app import configure_gc
 
 MODEL = "bench-model"
 BLOCK = 16
@@ -339,6 +340,7 @@ def main() -> None:
     pin = not args.no_pin and hasattr(os, "sched_setaffinity") and (os.cpu_count() or 1) > 1
     if pin:
         os.sched_setaffinity(0, {0})  # before any thread starts: ZMQ's I/O thread stays here too
+    configure_gc()  # as `ppc-extproc serve` does
     print("command:", "PYTHONPATH=src python", " ".join(sys.argv))
     print("machine:", machine(), "| load average", load())
     print("pinning:", "ingest on CPU 0, publishers on the last CPU" if pin else "none")

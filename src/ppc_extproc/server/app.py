@@ -36,7 +36,7 @@ from ppc_extproc.server.extproc import ExternalProcessor
 from ppc_extproc.server.health import Health
 from ppc_extproc.server.stream import BodyMode, StreamOptions
 
-__all__ = ["ServeOptions", "Service", "serve"]
+__all__ = ["ServeOptions", "Service", "configure_gc", "serve"]
 
 log = structlog.get_logger(__name__)
 
@@ -150,6 +150,13 @@ class Service:
         }
 
 
+def configure_gc() -> None:
+    """The KV-event path allocates many short-lived containers (decoded batches): collect the
+    young generation less often, and keep everything built at startup out of later collections."""
+    gc.set_threshold(_GC_GEN0_THRESHOLD, *gc.get_threshold()[1:])
+    gc.freeze()
+
+
 async def serve(
     options: ServeOptions,
     *,
@@ -162,10 +169,7 @@ async def serve(
     once the ports are bound, ``on_ready`` once the first endpoint list is in."""
     stop = stop or asyncio.Event()
     loaded = load_config(options.config_file, options.services)
-    # The KV-event path allocates many short-lived containers; collect young objects less often,
-    # and keep everything built at startup out of later collections.
-    gc.set_threshold(_GC_GEN0_THRESHOLD, *gc.get_threshold()[1:])
-    gc.freeze()
+    configure_gc()
     service = Service(options, loaded)
     loop = asyncio.get_running_loop()
     service._stop = (loop, stop)
