@@ -363,3 +363,122 @@ def test_dp_rank_ports_are_distinct_endpoints(tmp_path: Path) -> None:
         cache_on(svc, "10.1.0.1:8001", PROMPT)
         assert set_headers(c.run([headers(), body(completion())])[0])["x-gateway-destination-endpoint"] == "10.1.0.1:8001"
         c.close()
+
+
+# --- BUFFERED: the same rows (Envoy answers: headers at once, one body message, STREAMED responses) --
+
+
+def buffered_destination(replies) -> str:
+    """In BUFFERED mode the destination rides on the request-body reply."""
+    assert [r.WhichOneof("response") for r in replies[:2]] == ["request_headers", "request_body"]
+    assert replies[1].request_body.response.clear_route_cache
+    destination = set_headers(replies[1], "request_body")["x-gateway-destination-endpoint"]
+    assert metadata_destination(replies[1]) == destination
+    return destination
+
+
+def buffered_headers(**kwargs) -> ProcessingRequest:
+    return headers(mode=BUFFERED, response_mode=1, **kwargs)
+
+
+def test_buffered_cached_prefix_wins(service, client) -> None:
+    prompt = list(range(8000, 8064))
+    cache_on(service, PODS[2], prompt)
+    assert buffered_destination(client.run([buffered_headers(), body(completion(prompt))])) == PODS[2]
+
+
+def test_buffered_header_only_get_is_routed_at_once(client) -> None:
+    (reply,) = client.run([buffered_headers(path="/v1/models", method="GET", eos=True)])
+    assert set_headers(reply)["x-gateway-destination-endpoint"] in PODS
+
+
+@pytest.mark.parametrize(
+    ("subset", "allowed"),
+    [
+        (["192.168.1.1:8000", "192.168.1.2:8000"], PODS[:2]),
+        (["192.168.1.3:8000"], PODS[2:]),
+        ("192.168.1.2:8000,192.168.1.3:8000", PODS[1:]),
+        (["192.168.1.1"], PODS[:1]),
+    ],
+)
+def test_buffered_subset_hint_restricts_candidates(service, client, subset, allowed) -> None:
+    cache_on(service, PODS[0], PROMPT)
+    for _ in range(5):
+        replies = client.run([buffered_headers(), body(completion(), metadata=subset_metadata(subset))])
+        assert buffered_destination(replies) in allowed
+
+
+@pytest.mark.parametrize("subset", [["192.168.1.99:8000"], []])
+def test_buffered_subset_hint_without_match_is_503(client, subset) -> None:
+    replies = client.run([buffered_headers(), body(completion(), metadata=subset_metadata(subset))])
+    code, _, hdrs = immediate(replies[-1])
+    assert code == 503 and hdrs["x-llm-d-request-dropped-reason"] == "rejected-no-endpoints"
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (b'{"prompt":"hello world"}', b"inference error: BadRequest - model not found in request body"),
+        (b"no healthy upstream", b"inference error: BadRequest - error unmarshaling request body"),
+        (b'{"model":"m","prompt":[1,2.5]}', b"inference error: BadRequest - prompt[1]: token id must be an integer"),
+    ],
+)
+def test_buffered_bad_bodies_get_400(client, data, message) -> None:
+    replies = client.run([buffered_headers(), body(data)])
+    assert replies[0].WhichOneof("response") == "request_headers"
+    code, text, _ = immediate(replies[-1])
+    assert code == 400 and text.startswith(message)
+
+
+def test_buffered_response_path_continues_and_records_usage(service, client) -> None:
+    before = service.metrics.usage_tokens.labels("cached")._value.get()
+    payload = orjson.dumps({"usage": {"prompt_tokens": 64, "completion_tokens": 4, "prompt_tokens_details": {"cached_tokens": 32}}})
+    replies = client.run([buffered_headers(), body(completion()), response_headers(),
+                          response_body(payload[:20]), response_body(payload[20:]), response_body(b"", eos=True)])
+    kinds = [r.WhichOneof("response") for r in replies[2:]]
+    assert kinds == ["response_headers", "response_body", "response_body", "response_body"]
+    assert all(not r.response_body.response.HasField("body_mutation") for r in replies[3:])  # unchanged
+    assert service.metrics.usage_tokens.labels("cached")._value.get() == before + 32
+
+
+def test_buffered_invalid_json_response_and_sse_usage(service, client) -> None:
+    replies = client.run([buffered_headers(), body(completion()), response_headers(),
+                          response_body(b"no healthy upstream", eos=True)])
+    assert replies[-1].WhichOneof("response") == "response_body"
+    before = service.metrics.usage_tokens.labels("prompt")._value.get()
+    client.run([buffered_headers(), body(completion(stream=True)), response_headers(content_type="text/event-stream"),
+                response_body(b"data: {}\n\n"), response_body(b'data: {"usage":{"prompt_tokens":7}}\n\ndata: [DONE]\n\n'),
+                response_body(b"", eos=True)])
+    assert service.metrics.usage_tokens.labels("prompt")._value.get() == before + 7
+
+
+def test_buffered_client_cancel_releases_state(service, client) -> None:
+    release = threading.Event()
+
+    def messages():
+        yield buffered_headers(extra={"x-request-id": "buffered-cancel"})
+        release.wait(10)
+
+    call = client.stub.Process(messages(), timeout=10)
+    assert next(call).WhichOneof("response") == "request_headers"  # answered at once in BUFFERED
+    call.cancel()
+    release.set()
+    wait_for(lambda: service.extproc.active == 0, what="the cancelled stream to be released", timeout=5)
+    assert buffered_destination(client.run([buffered_headers(), body(completion())])) in PODS
+
+
+def test_buffered_oversized_body_is_413(tmp_path: Path) -> None:
+    with running_service(tmp_path, CONFIG, max_body_bytes=1000) as svc:
+        c = Client(svc.grpc_port)
+        replies = c.run([buffered_headers(), body(b"x" * 1200)])
+        code, text, _ = immediate(replies[-1])
+        assert code == 413 and b"exceeds the limit of 1000 bytes" in text
+        c.close()
+
+
+def test_buffered_no_endpoints_is_503(tmp_path: Path) -> None:
+    with running_service(tmp_path, CONFIG, endpoints="") as svc:
+        c = Client(svc.grpc_port)
+        code, _, hdrs = immediate(c.run([buffered_headers(), body(completion())])[-1])
+        assert code == 503 and hdrs["x-llm-d-request-dropped-reason"] == "rejected-no-endpoints"
+        c.close()
