@@ -11,7 +11,6 @@ import orjson
 import pytest
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-
 from harness import body, headers, running_service, set_headers
 
 pytestmark = pytest.mark.integration
