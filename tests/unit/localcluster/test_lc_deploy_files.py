@@ -95,3 +95,16 @@ def test_dockerfile_entrypoint_and_user() -> None:
     assert 'CMD ["serve"]' in text
     assert "USER 10001" in text
     assert text.count("FROM python:3.11-slim") == 2
+
+
+def test_compose_service_config_loads_with_the_service_loader() -> None:
+    """The config docker-compose hands the service is valid for the real loader."""
+    import yaml
+
+    from ppc_extproc.config.epp import load_config_text
+
+    compose = yaml.safe_load((REPO / "docker-compose.yaml").read_text())
+    loaded = load_config_text(compose["configs"]["ppc-extproc-config"]["content"])
+    assert [p.type_name for p in loaded.producers] == ["precise-prefix-cache-producer"]
+    assert loaded.producers[0].config.kv_events.pod_discovery.replay_socket_port == 5559
+    assert loaded.warnings == []
