@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-__all__ = ["PREFIX_MATCH_INFO_KEY", "PrefixCacheMatchInfo", "match_info_key"]
+__all__ = ["PREFIX_MATCH_INFO_KEY", "PrefixCacheMatchInfo", "best_match_info", "match_info_key"]
 
 #: Attribute key prefix; the full key names the producer (llm-d: ``PrefixCacheMatchInfoDataKey/<name>``).
 PREFIX_MATCH_INFO_KEY = "PrefixCacheMatchInfoDataKey"
@@ -48,3 +49,13 @@ class PrefixCacheMatchInfo:
         if self.mm_match_blocks is not None:
             out["mm"] = {"matchBlocks": self.mm_match_blocks}
         return out
+
+
+def best_match_info(values: Iterable[object]) -> PrefixCacheMatchInfo | None:
+    """Among an endpoint's attributes, the match info with the longest cached prefix (the one to
+    trust when several producers wrote one), or None."""
+    best: PrefixCacheMatchInfo | None = None
+    for value in values:
+        if isinstance(value, PrefixCacheMatchInfo) and (best is None or value.cached_block_count > best.cached_block_count):
+            best = value
+    return best

@@ -17,7 +17,6 @@ import structlog
 from ppc_extproc.blockkeys import TokenProcessor
 from ppc_extproc.errors import NoEndpointsError
 from ppc_extproc.ids import EndpointId, destination_host_port
-from ppc_extproc.matchinfo import PrefixCacheMatchInfo
 from ppc_extproc.plugins.base import ResponseInfo
 from ppc_extproc.scheduling.inflight import InflightTracker
 from ppc_extproc.scheduling.pool import EndpointPool
@@ -45,15 +44,6 @@ class Decision:
     @property
     def primary(self) -> Endpoint:
         return self.targets[0]
-
-
-def _uncached_tokens(ctx: SchedulingContext, endpoint: EndpointId) -> int:
-    """Prompt tokens the endpoint must prefill: the prompt minus its best known cached prefix."""
-    cached = max(
-        (v.cached_tokens for v in ctx.attributes.get(endpoint, {}).values() if isinstance(v, PrefixCacheMatchInfo)),
-        default=0,
-    )
-    return max(0, ctx.request.prompt_tokens - cached)
 
 
 class Router:
@@ -95,7 +85,7 @@ class Router:
         t2 = time.perf_counter()
         if not dry_run:
             primary = result.targets[0]
-            self.inflight.start(request.request_id, primary.id, _uncached_tokens(ctx, primary.id))
+            self.inflight.start(request.request_id, primary.id, ctx.uncached_tokens(primary.id))
             for hook in self.hooks:
                 if hasattr(hook, "pre_request"):
                     try:

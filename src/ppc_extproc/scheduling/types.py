@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ppc_extproc.ids import EndpointId, endpoint_id
+from ppc_extproc.matchinfo import PrefixCacheMatchInfo, best_match_info
 from ppc_extproc.tokens import TokenizedPrompt
 
 __all__ = ["Endpoint", "EndpointEvent", "EndpointEventKind", "LLMRequest", "SchedulingContext"]
@@ -79,6 +80,26 @@ class SchedulingContext:
 
     def attribute(self, endpoint: EndpointId, key: str) -> Any:
         return self.attributes.get(endpoint, {}).get(key)
+
+    @property
+    def prompt_tokens(self) -> int:
+        """Prompt tokens of the request: the parsed count, else the token ids it carries."""
+        request = self.request
+        if request.prompt_tokens > 0:
+            return request.prompt_tokens
+        return request.tokenized.num_tokens() if request.tokenized is not None else 0
+
+    def match_info(self, endpoint: EndpointId, attribute_key: str | None = None) -> PrefixCacheMatchInfo | None:
+        """The named producer's match info for ``endpoint``, or (no key) the best any producer wrote."""
+        if attribute_key is not None:
+            info = self.attribute(endpoint, attribute_key)
+            return info if isinstance(info, PrefixCacheMatchInfo) else None
+        return best_match_info(self.attributes.get(endpoint, {}).values())
+
+    def uncached_tokens(self, endpoint: EndpointId, attribute_key: str | None = None) -> int:
+        """Prompt tokens ``endpoint`` would have to prefill: the prompt minus its cached prefix."""
+        info = self.match_info(endpoint, attribute_key)
+        return max(0, self.prompt_tokens - (info.cached_tokens if info is not None else 0))
 
     def set_attribute(self, endpoint: EndpointId, key: str, value: Any) -> None:
         self.attributes.setdefault(endpoint, {})[key] = value

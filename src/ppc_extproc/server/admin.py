@@ -22,7 +22,6 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from ppc_extproc.errors import RequestError
-from ppc_extproc.matchinfo import PrefixCacheMatchInfo
 from ppc_extproc.scheduling.router import Router
 from ppc_extproc.scheduling.types import LLMRequest
 from ppc_extproc.tokens import parse_body
@@ -74,8 +73,7 @@ def build_admin_app(
         result = decision.result
         endpoints = []
         for endpoint in decision.ctx.candidates:
-            infos = [v for v in decision.ctx.attributes.get(endpoint.id, {}).values() if isinstance(v, PrefixCacheMatchInfo)]
-            info = infos[0] if infos else None
+            info = decision.ctx.match_info(endpoint.id)
             endpoints.append({
                 "endpoint": endpoint.id,
                 "matchBlocks": info.match_blocks if info else 0,

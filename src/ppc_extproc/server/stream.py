@@ -26,11 +26,10 @@ from envoy.service.ext_proc.v3.external_processor_pb2 import ProcessingRequest, 
 
 from ppc_extproc.errors import PayloadTooLargeError, RequestError
 from ppc_extproc.ids import EndpointId, destination_host_port
-from ppc_extproc.matchinfo import PrefixCacheMatchInfo
 from ppc_extproc.observability.metrics import Metrics
 from ppc_extproc.plugins.base import ResponseInfo
 from ppc_extproc.scheduling.router import Decision, Router
-from ppc_extproc.scheduling.types import LLMRequest, SchedulingContext
+from ppc_extproc.scheduling.types import LLMRequest
 from ppc_extproc.server import messages
 from ppc_extproc.server.usage import UsageParser
 from ppc_extproc.tokens import ParsedBody, parse_body
@@ -310,7 +309,7 @@ class ExtProcStream:
         }
         self.metrics.observe_decision(elapsed, stages)
         self.metrics.count_request("routed", 200)
-        info = self._predicted(decision.ctx, decision.primary.id)
+        info = decision.ctx.match_info(decision.primary.id)
         if info is not None and info.total_blocks:
             self.metrics.match_ratio.observe(info.match_blocks / info.total_blocks)
         if self.recorder is not None:
@@ -325,11 +324,6 @@ class ExtProcStream:
                 "totals": {ep: round(v, 6) for ep, v in decision.result.totals.items()},
                 "decisionMs": round(elapsed * 1e3, 3),
             })
-
-    @staticmethod
-    def _predicted(ctx: SchedulingContext, endpoint: EndpointId) -> PrefixCacheMatchInfo | None:
-        infos = [v for v in ctx.attributes.get(endpoint, {}).values() if isinstance(v, PrefixCacheMatchInfo)]
-        return max(infos, key=lambda i: i.cached_block_count, default=None)
 
     def _fail(self, error: RequestError) -> list[ProcessingResponse]:
         self.phase = _Phase.DONE
@@ -378,7 +372,7 @@ class ExtProcStream:
         endpoint = EndpointId(self.served.split(",")[0]) if self.served else decision.primary.id
         if self.served and self.served.split(",")[0] != decision.primary.id:
             self.metrics.anomalies.labels("served_elsewhere").inc()
-        predicted = self._predicted(decision.ctx, endpoint)
+        predicted = decision.ctx.match_info(endpoint)
         if usage is not None:
             for kind, value in (("prompt", usage.prompt_tokens), ("completion", usage.completion_tokens),
                                 ("cached", usage.cached_tokens)):

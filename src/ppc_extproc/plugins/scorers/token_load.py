@@ -31,35 +31,20 @@ from collections.abc import Sequence
 
 from ppc_extproc.config.strict import Section
 from ppc_extproc.ids import EndpointId
-from ppc_extproc.matchinfo import PrefixCacheMatchInfo, match_info_key
+from ppc_extproc.matchinfo import match_info_key
 from ppc_extproc.plugins.registry import Services, register
 from ppc_extproc.scheduling.inflight import InflightTracker
 from ppc_extproc.scheduling.types import Endpoint, SchedulingContext
 
-__all__ = ["TokenLoadScorer", "prompt_tokens", "request_token_load"]
+__all__ = ["TokenLoadScorer", "request_token_load"]
 
 DEFAULT_QUEUE_THRESHOLD_TOKENS = 4_194_304
-
-
-def prompt_tokens(ctx: SchedulingContext) -> int:
-    """Prompt tokens of the request: the parsed count, else the token ids carried."""
-    request = ctx.request
-    if request.prompt_tokens > 0:
-        return request.prompt_tokens
-    return request.tokenized.num_tokens() if request.tokenized is not None else 0
 
 
 def request_token_load(ctx: SchedulingContext, endpoint_id: str, attribute_key: str | None = None) -> int:
     """Uncached prompt tokens this request would add on ``endpoint_id``: the prompt minus the
     cached prefix from ``attribute_key``'s match info (None: the best any producer reports)."""
-    total = prompt_tokens(ctx)
-    if attribute_key is not None:
-        info = ctx.attribute(EndpointId(endpoint_id), attribute_key)
-        cached = info.cached_tokens if isinstance(info, PrefixCacheMatchInfo) else 0
-    else:
-        values = ctx.attributes.get(EndpointId(endpoint_id), {}).values()
-        cached = max((v.cached_tokens for v in values if isinstance(v, PrefixCacheMatchInfo)), default=0)
-    return max(0, total - cached)
+    return ctx.uncached_tokens(EndpointId(endpoint_id), attribute_key)
 
 
 @register("token-load-scorer")
