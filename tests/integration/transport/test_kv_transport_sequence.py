@@ -89,10 +89,12 @@ def test_seq_regression_clears_the_endpoint_even_without_replay(
     pub.close()
 
 
-def test_restarted_publisher_on_the_same_port_is_detected(
-    zctx: zmq.Context[Any], applier: EventApplier, make_transport: Any
-) -> None:
-    pub = Publisher(zctx, "127.0.2.3")
+def restarted_after_two_blocks(
+    zctx: zmq.Context[Any], applier: EventApplier, make_transport: Any, ip: str
+) -> tuple[Publisher, list[int]]:
+    """A publisher whose 2 blocks are indexed, then restarted on the same port; returns once the
+    SUB has reconnected by itself (probe messages are counted as bad frames)."""
+    pub = Publisher(zctx, ip)
     transport = make_transport(socket_port=pub.port)
     transport.add_endpoint(pub.endpoint)
     pub.wait_subscribed()
@@ -102,7 +104,14 @@ def test_restarted_publisher_on_the_same_port_is_detected(
     wait_until(lambda: holds(applier, pub.endpoint_id, old_tokens) == 2, what="old blocks")
 
     pub.restart()
-    pub.probe_until(lambda: bad_frames(applier, pub))  # the SUB reconnected by itself
+    pub.probe_until(lambda: bad_frames(applier, pub))
+    return pub, old_tokens
+
+
+def test_restarted_publisher_on_the_same_port_is_detected(
+    zctx: zmq.Context[Any], applier: EventApplier, make_transport: Any
+) -> None:
+    pub, old_tokens = restarted_after_two_blocks(zctx, applier, make_transport, "127.0.2.3")
     new, new_tokens = chain(0xD0, 2, 5000)
     pub.send(new)  # seq 0
     wait_until(lambda: holds(applier, pub.endpoint_id, new_tokens) == 2, what="new blocks")
@@ -118,17 +127,7 @@ def test_restarted_publisher_whose_seq_passed_ours_is_detected_after_reconnect(
 ) -> None:
     """The new engine is already at seq 40 when we reconnect (we were at 1): a plain seq check
     would call that a gap and keep the old engine's blocks; the reconnect makes it a restart."""
-    pub = Publisher(zctx, "127.0.2.4")
-    transport = make_transport(socket_port=pub.port)
-    transport.add_endpoint(pub.endpoint)
-    pub.wait_subscribed()
-    old, old_tokens = chain(0xA0, 2, 1)
-    pub.send(old)
-    pub.send(old)
-    wait_until(lambda: holds(applier, pub.endpoint_id, old_tokens) == 2, what="old blocks")
-
-    pub.restart()
-    pub.probe_until(lambda: bad_frames(applier, pub))
+    pub, old_tokens = restarted_after_two_blocks(zctx, applier, make_transport, "127.0.2.4")
     new, new_tokens = chain(0xD0, 2, 5000)
     pub.send(new, seq=40)
     wait_until(lambda: holds(applier, pub.endpoint_id, new_tokens) == 2, what="new blocks")
