@@ -2,7 +2,7 @@
 
 vLLM routes: ``POST /v1/completions``, ``POST /inference/v1/generate``, ``GET /v1/models``,
 ``GET /health``, ``GET /version``, ``GET /metrics``, ``GET /kv_event_sources``,
-``POST /reset_prefix_cache``. Mock routes: ``POST /mock/restart``, ``POST /mock/match``
+``POST /reset_prefix_cache``, ``POST /tokenize`` (:mod:`~ppc_extproc.mock_vllm.peer_probes`). Mock routes: ``POST /mock/restart``, ``POST /mock/match``
 (``{"prompt", "cache_salt"?}`` → ``{"cached_tokens", "matched_tokens", "block_size"}``, no side
 effects) and ``GET /mock/state``. Every response carries ``x-mock-vllm-endpoint``.
 
@@ -27,6 +27,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from ppc_extproc.mock_vllm import protocol as p
 from ppc_extproc.mock_vllm.engine import EngineAborted, EngineRequest, MockEngine, RequestRejected
 from ppc_extproc.mock_vllm.metrics import engine_registry
+from ppc_extproc.mock_vllm.peer_probes import add_peer_probe_routes
 
 __all__ = ["ENDPOINT_HEADER", "STREAM_MIN_INTERVAL_S", "create_app"]
 
@@ -353,4 +354,6 @@ def create_app(
     app.router.add_post("/mock/restart", mock_restart)
     app.router.add_post("/mock/match", mock_match)
     app.router.add_get("/mock/state", mock_state)
+    # What the peer routers probe beyond inference (routing benchmark); kept in its own module.
+    add_peer_probe_routes(app, engine)
     return app
