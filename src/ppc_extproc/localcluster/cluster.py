@@ -82,6 +82,8 @@ class LocalCluster(ClusterLayout):
             mock-vllm`` / ``serve``); the cluster appends the standard flags. For stand-ins.
         envoy_binary: Envoy executable (default :func:`find_envoy`).
         with_envoy: start Envoy (``False`` for service-only runs).
+        with_service: start the service replicas (``False`` for engines-only runs, e.g. when
+            another router or a client-side oracle sits in front of the engines; implies no Envoy).
         env: extra environment variables for every process.
         startup_timeout: seconds each process may take to become ready.
         stop_timeout: seconds between SIGTERM and SIGKILL.
@@ -110,6 +112,7 @@ class LocalCluster(ClusterLayout):
         envoy_args: Sequence[str] = (),
         envoy_log_level: str = "warn",
         with_envoy: bool = True,
+        with_service: bool = True,
         env: Mapping[str, str] | None = None,
         startup_timeout: float = 60.0,
         stop_timeout: float = 10.0,
@@ -138,7 +141,8 @@ class LocalCluster(ClusterLayout):
         self.envoy_binary = envoy_binary
         self.envoy_args = list(envoy_args)
         self.envoy_log_level = envoy_log_level
-        self.with_envoy = with_envoy
+        self.with_service = with_service
+        self.with_envoy = with_envoy and with_service
         self.env = {"PYTHONUNBUFFERED": "1", **(env or {})}
         self.startup_timeout = startup_timeout
         self.stop_timeout = stop_timeout
@@ -220,10 +224,12 @@ class LocalCluster(ClusterLayout):
                 proc.start()
             for i in range(self.num_engines):
                 self._wait_engine(i)
-            self._services = [
-                self._group.add(self._service_process(r)) for r in range(self.service_replicas)
-            ]
-            self.start_service()
+            if self.with_service:
+                self._services = [
+                    self._group.add(self._service_process(r))
+                    for r in range(self.service_replicas)
+                ]
+                self.start_service()
             if self.with_envoy:
                 self._envoy = self._group.add(self._envoy_process())
                 self._envoy.start()
