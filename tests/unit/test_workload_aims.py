@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from ppc_extproc.workload.aims import FAST_SCENARIOS, Aim, PolicyNumbers, best_ours, scenario_aims
+from ppc_extproc.workload.aims import FAST_SCENARIOS, Aim, PolicyNumbers, best, scenario_aims
 
 
 def n(name: str, kind: str, hit: float, p90: float) -> PolicyNumbers:
@@ -27,11 +27,21 @@ def by_text(aims: list[Aim]) -> dict[str, Aim]:
     return {a.text: a for a in aims}
 
 
-def test_best_ours_is_the_lowest_ttft_p90_ties_by_hit_rate() -> None:
-    assert best_ours(RUNS) is RUNS[2]
-    tied = [n("a", "ours", 0.5, 1.0), n("b", "ours", 0.6, 1.0), n("c", "peer", 0.9, 0.1)]
-    assert best_ours(tied) == tied[1]
-    assert best_ours([n("x", "ours", math.nan, math.nan), n("p", "peer", 0.5, 1.0)]) is None
+def test_best_is_per_kind_and_metric() -> None:
+    runs = [n("a", "ours", 0.8, 0.3), n("b", "ours", 0.7, 0.2), n("c", "peer", 0.9, 0.1), n("d", "ours", math.nan, 9)]
+    assert best(runs, "ours", "hit_rate") == runs[0]
+    assert best(runs, "ours", "ttft_p90_s") == runs[1]
+    assert best(runs, "peer", "hit_rate") == runs[2]
+    assert best([n("x", "ours", math.nan, math.nan)], "ours", "hit_rate") is None
+
+
+def test_each_aim_compares_our_best_with_the_best_peer_on_that_metric() -> None:
+    runs = [n("approximate", "ours", 0.84, 0.70), n("precise+load", "ours", 0.86, 0.74),
+            n("vllm-router", "peer", 0.86, 0.66), n("oracle", "oracle", 0.88, 0.5)]  # fmt: skip
+    aims = by_text(scenario_aims("outside", runs))
+    assert aims["hit rate precise+load − vllm-router"].met
+    assert aims["TTFT p90 vllm-router / approximate"].value == pytest.approx(0.66 / 0.70)
+    assert aims["hit rate precise+load / oracle"].value == pytest.approx(0.86 / 0.88)
 
 
 def test_replicas_scenario_compares_with_the_best_peer_per_metric() -> None:

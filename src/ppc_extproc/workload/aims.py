@@ -1,7 +1,8 @@
 """Issue #14's aims, evaluated per scenario from each policy's whole-run numbers.
 
-* "ours" is every policy routed by ppc-extproc; **our best** is the one with the lowest TTFT p90
-  (ties: higher hit rate). The **best peer** is, per metric, the peer router doing best on it.
+* "ours" is every policy routed by ppc-extproc, and **our best** is, per metric, the one of them
+  doing best on it (highest hit rate, lowest TTFT p90); so is the **best peer** among the peer
+  routers. Comparing best with best per metric keeps one noisy run from choosing for both.
 * Level on hit rate: ours ≥ best peer − ``LEVEL_POINTS`` percentage points.
 * Level on TTFT p90: best peer's p90 / ours ≥ ``LEVEL_RATIO`` (ours at most ~10 % slower).
 * Scenarios in ``FAST_SCENARIOS``: best peer's TTFT p90 / ours ≥ ``FAST_RATIO``.
@@ -24,7 +25,7 @@ __all__ = [
     "ORACLE_SHARE",
     "Aim",
     "PolicyNumbers",
-    "best_ours",
+    "best",
     "scenario_aims",
 ]
 
@@ -71,10 +72,13 @@ def _valid(x: float) -> bool:
     return not math.isnan(x)
 
 
-def best_ours(runs: Sequence[PolicyNumbers]) -> PolicyNumbers | None:
-    """Our policy with the lowest TTFT p90 (ties: higher hit rate); None if none completed."""
-    ours = [r for r in runs if r.kind == "ours" and _valid(r.ttft_p90_s)]
-    return min(ours, key=lambda r: (r.ttft_p90_s, -r.hit_rate if _valid(r.hit_rate) else 0.0), default=None)
+def best(runs: Sequence[PolicyNumbers], kind: str, metric: str) -> PolicyNumbers | None:
+    """The run of ``kind`` best on ``metric`` (``hit_rate``: highest, ``ttft_p90_s``: lowest);
+    None if no such run has a value."""
+    found = [r for r in runs if r.kind == kind and _valid(getattr(r, metric))]
+    if metric == "hit_rate":
+        return max(found, key=lambda r: r.hit_rate, default=None)
+    return min(found, key=lambda r: r.ttft_p90_s, default=None)
 
 
 def _ratio(a: float, b: float) -> float:
@@ -84,24 +88,18 @@ def _ratio(a: float, b: float) -> float:
 def scenario_aims(key: str, runs: Sequence[PolicyNumbers]) -> list[Aim]:
     """The aims of scenario ``key`` over its runs."""
     out: list[Aim] = []
-    best = best_ours(runs)
-    if best is None:
-        return out
-    peers = [r for r in runs if r.kind == "peer"]
-    hit_peers = [r for r in peers if _valid(r.hit_rate)]
-    fast_peers = [r for r in peers if _valid(r.ttft_p90_s)]
-    if hit_peers:
-        peer = max(hit_peers, key=lambda r: r.hit_rate)
-        gap = 100 * (best.hit_rate - peer.hit_rate)
-        out.append(Aim(f"hit rate {best.name} − {peer.name}", gap, -LEVEL_POINTS, unit=" points"))
-    if fast_peers:
-        peer = min(fast_peers, key=lambda r: r.ttft_p90_s)
-        ratio = _ratio(peer.ttft_p90_s, best.ttft_p90_s)
-        out.append(Aim(f"TTFT p90 {peer.name} / {best.name}", ratio, LEVEL_RATIO, unit="×"))
+    ours_hit, peer_hit = best(runs, "ours", "hit_rate"), best(runs, "peer", "hit_rate")
+    ours_fast, peer_fast = best(runs, "ours", "ttft_p90_s"), best(runs, "peer", "ttft_p90_s")
+    if ours_hit and peer_hit:
+        gap = 100 * (ours_hit.hit_rate - peer_hit.hit_rate)
+        out.append(Aim(f"hit rate {ours_hit.name} − {peer_hit.name}", gap, -LEVEL_POINTS, unit=" points"))
+    if ours_fast and peer_fast:
+        ratio = _ratio(peer_fast.ttft_p90_s, ours_fast.ttft_p90_s)
+        out.append(Aim(f"TTFT p90 {peer_fast.name} / {ours_fast.name}", ratio, LEVEL_RATIO, unit="×"))
         if key in FAST_SCENARIOS:
-            out.append(Aim(f"TTFT p90 {peer.name} / {best.name} (3× faster)", ratio, FAST_RATIO, unit="×"))
+            out.append(Aim(f"TTFT p90 {peer_fast.name} / {ours_fast.name} (3× faster)", ratio, FAST_RATIO, unit="×"))
     oracle = next((r for r in runs if r.kind == "oracle"), None)
-    if oracle is not None:
-        share = _ratio(best.hit_rate, oracle.hit_rate)
-        out.append(Aim(f"hit rate {best.name} / oracle", share, ORACLE_SHARE, unit="×"))
+    if ours_hit and oracle is not None:
+        share = _ratio(ours_hit.hit_rate, oracle.hit_rate)
+        out.append(Aim(f"hit rate {ours_hit.name} / oracle", share, ORACLE_SHARE, unit="×"))
     return out
