@@ -17,7 +17,7 @@ import pytest
 
 from ppc_extproc.localcluster import LocalCluster, ProcessGroup, free_port
 from ppc_extproc.localcluster.balancer import start_balancer
-from ppc_extproc.workload.peers import PEERS, PeerDeployment, peer
+from ppc_extproc.workload.peers import PEERS, KvEventSources, PeerDeployment, peer
 from ppc_extproc.workload.text import words
 
 pytestmark = pytest.mark.integration
@@ -54,7 +54,8 @@ def test_peer_router_routes_a_shared_prefix_to_one_engine(name: str, engines: Lo
     if not router.available():
         pytest.skip(f"{router.command[0]} not installed (pip install -e '.[bench]')")
     context = words(f"peer/{name}", 640)
-    with PeerDeployment(router, engines.engine_urls, log_dir=tmp_path, startup_timeout=30) as dep, \
+    kv = KvEventSources(engines.kv_events_endpoints, [], 16, "mock-model")
+    with PeerDeployment(router, engines.engine_urls, log_dir=tmp_path, kv=kv, startup_timeout=30) as dep, \
             httpx.Client(timeout=30, trust_env=False) as client:  # fmt: skip
         results = [stream(client, dep.url, context + words(f"q/{i}", 40)) for i in range(5)]
         assert all(status == 200 for status, _, _ in results), results

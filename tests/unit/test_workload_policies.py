@@ -80,7 +80,7 @@ def test_every_policy_config_loads(name: str) -> None:
 
 def test_policy_line_ups() -> None:
     assert policy("oracle").oracle and policy("oracle").service_config is None
-    for name in ("vllm-router", "sglang-router"):
+    for name in ("vllm-router", "sglang-router", "vllm-router-kv"):
         chosen = policy(name)
         assert chosen.peer is not None and chosen.peer.name == name
         assert not chosen.oracle and not chosen.ours

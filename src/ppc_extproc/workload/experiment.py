@@ -32,7 +32,7 @@ from ppc_extproc.workload.clients import RequestClient
 from ppc_extproc.workload.disturbance import EngineRestart, OutsideTraffic, RestartRecord, run_restart
 from ppc_extproc.workload.generator import Arrival
 from ppc_extproc.workload.oracle import OracleTarget
-from ppc_extproc.workload.peers import PeerDeployment
+from ppc_extproc.workload.peers import KvEventSources, PeerDeployment
 from ppc_extproc.workload.policies import Policy
 from ppc_extproc.workload.probes import CpuMeter, CpuReport, DecisionLatency, decision_latency
 from ppc_extproc.workload.report import RequestRecord, Summary, summarize
@@ -176,7 +176,9 @@ async def _run_with_restart(
 def _router(chosen: Policy, cluster: LocalCluster, plan: ClusterPlan) -> Iterator[tuple[str | None, dict[str, int]]]:
     """The router's URL (None for the oracle) and its processes' pids, while it runs."""
     if chosen.peer is not None:
-        with PeerDeployment(chosen.peer, cluster.engine_urls, log_dir=cluster.log_dir / "peers",
+        kv = KvEventSources(cluster.kv_events_endpoints, [f"tcp://{ip}:{cluster.replay_port}" for ip in cluster.engine_ips],
+                            plan.profile.block_size, plan.model)  # fmt: skip
+        with PeerDeployment(chosen.peer, cluster.engine_urls, log_dir=cluster.log_dir / "peers", kv=kv,
                             replicas=plan.service_replicas, startup_timeout=plan.startup_timeout_s) as dep:  # fmt: skip
             yield dep.url, {p.name: p.pid for p in dep.processes if p.pid is not None}
         return

@@ -4,7 +4,13 @@ Both are Rust HTTP routers with a Python launcher (PyPI wheels, the ``bench`` ex
 replica is started with the engines' URLs and its ``cache_aware`` policy (an approximate
 per-worker radix tree of the request text it routed, plus shortest-queue when loads diverge;
 ``--cache-threshold 0.3``, ``--balance-abs-threshold 64``, ``--balance-rel-threshold 1.5`` by
-default, ``--help`` of either). Every address is loopback: the routers' defaults bind
+default, ``--help`` of either). ``vllm-router-kv`` is vllm-router's precise ``kv_aware`` policy:
+it subscribes to every engine's KV events (``--kv-event-source URL=tcp://…``, replay via
+``--kv-event-replay-source``, ``--kv-event-block-size``, ``--kv-event-model``) and tokenises
+text prompts through the worker (``/v1/completions/render``, then ``/tokenize``). Against the
+mock it subscribes and tokenises, yet credits no cached prefix (its debug log shows
+``credited_prefix_tokens=0`` on every decision, ``vllm_router_kv_placement_lookups_total
+{result="miss"}``): not in the default line-up until that is understood. Every address is loopback: the routers' defaults bind
 ``0.0.0.0`` (sglang-router) and a Prometheus exporter on ``:29000`` (both), so host and metrics
 port are always given. Flags beyond those are what working against the mock needs:
 
@@ -38,7 +44,17 @@ from ppc_extproc.localcluster.balancer import start_balancer
 from ppc_extproc.localcluster.ports import PortAllocator
 from ppc_extproc.localcluster.processes import ManagedProcess, ProcessGroup, wait_for_http
 
-__all__ = ["PEERS", "PeerDeployment", "PeerRouter", "peer"]
+__all__ = ["PEERS", "KvEventSources", "PeerDeployment", "PeerRouter", "peer"]
+
+
+@dataclass(frozen=True, slots=True)
+class KvEventSources:
+    """The engines' KV-event endpoints, for a peer policy that reads them (one per worker URL)."""
+
+    endpoints: Sequence[str]
+    replay_endpoints: Sequence[str]
+    block_size: int
+    model: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,10 +71,14 @@ class PeerRouter:
     #: False when the router rejects token-id prompts.
     accepts_token_ids: bool
     policy: str = "cache_aware"
+    #: The policy reads the engines' KV events (needs :class:`KvEventSources`).
+    reads_kv_events: bool = False
 
-    def argv(self, *, port: int, metrics_port: int, worker_urls: Sequence[str]) -> list[str]:
+    def argv(
+        self, *, port: int, metrics_port: int, worker_urls: Sequence[str], kv: KvEventSources | None = None
+    ) -> list[str]:
         """The command line of one replica."""
-        return [
+        argv = [
             *self.command,
             "--host", "127.0.0.1", "--port", str(port),
             "--worker-urls", *worker_urls,
@@ -67,6 +87,15 @@ class PeerRouter:
             "--worker-startup-check-interval", "1",
             "--log-level", self.quiet_log_level,
         ]  # fmt: skip
+        if self.reads_kv_events:
+            if kv is None or len(kv.endpoints) != len(worker_urls):
+                raise ValueError(f"{self.name} needs one KV-event endpoint per worker")
+            for url, endpoint in zip(worker_urls, kv.endpoints):
+                argv += ["--kv-event-source", f"{url}={endpoint}"]
+            for url, endpoint in zip(worker_urls, kv.replay_endpoints):
+                argv += ["--kv-event-replay-source", f"{url}={endpoint}"]
+            argv += ["--kv-event-block-size", str(kv.block_size), "--kv-event-model", kv.model]
+        return argv
 
     def available(self) -> bool:
         """Is the router's executable on ``PATH`` (or next to this interpreter)?"""
@@ -81,6 +110,10 @@ class PeerRouter:
 
 PEERS: Mapping[str, PeerRouter] = {
     "vllm-router": PeerRouter("vllm-router", ("vllm-router",), "vllm-router", "warning", accepts_token_ids=True),
+    "vllm-router-kv": PeerRouter(
+        "vllm-router-kv", ("vllm-router",), "vllm-router", "warning", accepts_token_ids=True, policy="kv_aware",
+        reads_kv_events=True,
+    ),
     "sglang-router": PeerRouter(
         "sglang-router", ("sglang-router", "launch"), "sglang-router", "warn", accepts_token_ids=False
     ),
@@ -114,6 +147,7 @@ class PeerDeployment:
         *,
         log_dir: str | os.PathLike[str],
         replicas: int = 1,
+        kv: KvEventSources | None = None,
         startup_timeout: float = 60.0,
         stop_timeout: float = 10.0,
         env: Mapping[str, str] | None = None,
@@ -125,6 +159,7 @@ class PeerDeployment:
         self.router = router
         self.worker_urls = list(worker_urls)
         self.replicas = replicas
+        self.kv = kv
         self.startup_timeout = startup_timeout
         self.env = env
         self._group = ProcessGroup(log_dir, stop_timeout=stop_timeout)
@@ -157,7 +192,8 @@ class PeerDeployment:
             procs: list[ManagedProcess] = []
             for r in range(self.replicas):
                 port, metrics = ports.ports(2, ["127.0.0.1"])
-                argv = [executable, *self.router.argv(port=port, metrics_port=metrics, worker_urls=self.worker_urls)[1:]]
+                argv = self.router.argv(port=port, metrics_port=metrics, worker_urls=self.worker_urls, kv=self.kv)
+                argv[0] = executable
                 procs.append(self._group.spawn(f"{self.router.name}-{r}", argv, env=self.env))
                 self.replica_urls.append(f"http://127.0.0.1:{port}")
             for proc, url in zip(procs, self.replica_urls):

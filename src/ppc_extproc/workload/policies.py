@@ -17,6 +17,8 @@ oracle            no service: the client asks every engine's ``/mock/match`` and
 vllm-router       no service: ``vllm-router`` 0.1.17 ``--policy cache_aware`` in front of the
                   engines (:mod:`~ppc_extproc.workload.peers`)
 sglang-router     no service: ``sglang-router`` 0.3.2 ``--policy cache_aware``
+vllm-router-kv    no service: ``vllm-router --policy kv_aware``, which reads every engine's KV
+                  events (precise, like ours)
 ================  =============================================================================
 """
 
@@ -156,6 +158,7 @@ _DESCRIPTIONS = {
     "oracle": "client reads every engine's cache (/mock/match), most cached wins, ties least loaded",
     "vllm-router": "vllm-router 0.1.17 --policy cache_aware (approximate text tree + shortest queue)",
     "sglang-router": "sglang-router 0.3.2 --policy cache_aware (approximate text tree + shortest queue)",
+    "vllm-router-kv": "vllm-router 0.1.17 --policy kv_aware (the engines' KV events, tokens via the worker)",
 }
 ALL_POLICIES: tuple[str, ...] = tuple(_DESCRIPTIONS)
 #: The routing benchmark's default line-up (issue #6).
