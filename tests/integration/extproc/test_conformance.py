@@ -70,7 +70,7 @@ def client(service):
 
 
 def producer(service):
-    return service.loaded.producers[0]
+    return service.loaded.roles.producers[0]
 
 
 def cache_on(service, endpoint: str, tokens: list[int]) -> None:
