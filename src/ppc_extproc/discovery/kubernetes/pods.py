@@ -82,7 +82,8 @@ def parse_pod(obj: Mapping[str, Any]) -> PodRecord:
     labels = _mapping(metadata.get("labels"), "metadata.labels")
     annotations = _mapping(metadata.get("annotations"), "metadata.annotations")
     ready = False
-    conditions = status.get("conditions") or []
+    conditions = status.get("conditions")
+    conditions = [] if conditions is None else conditions
     if not isinstance(conditions, list):
         raise PodParseError("status.conditions: expected a list")
     for condition in conditions:
