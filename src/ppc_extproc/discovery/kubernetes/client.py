@@ -213,6 +213,8 @@ class Reflector(Generic[T]):
         self.rng = rng
         self.objects: dict[str, T] = {}
         self.synced = False
+        #: A watch has been accepted (the list and the watch are both authorised).
+        self.watching = False
         #: Raise ApiStatusError on 403 instead of backing off (cleared once discovery has synced).
         self.fatal_forbidden = True
         self.resource_version = ""
@@ -222,6 +224,8 @@ class Reflector(Generic[T]):
         self.watches = 0
         self._version_unavailable = False
         self._cap_logged = False
+        #: A watch delivered an event or ended normally since the last 410 relist.
+        self._progress = True
         self._backoff = Backoff(self.timings.backoff, rng)
 
     # -- requests ------------------------------------------------------------------------------
@@ -357,6 +361,9 @@ class Reflector(Generic[T]):
         try:
             async with await self.session.get(self.resource.path(), query, timeout) as response:
                 await self._check(response, "watch")
+                if not self.watching:
+                    self.watching = True
+                    self.on_change()
                 while True:
                     line = await response.content.readline()
                     if not line:
@@ -368,7 +375,9 @@ class Reflector(Generic[T]):
                     except orjson.JSONDecodeError as exc:
                         raise _TransientError(f"undecodable watch event: {exc}") from None
                     events += 1
-                    if self._apply(event):
+                    changed = self._apply(event)
+                    self._progress = True
+                    if changed:
                         self.on_change()
         except TimeoutError:
             log.info("kubernetes_watch_abandoned", resource=self.resource.describe(), timeout_seconds=timeout_seconds)
@@ -389,13 +398,16 @@ class Reflector(Generic[T]):
                     await self.list()
                     need_list = False
                 await self.watch()
+                self._progress = True
                 continue
             except ApiStatusError as exc:
                 self.last_error = str(exc)
                 if exc.expired and not need_list:
                     log.info("kubernetes_watch_expired", resource=self.resource.describe(), error=str(exc))
-                    need_list = True  # relist at once
-                    continue
+                    need_list = True
+                    if self._progress:  # relist at once, unless the last relist made no progress either
+                        self._progress = False
+                        continue
                 if exc.code == 403 and self.fatal_forbidden:
                     raise
                 error = str(exc)

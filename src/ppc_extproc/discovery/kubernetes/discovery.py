@@ -7,8 +7,8 @@ Pool mode (``--pool-name``) watches the InferencePool by name and the pods its
 and hands it to ``pool.replace``, the one owner of endpoint lifecycle (adds start KV-event
 subscribers; deletes close them and clear the endpoint's index entries), as file discovery does.
 
-* The first ``pool.replace`` (which readiness waits for) happens only after the pool is known and a
-  complete pod list is in. Without that within ``sync_timeout_seconds`` ``run`` raises a
+* The first ``pool.replace`` (which readiness waits for) happens only after the pool is known, a
+  complete pod list is in and both watches have been accepted. Without that within ``sync_timeout_seconds`` ``run`` raises a
   ConfigError (the service exits, as llm-d's controllers do when their caches do not sync); a 403
   before then is fatal at once, naming the resource.
 * A selector change restarts the pod list + watch with the new ``labelSelector``; until that list is
@@ -104,6 +104,11 @@ class KubernetesDiscovery:
         self._pods_task: asyncio.Task[None] | None = None
         self._applied: dict[EndpointId, tuple[Endpoint, str]] = {}
         self.synced = False
+
+    @property
+    def reflectors(self) -> list[Reflector[Any]]:
+        """The running list+watch loops (pool first, then pods): their ``synced``, ``last_error``."""
+        return [r for r in (self._pool_reflector, self._pods) if r is not None]
 
     # -- state → endpoints ---------------------------------------------------------------------
 
@@ -220,8 +225,8 @@ class KubernetesDiscovery:
                 self._apply(pool, [])
             return
         pods = self._pods_in_force() if self._pods is not None else None
-        if pods is None:
-            return
+        if pods is None or not (self.synced or all(r.watching for r in self.reflectors)):
+            return  # the first sync also waits for the watches, so that a 403 on one stops startup
         self._apply(pool, self.endpoints_for(spec, pods.values()))
         if not self.synced:
             self.synced = True
@@ -245,8 +250,7 @@ class KubernetesDiscovery:
 
     def _sync_timeout(self) -> ConfigError:
         config = self.config
-        reflectors = [r for r in (self._pool_reflector, self._pods) if r is not None]
-        errors = "; ".join(r.last_error for r in reflectors if r.last_error)
+        errors = "; ".join(r.last_error for r in self.reflectors if r.last_error)
         if self._pool_reflector is not None and self._pool_reflector.synced and self.current_spec() is None:
             return ConfigError("--pool-name", f"InferencePool {config.namespace}/{config.pool_name} not found "
                                f"within {config.sync_timeout_seconds:g}s")
