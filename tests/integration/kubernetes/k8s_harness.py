@@ -18,6 +18,7 @@ from typing import Any
 
 import aiohttp
 import grpc
+from fake_apiserver import FakeApiServer
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from ppc_extproc.discovery.kubernetes import KubernetesDiscovery, KubernetesDiscoveryConfig
@@ -159,3 +160,20 @@ async def running_service(tmp_path: Path, discovery: Any, socket_port: int) -> A
 
 def _record(events: list[tuple[str, str]], event: EndpointEvent) -> None:
     events.append((event.kind.name, event.endpoint.id))
+
+
+@contextlib.asynccontextmanager
+async def fake_api(**kw: Any) -> AsyncIterator[FakeApiServer]:
+    """A started FakeApiServer, stopped on exit."""
+    fake = FakeApiServer(**kw)
+    await fake.start()
+    try:
+        yield fake
+    finally:
+        await fake.stop()
+
+
+def served_pool(tmp_path: Path, fake: FakeApiServer, **kw: Any) -> contextlib.AbstractAsyncContextManager[Running]:
+    """The service discovering the pool (``pool_name``, default qwen-pool) from ``fake`` via a kubeconfig."""
+    discovery = pool_discovery(write_kubeconfig(tmp_path, fake.url), **kw)
+    return running_service(tmp_path, discovery, FakeApiServer.free_port())

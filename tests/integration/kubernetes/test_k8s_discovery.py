@@ -11,7 +11,17 @@ from typing import Any
 
 import pytest
 from fake_apiserver import PODS, POOLS, FakeApiServer, inference_pool, pod
-from k8s_harness import NAMESPACE, NOT_SERVING, SERVING, Running, pool_discovery, running_service, write_kubeconfig
+from k8s_harness import (
+    NAMESPACE,
+    NOT_SERVING,
+    SERVING,
+    Running,
+    fake_api,
+    pool_discovery,
+    running_service,
+    served_pool,
+    write_kubeconfig,
+)
 
 from ppc_extproc.blockkeys import tokens_to_le32
 from ppc_extproc.index import PodEntry
@@ -46,22 +56,14 @@ def index_entries(state: dict[str, Any]) -> dict[str, int]:
     return dict(state["producers"]["precise-prefix-cache-producer"]["index"]["entriesPerEndpoint"])
 
 
-async def started_fake(**kw: Any) -> FakeApiServer:
-    fake = FakeApiServer(**kw)
-    await fake.start()
-    return fake
-
-
 def test_pods_becoming_ready_unready_deleted_and_changing_ip(tmp_path: Path) -> None:
     async def scenario() -> None:
-        fake = await started_fake()
-        try:
+        async with fake_api() as fake:
             fake.put(POOLS, NAMESPACE, inference_pool("qwen-pool", {"app": "qwen"}, [8000]))
             fake.put(PODS, NAMESPACE, pod("qwen-0", A))
             fake.put(PODS, NAMESPACE, pod("qwen-1", B, ready=False))
             fake.put(PODS, NAMESPACE, pod("llama-0", "127.0.30.9", labels={"app": "llama"}))
-            port = FakeApiServer.free_port()
-            async with running_service(tmp_path, pool_discovery(write_kubeconfig(tmp_path, fake.url)), port) as svc:
+            async with served_pool(tmp_path, fake) as svc:
                 await svc.expect({f"{A}:8000": 0}, {f"{A}:8000": svc.sub(A)}, "only the ready, selected pod")
                 assert svc.ready.is_set() and await svc.health() == SERVING
 
@@ -99,21 +101,17 @@ def test_pods_becoming_ready_unready_deleted_and_changing_ip(tmp_path: Path) -> 
 
                 fake.delete(PODS, NAMESPACE, "qwen-0")
                 await svc.expect({}, {}, "qwen-0 deleted")
-        finally:
-            await fake.stop()
 
     run(scenario)
 
 
 def test_pool_selector_and_target_ports_changing(tmp_path: Path) -> None:
     async def scenario() -> None:
-        fake = await started_fake()
-        try:
+        async with fake_api() as fake:
             fake.put(POOLS, NAMESPACE, inference_pool("qwen-pool", {"app": "qwen"}, [8000, 8001]))
             fake.put(PODS, NAMESPACE, pod("qwen-0", A))
             fake.put(PODS, NAMESPACE, pod("llama-0", B, labels={"app": "llama"}))
-            port = FakeApiServer.free_port()
-            async with running_service(tmp_path, pool_discovery(write_kubeconfig(tmp_path, fake.url)), port) as svc:
+            async with served_pool(tmp_path, fake) as svc:
                 await svc.expect({f"{A}:8000": 0, f"{A}:8001": 1},
                                  {f"{A}:8000": svc.sub(A, 0), f"{A}:8001": svc.sub(A, 1)}, "two DP ranks")
                 pod_lists = len(fake.calls("pods", "list"))
@@ -136,20 +134,16 @@ def test_pool_selector_and_target_ports_changing(tmp_path: Path) -> None:
                 await svc.expect({f"{B}:8000": 0, f"{C}:8000": 0},
                                  {f"{B}:8000": svc.sub(B), f"{C}:8000": svc.sub(C)}, "other pools ignored")
                 assert {c.query.get("fieldSelector") for c in fake.calls("inferencepools")} == {"metadata.name=qwen-pool"}
-        finally:
-            await fake.stop()
 
     run(scenario)
 
 
 def test_watch_that_expires_resumes_from_the_last_version_without_a_relist(tmp_path: Path) -> None:
     async def scenario() -> None:
-        fake = await started_fake()
-        try:
+        async with fake_api() as fake:
             fake.put(POOLS, NAMESPACE, inference_pool("qwen-pool", {"app": "qwen"}, [8000]))
             fake.put(PODS, NAMESPACE, pod("qwen-0", A))
-            port = FakeApiServer.free_port()
-            async with running_service(tmp_path, pool_discovery(write_kubeconfig(tmp_path, fake.url)), port) as svc:
+            async with served_pool(tmp_path, fake) as svc:
                 await svc.expect({f"{A}:8000": 0}, {f"{A}:8000": svc.sub(A)}, "the first list")
                 first = fake.calls("pods", "watch")[0].query
                 assert first["allowWatchBookmarks"] == "true" and 300 <= int(first["timeoutSeconds"]) < 600
@@ -165,8 +159,6 @@ def test_watch_that_expires_resumes_from_the_last_version_without_a_relist(tmp_p
                 fake.delete(PODS, NAMESPACE, "qwen-0")
                 await svc.expect({f"{B}:8000": 0}, {f"{B}:8000": svc.sub(B)}, "an event on the resumed watch")
                 assert len(fake.calls("pods", "list")) == 1
-        finally:
-            await fake.stop()
 
     run(scenario)
 
@@ -174,15 +166,13 @@ def test_watch_that_expires_resumes_from_the_last_version_without_a_relist(tmp_p
 @pytest.mark.parametrize("gone", ["error-event", "http-410", "list-410-paginated"])
 def test_410_relist_neither_drops_nor_duplicates_endpoints(tmp_path: Path, gone: str) -> None:
     async def scenario() -> None:
-        fake = await started_fake(gone_as="http" if gone == "http-410" else "event",
-                                  list_gone_below_compaction=gone == "list-410-paginated",
-                                  page_size=1 if gone == "list-410-paginated" else None)
-        try:
+        async with fake_api(gone_as="http" if gone == "http-410" else "event",
+                            list_gone_below_compaction=gone == "list-410-paginated",
+                            page_size=1 if gone == "list-410-paginated" else None) as fake:
             fake.put(POOLS, NAMESPACE, inference_pool("qwen-pool", {"app": "qwen"}, [8000]))
             fake.put(PODS, NAMESPACE, pod("qwen-0", A))
             fake.put(PODS, NAMESPACE, pod("qwen-1", B))
-            port = FakeApiServer.free_port()
-            async with running_service(tmp_path, pool_discovery(write_kubeconfig(tmp_path, fake.url)), port) as svc:
+            async with served_pool(tmp_path, fake) as svc:
                 await svc.expect({f"{A}:8000": 0, f"{B}:8000": 0},
                                  {f"{A}:8000": svc.sub(A), f"{B}:8000": svc.sub(B)}, "the first list")
                 seen_rv = str(fake.rv)
@@ -206,8 +196,6 @@ def test_410_relist_neither_drops_nor_duplicates_endpoints(tmp_path: Path, gone:
                     assert "continue" in relists[2].query and relists[1].query["limit"] == "500"
                 else:
                     assert len(relists) == 1
-        finally:
-            await fake.stop()
 
     run(scenario)
 
@@ -242,12 +230,10 @@ def test_api_server_down_at_start(tmp_path: Path) -> None:
 
 def test_ready_only_after_the_pool_and_a_complete_pod_list(tmp_path: Path) -> None:
     async def scenario() -> None:
-        fake = await started_fake()
-        try:
+        async with fake_api() as fake:
             fake.put(PODS, NAMESPACE, pod("qwen-0", A))
             release = fake.hold_lists[("", "pods")] = asyncio.Event()
-            async with running_service(tmp_path, pool_discovery(write_kubeconfig(tmp_path, fake.url)),
-                                       FakeApiServer.free_port()) as svc:
+            async with served_pool(tmp_path, fake) as svc:
                 await until_true(lambda: len(fake.calls("inferencepools", "watch")) == 1, "the pool watch (no pool yet)")
                 assert await svc.health() == NOT_SERVING and not fake.calls("pods")
                 fake.put(POOLS, NAMESPACE, inference_pool("qwen-pool", {"app": "qwen"}, [8000]))
@@ -257,8 +243,6 @@ def test_ready_only_after_the_pool_and_a_complete_pod_list(tmp_path: Path) -> No
                 await until_true(svc.ready.is_set, "readiness after the pod list")
                 assert await svc.health() == SERVING
                 await svc.expect({f"{A}:8000": 0}, {f"{A}:8000": svc.sub(A)}, "the listed pod")
-        finally:
-            await fake.stop()
 
     run(scenario)
 
@@ -267,8 +251,7 @@ def test_endpoint_selector_mode_watches_pods_without_a_pool(tmp_path: Path) -> N
     from ppc_extproc.discovery.kubernetes import KubernetesDiscovery, KubernetesFlags, config_from_flags
 
     async def scenario() -> None:
-        fake = await started_fake()
-        try:
+        async with fake_api() as fake:
             fake.put(PODS, NAMESPACE, pod("vllm-0", A, labels={"app": "vllm", "env": "prod"}))
             fake.put(PODS, NAMESPACE, pod("vllm-1", B, labels={"app": "vllm", "env": "dev"}))
             fake.put(PODS, NAMESPACE, pod("vllm-2", C, labels={"app": "vllm", "env": "staging"}))
@@ -282,8 +265,6 @@ def test_endpoint_selector_mode_watches_pods_without_a_pool(tmp_path: Path) -> N
                 await svc.expect(expected, {e: svc.sub(e.split(":")[0], r) for e, r in expected.items()}, "selected pods")
                 assert not fake.calls("inferencepools")
                 assert {c.query["labelSelector"] for c in fake.calls("pods")} == {"app=vllm,env in (prod,staging)"}
-        finally:
-            await fake.stop()
 
     run(scenario)
 
@@ -296,16 +277,12 @@ def test_forbidden_watch_is_fatal_at_startup_naming_resource_and_verb(tmp_path: 
     async def scenario() -> None:
         rules = [Rule(frozenset({"inference.networking.k8s.io"}), frozenset({"inferencepools"}), frozenset({"list", "watch"})),
                  Rule(frozenset({""}), frozenset({"pods"}), frozenset({"list"}))]
-        fake = await started_fake(rules=rules)
-        try:
+        async with fake_api(rules=rules) as fake:
             fake.put(POOLS, NAMESPACE, inference_pool("qwen-pool", {"app": "qwen"}, [8000]))
             fake.put(PODS, NAMESPACE, pod("qwen-0", A))
             with pytest.raises(ConfigError) as info:
-                async with running_service(tmp_path, pool_discovery(write_kubeconfig(tmp_path, fake.url)),
-                                           FakeApiServer.free_port()) as svc:
+                async with served_pool(tmp_path, fake) as svc:
                     await asyncio.wait_for(svc.task, 15)
             assert info.value.path == "rbac" and "forbidden to watch pods in namespace llm" in info.value.message
-        finally:
-            await fake.stop()
 
     run(scenario)

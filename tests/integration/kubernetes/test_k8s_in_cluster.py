@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from fake_apiserver import PODS, POOLS, FakeApiServer, inference_pool, pod
-from k8s_harness import NAMESPACE, SERVING, TIMINGS, running_service
+from k8s_harness import NAMESPACE, SERVING, TIMINGS, fake_api, running_service
 
 from ppc_extproc.discovery.kubernetes import KubernetesDiscovery, KubernetesFlags, config_from_flags
 
@@ -42,9 +42,7 @@ def test_in_cluster_service_account_over_tls_with_token_rotation(tmp_path: Path)
         (sa / "token").write_text("token-1")
         (sa / "ca.crt").write_bytes(cert.read_bytes())
         (sa / "namespace").write_text(NAMESPACE)
-        fake = FakeApiServer(tokens={"token-1"}, ssl_context=context)
-        await fake.start()
-        try:
+        async with fake_api(tokens={"token-1"}, ssl_context=context) as fake:
             fake.put(POOLS, NAMESPACE, inference_pool("qwen-pool", {"app": "qwen"}, [8000]))
             fake.put(PODS, NAMESPACE, pod("qwen-0", "127.0.30.1"))
             env = {"KUBERNETES_SERVICE_HOST": "127.0.0.1", "KUBERNETES_SERVICE_PORT": str(fake.port)}
@@ -67,7 +65,5 @@ def test_in_cluster_service_account_over_tls_with_token_rotation(tmp_path: Path)
                 later = fake.requests[before:]
                 assert later[0].token == "token-1" and later[-1].token == "token-2"  # a 401, then the re-read token
                 assert len(fake.calls("pods", "list")) == 1  # credentials renewed, watch resumed: no relist
-        finally:
-            await fake.stop()
 
     asyncio.run(asyncio.wait_for(scenario(), 120))

@@ -8,8 +8,8 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from fake_apiserver import PODS, POOLS, FakeApiServer, Rule, inference_pool, pod
-from k8s_harness import NAMESPACE, pool_discovery, running_service, write_kubeconfig
+from fake_apiserver import PODS, POOLS, Rule, inference_pool, pod
+from k8s_harness import NAMESPACE, fake_api, served_pool
 from k8s_manifests import objects, render, role_grants
 
 pytestmark = pytest.mark.integration
@@ -22,13 +22,10 @@ def manifest_rules() -> list[Rule]:
 
 def test_the_manifest_role_covers_exactly_the_calls_the_client_makes(tmp_path: Path) -> None:
     async def scenario() -> None:
-        fake = FakeApiServer(rules=manifest_rules())
-        await fake.start()
-        try:
+        async with fake_api(rules=manifest_rules()) as fake:
             fake.put(POOLS, NAMESPACE, inference_pool("vllm-qwen", {"app": "vllm-qwen"}, [8000]))
             fake.put(PODS, NAMESPACE, pod("vllm-0", "127.0.30.1", labels={"app": "vllm-qwen"}))
-            discovery = pool_discovery(write_kubeconfig(tmp_path, fake.url), pool_name="vllm-qwen")
-            async with running_service(tmp_path, discovery, FakeApiServer.free_port()) as svc:
+            async with served_pool(tmp_path, fake, pool_name="vllm-qwen") as svc:
                 await svc.expect({"127.0.30.1:8000": 0}, {"127.0.30.1:8000": svc.sub("127.0.30.1")}, "the first list")
                 fake.end_watches()  # resumed watches
                 fake.put(PODS, NAMESPACE, pod("vllm-1", "127.0.30.2", labels={"app": "vllm-qwen"}))
@@ -38,8 +35,6 @@ def test_the_manifest_role_covers_exactly_the_calls_the_client_makes(tmp_path: P
                                 "the relists")
                 fake.put(PODS, NAMESPACE, pod("vllm-1", "127.0.30.2", labels={"app": "vllm-qwen"}, ready=False))
                 await svc.expect({"127.0.30.1:8000": 0}, {"127.0.30.1:8000": svc.sub("127.0.30.1")}, "after the relist")
-        finally:
-            await fake.stop()
         calls = {(r.group, r.resource, r.verb) for r in fake.requests}
         assert calls == role_grants()
 
