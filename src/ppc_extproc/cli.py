@@ -118,6 +118,32 @@ def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(handler=demo_cli.main)
 
 
+def _kubernetes_discovery(args: argparse.Namespace) -> object | None:
+    """The Kubernetes discovery source the --pool-*/--endpoint-* flags ask for, or None."""
+    from ppc_extproc.discovery.kubernetes import KubernetesDiscovery, KubernetesFlags, config_from_flags
+
+    flags = KubernetesFlags(
+        pool_name=args.pool_name, pool_namespace=args.pool_namespace, pool_group=args.pool_group,
+        endpoint_selector=args.endpoint_selector, endpoint_target_ports=args.endpoint_target_ports,
+        kubeconfig=args.kubeconfig,
+    )
+    config = config_from_flags(flags, endpoints_given=args.endpoints is not None, config_file=args.config_file)
+    return KubernetesDiscovery(config) if config is not None else None
+
+
+def _add_kubernetes_flags(p: argparse.ArgumentParser) -> None:
+    k8s = p.add_argument_group("Kubernetes discovery (llm-d's EPP flags; excludes --endpoints)")
+    k8s.add_argument("--pool-name", help="watch this InferencePool and the ready pods its selector matches")
+    k8s.add_argument("--pool-namespace", help="namespace of the pool and its pods (default: $NAMESPACE, "
+                     "else the service account's namespace, else default)")
+    k8s.add_argument("--pool-group", help="InferencePool API group (default inference.networking.k8s.io; "
+                     "inference.networking.x-k8s.io reads the removed v1alpha2)")
+    k8s.add_argument("--endpoint-selector", help="instead of a pool: a label selector for model-server pods, "
+                     "e.g. 'app=vllm,env in (prod,staging)'")
+    k8s.add_argument("--endpoint-target-ports", help="with --endpoint-selector: the ranks' ports in order, e.g. 8000,8001")
+    k8s.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, in-cluster, ~/.kube/config)")
+
+
 def _serve(args: argparse.Namespace) -> int:
     import asyncio
 
@@ -133,6 +159,11 @@ def _serve(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"ppc-extproc serve: --endpoints: {exc}", file=sys.stderr)
         return 2
+    try:
+        discovery = _kubernetes_discovery(args)
+    except ConfigError as exc:
+        print(f"ppc-extproc serve: {exc}", file=sys.stderr)
+        return 2
     options = ServeOptions(
         config_file=args.config_file,
         grpc_address=args.grpc_address,
@@ -146,6 +177,7 @@ def _serve(args: argparse.Namespace) -> int:
         default_body_mode=BodyMode[args.body_mode.upper().replace("-", "_")],
         json_errors=args.error_format == "openai",
         drain_seconds=args.drain_seconds,
+        discovery=discovery,
     )
     try:
         asyncio.run(serve(options))
@@ -183,6 +215,7 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--drain-seconds", type=float, default=10.0, help="how long open streams may finish at shutdown")
     p.add_argument("--log-format", choices=["json", "console"], default="json")
     p.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default="info")
+    _add_kubernetes_flags(p)
     p.set_defaults(handler=_serve)
 
 
