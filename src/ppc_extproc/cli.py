@@ -5,12 +5,16 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import orjson
 
 from ppc_extproc import __version__
 from ppc_extproc.blockkeys import TokenProcessor, TokenProcessorConfig
 from ppc_extproc.blockkeys.config import HASH_ALGORITHMS
+
+if TYPE_CHECKING:
+    from ppc_extproc.framework import Discovery
 
 __all__ = ["main"]
 
@@ -118,7 +122,7 @@ def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(handler=demo_cli.main)
 
 
-def _kubernetes_discovery(args: argparse.Namespace) -> object | None:
+def _kubernetes_discovery(args: argparse.Namespace) -> Discovery | None:
     """The Kubernetes discovery source the --pool-*/--endpoint-* flags ask for, or None."""
     from ppc_extproc.discovery.kubernetes import KubernetesDiscovery, KubernetesFlags, config_from_flags
 

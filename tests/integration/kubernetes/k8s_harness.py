@@ -23,7 +23,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from ppc_extproc.discovery.kubernetes import KubernetesDiscovery, KubernetesDiscoveryConfig
 from ppc_extproc.discovery.kubernetes.client import BackoffPolicy, WatchTimings
-from ppc_extproc.scheduling.types import EndpointEvent
+from ppc_extproc.framework import EndpointEvent
 from ppc_extproc.server.app import ServeOptions, Service, serve
 
 NAMESPACE = "llm"
@@ -76,7 +76,7 @@ def endpoints_of(state: dict[str, Any]) -> dict[str, int]:
 
 def subscribers_of(state: dict[str, Any]) -> dict[str, str]:
     """endpoint id → the address its KV-event subscriber connects to."""
-    kv = state["producers"]["precise-prefix-cache-producer"]["kvEvents"]
+    kv = state["plugins"]["precise-prefix-cache-producer"]["kvEvents"]
     return {endpoint: entry["source"]["address"] for endpoint, entry in kv.items() if "source" in entry}
 
 

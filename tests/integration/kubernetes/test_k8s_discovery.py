@@ -47,13 +47,13 @@ async def until_true(check: Callable[[], bool], what: str, timeout: float = 15.0
 
 def seed_index(svc: Running, endpoint: str) -> None:
     """Index entries for ``endpoint`` as if its engine had published them."""
-    producer = svc.service.loaded.producers[0]
+    producer = svc.service.loaded.roles.producers[0]
     keys = producer.block_keys(TokenizedPrompt("m", (tokens_to_le32(list(range(64))),)))[0]
     producer.index.add(None, keys, [PodEntry(endpoint, "gpu")])
 
 
 def index_entries(state: dict[str, Any]) -> dict[str, int]:
-    return dict(state["producers"]["precise-prefix-cache-producer"]["index"]["entriesPerEndpoint"])
+    return dict(state["plugins"]["precise-prefix-cache-producer"]["index"]["entriesPerEndpoint"])
 
 
 def test_pods_becoming_ready_unready_deleted_and_changing_ip(tmp_path: Path) -> None:

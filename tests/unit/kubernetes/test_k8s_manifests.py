@@ -85,7 +85,7 @@ def test_the_epp_configmap_loads_with_the_services_loader_and_matches_the_engine
     data = one("ConfigMap", volume["configMap"]["name"])["data"]
     key = args.config_file.removeprefix(mount["mountPath"] + "/")
     loaded = load_config_text(data[key], key)
-    producer = next(p for p in loaded.producers if p.type_name == "precise-prefix-cache-producer")
+    producer = next(p for p in loaded.roles.producers if p.type_name == "precise-prefix-cache-producer")
     kv = producer.config.kv_events.pod_discovery
 
     vllm = containers(one("Deployment", "vllm-qwen"))[0]

@@ -37,9 +37,8 @@ from ppc_extproc.discovery.kubernetes.pods import PodRecord, parse_pod, pod_endp
 from ppc_extproc.discovery.kubernetes.pool import POOL_GROUP_V1, POOL_VERSIONS, PoolSpec, parse_inference_pool
 from ppc_extproc.discovery.kubernetes.selector import LabelSelector
 from ppc_extproc.errors import ConfigError
+from ppc_extproc.framework import Discovery, Endpoint, EndpointRegistry
 from ppc_extproc.ids import EndpointId
-from ppc_extproc.scheduling.pool import EndpointPool
-from ppc_extproc.scheduling.types import Endpoint
 
 __all__ = ["KubernetesDiscovery", "KubernetesDiscoveryConfig"]
 
@@ -86,10 +85,11 @@ def _pool_record(group: str) -> Any:
     return parse
 
 
-class KubernetesDiscovery:
-    """A discovery source (``async run(pool, stop)``) fed by the Kubernetes API."""
+class KubernetesDiscovery(Discovery):
+    """Endpoint discovery fed by the Kubernetes API (an InferencePool and its pods, or a selector)."""
 
     name = "kubernetes"
+    type_name = "kubernetes"
 
     def __init__(self, config: KubernetesDiscoveryConfig, *, access: ClusterAccess | None = None,
                  environ: Mapping[str, str] | None = None, service_account_dir: Path = SERVICE_ACCOUNT_DIR) -> None:
@@ -140,7 +140,7 @@ class KubernetesDiscovery:
                 out.append((endpoint, pod.uid))
         return out
 
-    def _apply(self, pool: EndpointPool, endpoints: list[tuple[Endpoint, str]]) -> None:
+    def _apply(self, pool: EndpointRegistry, endpoints: list[tuple[Endpoint, str]]) -> None:
         recreated = {e.id for e, uid in endpoints if e.id in self._applied and self._applied[e.id][1] != uid}
         if recreated:  # same ip:port, new pod: delete first so the old engine's index entries go
             pool.replace([e for eid, (e, _) in self._applied.items() if eid not in recreated])
@@ -174,7 +174,7 @@ class KubernetesDiscovery:
 
     # -- the loop ------------------------------------------------------------------------------
 
-    async def run(self, pool: EndpointPool, stop: asyncio.Event) -> None:
+    async def run(self, pool: EndpointRegistry, stop: asyncio.Event) -> None:
         """Watch until ``stop``; the first complete state becomes the pool's first endpoint list."""
         config = self.config
         access = self._access or await load_cluster_access(config.kubeconfig, self._environ, self._service_account_dir)
@@ -218,7 +218,7 @@ class KubernetesDiscovery:
                     await task
             await session.close()
 
-    def _update(self, pool: EndpointPool, spec: PoolSpec | None) -> None:
+    def _update(self, pool: EndpointRegistry, spec: PoolSpec | None) -> None:
         if spec is None:
             if self.synced and self._applied and self._pool_reflector is not None and self._pool_reflector.synced:
                 log.warning("kubernetes_pool_gone", pool=self.config.pool_name, namespace=self.config.namespace)

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ppc_extproc.scheduling.types import Endpoint
+from ppc_extproc.framework import Endpoint
 
 __all__ = [
     "ACTIVE_PORTS_ANNOTATION",
