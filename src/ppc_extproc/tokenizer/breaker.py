@@ -11,7 +11,8 @@ States::
   the probe and keeps waiting (up to its timeout); every *other* in-flight call is released at
   once and new calls are refused, so they are routed by load instead of waiting too.
 * OPEN refuses every call until ``open_seconds`` have passed; then HALF_OPEN admits exactly one
-  probe. A probe's answer closes the breaker; its failure reopens it.
+  probe (the breaker is SUSPECT while it runs). A probe's answer closes the breaker; its failure
+  reopens it.
 
 When a failure opens the breaker, the other in-flight calls are released too. Hence at most one
 call waits for the full timeout per outage. Single event loop; not thread-safe.
@@ -69,7 +70,7 @@ class CircuitBreaker:
     @property
     def state(self) -> BreakerState:
         if self._state is BreakerState.OPEN and self._clock() - self._opened_at >= self.open_seconds:
-            return BreakerState.HALF_OPEN if self._probe is None else BreakerState.OPEN
+            return BreakerState.HALF_OPEN
         return self._state
 
     def admit(self) -> Ticket | None:
@@ -82,9 +83,9 @@ class CircuitBreaker:
         else:
             return None
         ticket = Ticket(next(self._ids), self._clock(), probe)
-        if probe:
+        if probe:  # one probe in flight: everyone else is refused until it answers
             self._probe = ticket
-            self._state = BreakerState.HALF_OPEN
+            self._state = BreakerState.SUSPECT
         self._inflight[ticket.id] = ticket
         return ticket
 
@@ -123,7 +124,7 @@ class CircuitBreaker:
         self._inflight.pop(ticket.id, None)
         if self._probe is ticket:
             self._probe = None
-            if self._state in (BreakerState.SUSPECT, BreakerState.HALF_OPEN):
+            if self._state is BreakerState.SUSPECT:
                 self._state = BreakerState.OPEN
                 self._opened_at = self._clock() - self.open_seconds  # let the next call probe
 
