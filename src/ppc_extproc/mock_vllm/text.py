@@ -168,7 +168,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     cid, created, model = f"chatcmpl-{uuid.uuid4().hex}", p.now_created(), engine.config.model
     if not stream:
         await _wait(engine, req)
-        message = {"role": "assistant", "content": p.token_text(req.output), "refusal": None, "annotations": None,
+        message: dict[str, Any] = {"role": "assistant", "content": p.token_text(req.output), "refusal": None, "annotations": None,
                    "audio": None, "function_call": None, "tool_calls": [], "reasoning": None}
         return _json({
             "id": cid, "object": "chat.completion", "created": created, "model": model,

@@ -188,6 +188,8 @@ class HfTokenizer:
             name: text for name in SPECIAL_TOKEN_NAMES if (text := _token_text(config.get(name))) is not None
         }
         self._sentinel = self._pick_sentinel(added)
+        self._prefix: tuple[int, ...] | None
+        self._suffix: tuple[int, ...] | None
         self._prefix, self._suffix = self._post_processor_ids()
 
     @classmethod
@@ -262,14 +264,15 @@ class HfTokenizer:
         if not pieces:
             return []
         sentinel = self._sentinel
+        sentinel_text = self._tok.id_to_token(sentinel) if sentinel is not None else None
         texts: list[str] = []
         for text, first in pieces:
             if first:
                 texts.append(text)
             else:
-                if sentinel is None:
+                if sentinel_text is None:
                     raise RuntimeError("no sentinel token: pieces not at offset 0 cannot be encoded alone")
-                texts.append(self._tok.id_to_token(sentinel) + text)
+                texts.append(sentinel_text + text)
         encs = self._tok.encode_batch_fast(texts, add_special_tokens=False) if len(texts) > 1 else [
             self._tok.encode(texts[0], add_special_tokens=False)
         ]

@@ -152,7 +152,9 @@ def _consolidate_developer(conversation: list[dict[str, Any]]) -> list[dict[str,
                 needs = True
             content = m.get("content", "")
             if isinstance(content, list):
-                content = "\n".join(p["text"] if isinstance(p, dict) and "text" in p else p for p in content if isinstance(p, (dict, str)))
+                content = "\n".join(
+                    str(p["text"]) if isinstance(p, dict) else p for p in content if isinstance(p, str) or (isinstance(p, dict) and "text" in p)
+                )
             if content:
                 texts.append(content)
         else:

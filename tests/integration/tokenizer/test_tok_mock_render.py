@@ -137,20 +137,19 @@ def test_render_client_against_the_mock(tiny: Path) -> None:
     local = LocalTokenizer.from_dir(tiny)
 
     async def scenario() -> None:
-        async with mock(tiny) as (_, url):
-            async with RenderClient(RenderConfig(model_name="tiny", url=url + "/")) as client:
-                body = {"model": "my-lora", "messages": [{"role": "user", "content": "Hello world"}], "tools": [{"type": "function", "function": {"name": "f", "parameters": {"z": 1, "a": 2}}}]}
-                res = await client.render("chat", body)
-                assert res.ok and res.prompts == local.tokenize("chat", body).prompts
-                comp = await client.render("completions", {"model": "x", "prompt": ["Hello", "world"], "cache_salt": "s"})
-                assert comp.ok and len(comp.prompts) == 2 and comp.cache_salt == "s"
-                passthrough = await client.render("completions", {"prompt": [1, 2, 3]})
-                assert ids(passthrough.prompts[0]) == [1, 2, 3]
-                msgs = {"model": "x", "max_tokens": 2, "system": "S", "messages": [{"role": "user", "content": "hi"}]}
-                res_m = await client.render("messages", msgs)  # the mock lacks /v1/messages/render: chat fallback
-                assert res_m.ok and not client.messages_route
-                assert res_m.prompts == local.tokenize("messages", msgs).prompts
-                bad = await client.render("chat", {"messages": [{"role": "user"}, {}]})
-                assert bad.reason == "http_400" and bad.detail.startswith("vLLM render returned status 400")
+        async with mock(tiny) as (_, url), RenderClient(RenderConfig(model_name="tiny", url=url + "/")) as client:
+            body = {"model": "my-lora", "messages": [{"role": "user", "content": "Hello world"}], "tools": [{"type": "function", "function": {"name": "f", "parameters": {"z": 1, "a": 2}}}]}
+            res = await client.render("chat", body)
+            assert res.ok and res.prompts == local.tokenize("chat", body).prompts
+            comp = await client.render("completions", {"model": "x", "prompt": ["Hello", "world"], "cache_salt": "s"})
+            assert comp.ok and len(comp.prompts) == 2 and comp.cache_salt == "s"
+            passthrough = await client.render("completions", {"prompt": [1, 2, 3]})
+            assert ids(passthrough.prompts[0]) == [1, 2, 3]
+            msgs = {"model": "x", "max_tokens": 2, "system": "S", "messages": [{"role": "user", "content": "hi"}]}
+            res_m = await client.render("messages", msgs)  # the mock lacks /v1/messages/render: chat fallback
+            assert res_m.ok and not client.messages_route
+            assert res_m.prompts == local.tokenize("messages", msgs).prompts
+            bad = await client.render("chat", {"messages": [{"role": "user"}, {}]})
+            assert bad.reason == "http_400" and bad.detail.startswith("vLLM render returned status 400")
 
     run(scenario)

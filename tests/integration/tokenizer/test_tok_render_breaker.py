@@ -174,7 +174,7 @@ def test_hanging_server_costs_one_timeout_then_recovers() -> None:
                 others = await asyncio.gather(*(timed() for _ in range(5)))
                 assert all(r == "breaker_open" and d < 0.05 for d, r in others)
                 srv.hang.set()  # the server comes back: the probe is answered and closes the breaker
-                d, r = await probe
+                _, r = await probe
                 assert r is None
                 assert client.breaker.state is BreakerState.CLOSED
                 srv.hang = None
