@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import tokenizers
@@ -51,19 +52,41 @@ def _is_word(ch: str) -> bool:
     return ch.isalnum() or ch == "_" or ch in "\u200c\u200d" or unicodedata.category(ch) in ("Mn", "Mc", "Me", "Pc")
 
 
-def _space_run_start(text: str, end: int) -> int:
-    """Start of the whitespace run that ends at ``end`` (``end`` if none)."""
+def _char_before(data: bytes, i: int) -> str:
+    """The character that ends at byte ``i`` of UTF-8 ``data``."""
+    j = i - 1
+    while j > 0 and data[j] & 0xC0 == 0x80:
+        j -= 1
+    return data[j:i].decode("utf-8", "surrogatepass")
+
+
+def _char_at(data: bytes, i: int) -> str:
+    """The character that starts at byte ``i`` of UTF-8 ``data``."""
+    j = i + 1
+    while j < len(data) and data[j] & 0xC0 == 0x80:
+        j += 1
+    return data[i:j].decode("utf-8", "surrogatepass")
+
+
+def _space_run_start(data: bytes, end: int) -> int:
+    """Start of the whitespace run that ends at byte ``end`` (``end`` if none)."""
     i = end
-    while i > 0 and text[i - 1] in _WHITE_SPACE:
-        i -= 1
+    while i > 0:
+        ch = _char_before(data, i)
+        if ch not in _WHITE_SPACE:
+            break
+        i -= len(ch.encode("utf-8"))
     return i
 
 
-def _space_run_end(text: str, start: int) -> int:
-    """End of the whitespace run that starts at ``start``."""
-    i, n = start, len(text)
-    while i < n and text[i] in _WHITE_SPACE:
-        i += 1
+def _space_run_end(data: bytes, start: int) -> int:
+    """End of the whitespace run that starts at byte ``start``."""
+    i = start
+    while i < len(data):
+        ch = _char_at(data, i)
+        if ch not in _WHITE_SPACE:
+            break
+        i += len(ch.encode("utf-8"))
     return i
 
 
@@ -80,9 +103,8 @@ class AddedTokenSpec:
     special: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class Piece:
-    """A span of the text: an added token (``token_id`` set) or text the model tokenizes."""
+class Piece(NamedTuple):
+    """A byte span of the UTF-8 text: an added token (``token_id`` set) or text the model tokenizes."""
 
     start: int
     end: int
@@ -93,52 +115,73 @@ class AddedTokenSplitter:
     """``AddedVocabulary::find_matches`` over the non-normalized added tokens of a tokenizer."""
 
     def __init__(self, tokens: Sequence[AddedTokenSpec], *, encode_special_tokens: bool = False) -> None:
-        by_content: dict[str, AddedTokenSpec] = {}
+        by_content: dict[bytes, AddedTokenSpec] = {}
         for t in tokens:
             if t.content and not t.normalized and not (encode_special_tokens and t.special):
-                by_content[t.content] = t
+                by_content[t.content.encode("utf-8")] = t
         self._by_content = by_content
         self.has_single_word = any(t.single_word for t in by_content.values())
-        # A literal alternation tried longest first is leftmost-longest, like MatchKind::LeftmostLongest.
+        # Matching runs on UTF-8 bytes (prefix-free: a match always starts at a character). A
+        # literal alternation tried longest first is leftmost-longest, like MatchKind::LeftmostLongest.
         contents = sorted(by_content, key=lambda c: (-len(c), c))
-        self._pattern = re.compile("|".join(re.escape(c) for c in contents)) if contents else None
+        self._pattern = re.compile(b"|".join(re.escape(c) for c in contents)) if contents else None
+        # Candidates can only start at the first byte the tokens share: bytes.find finds it at
+        # memchr speed and the alternation is tried there only (same matches as finditer).
+        self._prefix = os.path.commonprefix(contents)[:1] if contents else b""
 
     @property
     def empty(self) -> bool:
         return self._pattern is None
 
-    def split(self, text: str) -> tuple[list[Piece], bool]:
-        """Pieces covering ``text`` and whether a ``single_word`` candidate was rejected.
+    def _candidates(self, pattern: re.Pattern[bytes], data: bytes) -> Iterator[re.Match[bytes]]:
+        """Non-overlapping leftmost-longest matches, like ``pattern.finditer(data)``."""
+        prefix = self._prefix
+        if not prefix:
+            yield from pattern.finditer(data)
+            return
+        find, match = data.find, pattern.match
+        pos = find(prefix)
+        while pos >= 0:
+            m = match(data, pos)
+            if m is None:
+                pos = find(prefix, pos + 1)
+            else:
+                yield m
+                pos = find(prefix, m.end())
+
+    def split(self, data: bytes) -> tuple[list[Piece], bool]:
+        """Byte pieces covering UTF-8 ``data`` and whether a ``single_word`` candidate was rejected.
 
         A rejected candidate makes per-piece encoding context-dependent; callers then encode the
         whole text instead.
         """
         pattern = self._pattern
-        if pattern is None or not text:
-            return ([Piece(0, len(text), None)] if text else []), False
+        n = len(data)
+        if pattern is None or not data:
+            return ([Piece(0, n, None)] if data else []), False
         pieces: list[Piece] = []
         rejected = False
         pos = 0
         by_content = self._by_content
-        for m in pattern.finditer(text):
+        for m in self._candidates(pattern, data):
             start, stop = m.span()
             tok = by_content[m.group()]
             if tok.single_word:
-                start_space = start == 0 or not _is_word(text[start - 1])
-                stop_space = stop == len(text) or not _is_word(text[stop])
+                start_space = start == 0 or not _is_word(_char_before(data, start))
+                stop_space = stop == n or not _is_word(_char_at(data, stop))
                 if not (start_space and stop_space):
                     rejected = True
                     continue
             if tok.lstrip:
-                start = max(_space_run_start(text, start), pos)
+                start = max(_space_run_start(data, start), pos)
             if tok.rstrip:
-                stop = _space_run_end(text, stop)
+                stop = _space_run_end(data, stop)
             if pos < start:
                 pieces.append(Piece(pos, start, None))
             pieces.append(Piece(start, stop, tok.id))
             pos = stop
-        if pos != len(text):
-            pieces.append(Piece(pos, len(text), None))
+        if pos != n:
+            pieces.append(Piece(pos, n, None))
         return pieces, rejected
 
 

@@ -93,6 +93,9 @@ def template_messages(messages: tuple[Mapping[str, Any], ...], content_format: c
     for msg in messages:
         role = msg["role"]
         raw = msg.get("content")
+        if content_format == "string" and isinstance(raw, str) and role in ("user", "assistant") and len(msg) == 2:
+            out.append({"role": role, "content": raw})  # the common case: nothing to parse
+            continue
         parts: list[Any] = [] if raw is None else [{"type": "text", "text": raw}] if isinstance(raw, str) else list(raw)
         if role == "system":
             parts = _strip_billing(parts)

@@ -249,11 +249,18 @@ class RenderClient:
 
     async def _post(self, path: str, payload: bytes, headers: Mapping[str, str] | None) -> tuple[int, bytes]:
         assert self._session is not None
+        limit = self.config.max_response_bytes
         async with self._session.post(self._base + path, data=payload, headers=headers) as resp:
-            data = await resp.content.read(self.config.max_response_bytes + 1)
-            if len(data) > self.config.max_response_bytes:
-                raise ValueError(f"render response larger than {self.config.max_response_bytes} bytes")
-            return resp.status, data
+            if resp.content_length is not None and resp.content_length > limit:
+                raise ValueError(f"render response larger than {limit} bytes")
+            chunks: list[bytes] = []
+            size = 0
+            async for chunk in resp.content.iter_any():
+                size += len(chunk)
+                if size > limit:
+                    raise ValueError(f"render response larger than {limit} bytes")
+                chunks.append(chunk)
+            return resp.status, b"".join(chunks)
 
     def _parse(self, api: Api, data: bytes, salt: str | None) -> TokenizeResult:
         try:

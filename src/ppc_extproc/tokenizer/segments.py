@@ -25,8 +25,8 @@ __all__ = ["DEFAULT_CACHE_BYTES", "CacheStats", "SegmentCache", "encode_text"]
 DEFAULT_CACHE_BYTES = 64 * 1024 * 1024
 #: Bytes charged per entry on top of key and value (dict slot, OrderedDict links, bytes headers).
 ENTRY_OVERHEAD_BYTES = 160
-#: Pieces shorter than this are encoded on every request (hashing would cost as much).
-MIN_CACHED_CHARS = 16
+#: Pieces shorter than this (UTF-8 bytes) are encoded on every request (hashing would cost as much).
+MIN_CACHED_BYTES = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,9 +54,9 @@ class SegmentCache:
         self._hits = self._misses = self._evictions = 0
 
     @staticmethod
-    def key(fingerprint: bytes, first: bool, text: str) -> bytes:
-        """Cache key of a piece."""
-        return fingerprint + (b"\x01" if first else b"\x00") + xxhash.xxh3_128_digest(text.encode("utf-8", "surrogatepass"))
+    def key(fingerprint: bytes, first: bool, utf8: bytes | memoryview) -> bytes:
+        """Cache key of a piece (its UTF-8 bytes)."""
+        return fingerprint + (b"\x01" if first else b"\x00") + xxhash.xxh3_128_digest(utf8)
 
     def get_many(self, keys: list[bytes]) -> list[bytes | None]:
         """Values for ``keys`` (None where absent); hits move to the young end."""
@@ -112,25 +112,25 @@ def encode_text(tok: HfTokenizer, text: str, *, add_special_tokens: bool, cache:
     specials = tok.special_ids(add_special_tokens)
     if cache is None or specials is None or not tok.piecewise:
         return _whole(tok, text, add_special_tokens)
-    pieces, rejected = tok.splitter.split(text)
+    data = text.encode("utf-8", "surrogatepass")
+    pieces, rejected = tok.splitter.split(data)
     if rejected:
         return _whole(tok, text, add_special_tokens)
     prefix, suffix = specials
     out: list[bytes] = [prefix]
     fp = tok.fingerprint
-    lookups: list[tuple[int, str, bool, bytes]] = []  # (slot in out, piece, at offset 0, key)
-    misses: list[tuple[int, str, bool, bytes]] = []
+    view = memoryview(data)
+    lookups: list[tuple[int, int, int, bytes]] = []  # (slot in out, start, end, key)
+    misses: list[tuple[int, int, int, bytes]] = []
     for p in pieces:
         if p.token_id is not None:
             out.append(p.token_id.to_bytes(4, "little"))
             continue
-        piece = text[p.start : p.end]
-        first = p.start == 0
         out.append(b"")
-        if len(piece) < MIN_CACHED_CHARS:
-            misses.append((len(out) - 1, piece, first, b""))
+        if p.end - p.start < MIN_CACHED_BYTES:
+            misses.append((len(out) - 1, p.start, p.end, b""))
         else:
-            lookups.append((len(out) - 1, piece, first, SegmentCache.key(fp, first, piece)))
+            lookups.append((len(out) - 1, p.start, p.end, SegmentCache.key(fp, p.start == 0, view[p.start : p.end])))
     if lookups:
         for entry, value in zip(lookups, cache.get_many([e[3] for e in lookups])):
             if value is None:
@@ -138,7 +138,7 @@ def encode_text(tok: HfTokenizer, text: str, *, add_special_tokens: bool, cache:
             else:
                 out[entry[0]] = value
     if misses:
-        encoded = tok.encode_pieces([(piece, first) for _, piece, first, _ in misses])
+        encoded = tok.encode_pieces([(data[s:e].decode("utf-8", "surrogatepass"), s == 0) for _, s, e, _ in misses])
         new: list[tuple[bytes, bytes]] = []
         for (slot, _, _, key), ids in zip(misses, encoded):
             out[slot] = ids

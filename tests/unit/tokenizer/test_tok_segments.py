@@ -20,7 +20,8 @@ def ids(b: bytes) -> list[int]:
 
 
 def pieces_of(splitter: AddedTokenSplitter, text: str) -> list[str]:
-    return [text[p.start : p.end] for p in splitter.split(text)[0]]
+    data = text.encode()
+    return [data[p.start : p.end].decode() for p in splitter.split(data)[0]]
 
 
 # --- tokenizers' added_vocabulary.rs cases ------------------------------------------------------------
@@ -41,8 +42,8 @@ def test_options_lstrip_rstrip_single_word() -> None:
     rstrip = AddedTokenSplitter([AddedTokenSpec(9, "<mask>", rstrip=True)])
     assert pieces_of(rstrip, text) == ["I want a ", "<mask> ", "for ", "<mask>  ", "and\t", "<mask>", "nothing"]
     single = AddedTokenSplitter([AddedTokenSpec(9, "<mask>", single_word=True)])
-    pieces, rejected = single.split(text)
-    assert [text[p.start : p.end] for p in pieces] == ["I want a ", "<mask>", " for ", "<mask>", "  and\t<mask>nothing"]
+    pieces, rejected = single.split(text.encode())
+    assert [text.encode()[p.start : p.end].decode() for p in pieces] == ["I want a ", "<mask>", " for ", "<mask>", "  and\t<mask>nothing"]
     assert rejected  # the last one touches "nothing"
 
 
@@ -60,7 +61,7 @@ def test_lstrip_unicode_space() -> None:
 
 def test_leftmost_longest() -> None:
     s = AddedTokenSplitter([AddedTokenSpec(0, "<|a"), AddedTokenSpec(1, "<|ab|>"), AddedTokenSpec(2, "b|>")])
-    assert [(p.token_id) for p in s.split("x<|ab|>y")[0]] == [None, 1, None]
+    assert [(p.token_id) for p in s.split(b"x<|ab|>y")[0]] == [None, 1, None]
 
 
 # --- position-dependent pre-tokenizers (Metaspace, T7) --------------------------------------------------
@@ -104,8 +105,9 @@ def test_t4_split_pieces_concatenate_to_the_whole(local) -> None:  # type: ignor
     text = "<|bos|><|system|>You are terse.<|eos|><|user|>Hello world, what is a KV cache?<|eos|><|assistant|>"
     tok = local.tokenizer
     concat: list[int] = []
-    for p in tok.splitter.split(text)[0]:
-        concat += [p.token_id] if p.token_id is not None else tok.encode_ids(text[p.start : p.end], add_special_tokens=False)
+    data = text.encode()
+    for p in tok.splitter.split(data)[0]:
+        concat += [p.token_id] if p.token_id is not None else tok.encode_ids(data[p.start : p.end].decode(), add_special_tokens=False)
     assert concat == tok.encode_ids(text, add_special_tokens=False)
 
 
