@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import unicodedata
 from collections.abc import Iterator, Sequence
@@ -127,7 +126,8 @@ class AddedTokenSplitter:
         self._pattern = re.compile(b"|".join(re.escape(c) for c in contents)) if contents else None
         # Candidates can only start at the first byte the tokens share: bytes.find finds it at
         # memchr speed and the alternation is tried there only (same matches as finditer).
-        self._prefix = os.path.commonprefix(contents)[:1] if contents else b""
+        firsts = {c[:1] for c in contents}
+        self._prefix: bytes = firsts.pop() if len(firsts) == 1 else b""
 
     @property
     def empty(self) -> bool:
