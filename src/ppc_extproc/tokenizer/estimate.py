@@ -17,10 +17,11 @@ import base64
 import binascii
 import math
 import struct
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import orjson
 import xxhash
 
 from ppc_extproc.tokenizer.requests import Api
@@ -230,10 +231,8 @@ def _str(v: Any) -> str:
     return v if isinstance(v, str) else ""
 
 
-def _chat(obj: Mapping[str, Any], cfg: EstimateConfig, headers: Mapping[str, str]) -> _Stream:
-    out = _Stream()
-    if obj.get("tools"):
-        out.text(go_json(obj["tools"]))
+def _blocks(obj: Mapping[str, Any], out: _Stream) -> Iterator[dict[str, Any]]:
+    """Per message: append its role and string content; yield its content parts/blocks."""
     for m in obj.get("messages") or []:
         if not isinstance(m, dict):
             continue
@@ -243,20 +242,27 @@ def _chat(obj: Mapping[str, Any], cfg: EstimateConfig, headers: Mapping[str, str
             out.text(content)
             continue
         for part in content if isinstance(content, list) else []:
-            if not isinstance(part, dict):
-                continue
-            kind = part.get("type")
-            if kind == "text":
-                out.text(_str(part.get("text")))
-            elif kind == "image_url":
-                url = _str((part.get("image_url") or {}).get("url"))
-                out.asset(url, _image_count(cfg.image, _url_size(url)))
-            elif kind == "video_url":
-                out.asset(_str((part.get("video_url") or {}).get("url")), _video_count(cfg.video, headers))
-            elif kind in ("input_audio", "audio_url"):
-                audio = part.get("input_audio") or {}
-                data = _str(audio.get("data")) + _str(audio.get("format"))
-                out.asset(data, max(math.ceil(len(data) / BYTES_PER_TOKEN), 1))
+            if isinstance(part, dict):
+                yield part
+
+
+def _chat(obj: Mapping[str, Any], cfg: EstimateConfig, headers: Mapping[str, str]) -> _Stream:
+    out = _Stream()
+    if obj.get("tools"):
+        out.text(go_json(obj["tools"]))
+    for part in _blocks(obj, out):
+        kind = part.get("type")
+        if kind == "text":
+            out.text(_str(part.get("text")))
+        elif kind == "image_url":
+            url = _str((part.get("image_url") or {}).get("url"))
+            out.asset(url, _image_count(cfg.image, _url_size(url)))
+        elif kind == "video_url":
+            out.asset(_str((part.get("video_url") or {}).get("url")), _video_count(cfg.video, headers))
+        elif kind in ("input_audio", "audio_url"):
+            audio = part.get("input_audio") or {}
+            data = _str(audio.get("data")) + _str(audio.get("format"))
+            out.asset(data, max(math.ceil(len(data) / BYTES_PER_TOKEN), 1))
     return out
 
 
@@ -278,42 +284,30 @@ def _messages(obj: Mapping[str, Any], cfg: EstimateConfig) -> _Stream:
         out.text(system)
     elif isinstance(system, list):
         out.text("".join(b["text"] for b in system if isinstance(b, dict) and b.get("type") == "text" and isinstance(b.get("text"), str) and b["text"] and not b["text"].startswith(_BILLING_HEADER)))
-    for m in obj.get("messages") or []:
-        if not isinstance(m, dict):
-            continue
-        out.text(_str(m.get("role")))
-        content = m.get("content")
-        if isinstance(content, str) and content:
-            out.text(content)
-            continue
-        for b in content if isinstance(content, list) else []:
-            if not isinstance(b, dict):
-                continue
-            kind = b.get("type")
-            if kind == "text":
-                out.text(_str(b.get("text")))
-            elif kind == "image":
-                _anthropic_image(out, cfg.image, b.get("source"))
-            elif kind == "thinking":
-                out.text(_str(b.get("thinking")))
-            elif kind == "tool_use":
-                import orjson
-
-                out.text(_str(b.get("id")) + _str(b.get("name")))
-                if "input" in b:
-                    out.buf += orjson.dumps(b["input"])
-            elif kind == "tool_result":
-                c = b.get("content")
-                if isinstance(c, str) and c:
-                    out.text(c)
-                elif isinstance(c, list):
-                    out.text("\n".join(_str(i.get("text")) for i in c if isinstance(i, dict) and i.get("type") == "text"))
-                    for i in c:
-                        if isinstance(i, dict) and i.get("type") == "image":
-                            src = i.get("source") or {}
-                            url = src.get("url") or (f"data:{src.get('media_type') or 'image/jpeg'};base64,{src['data']}" if src.get("data") else "")
-                            if url:
-                                out.asset(url, _image_count(cfg.image, _url_size(url)))
+    for b in _blocks(obj, out):
+        kind = b.get("type")
+        if kind == "text":
+            out.text(_str(b.get("text")))
+        elif kind == "image":
+            _anthropic_image(out, cfg.image, b.get("source"))
+        elif kind == "thinking":
+            out.text(_str(b.get("thinking")))
+        elif kind == "tool_use":
+            out.text(_str(b.get("id")) + _str(b.get("name")))
+            if "input" in b:
+                out.buf += orjson.dumps(b["input"])
+        elif kind == "tool_result":
+            c = b.get("content")
+            if isinstance(c, str) and c:
+                out.text(c)
+            elif isinstance(c, list):
+                out.text("\n".join(_str(i.get("text")) for i in c if isinstance(i, dict) and i.get("type") == "text"))
+                for i in c:
+                    if isinstance(i, dict) and i.get("type") == "image":
+                        src = i.get("source") or {}
+                        url = src.get("url") or (f"data:{src.get('media_type') or 'image/jpeg'};base64,{src['data']}" if src.get("data") else "")
+                        if url:
+                            out.asset(url, _image_count(cfg.image, _url_size(url)))
     return out
 
 
