@@ -222,6 +222,8 @@ class PluginState:
     entries_per_endpoint: Mapping[str, int] | None = None
     speculative_pending: int | None = None
     kv_events: IngestStats | None = None
+    #: A token producer's (backend, outcome → requests): ``ppc_extproc_tokenize_total``.
+    tokenize: tuple[str, Mapping[str, int]] | None = None
     #: Anything else worth showing, JSON-ready.
     details: Mapping[str, object] = field(default_factory=dict)
 

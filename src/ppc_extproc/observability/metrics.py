@@ -17,6 +17,7 @@ Read at scrape time (``StateCollector``):
     ppc_extproc_kv_transport_total{endpoint,name}, ppc_extproc_kv_source_last_seq{endpoint}
     ppc_extproc_kv_source_lag_seconds{endpoint}, ppc_extproc_kv_source_queue_depth{endpoint}
     ppc_extproc_endpoints
+    ppc_extproc_tokenize_total{producer,backend,outcome}       token producers: ok / passthrough / why not
 """
 
 from __future__ import annotations
@@ -134,9 +135,18 @@ class StateCollector(Collector):
         yield inflight
         yield inflight_tokens
         yield GaugeMetricFamily("ppc_extproc_endpoints", "Endpoints in the pool.", value=state.endpoints)
+        tokenize = CounterMetricFamily(
+            "ppc_extproc_tokenize", "Text requests by token producer backend and outcome (ok, or why no ids).",
+            labels=["producer", "backend", "outcome"],
+        )
         for plugin in state.plugins:
             if plugin.index is not None:
                 yield from self._producer(plugin)
+            if plugin.tokenize is not None:
+                backend, outcomes = plugin.tokenize
+                for outcome, n in outcomes.items():
+                    tokenize.add_metric([plugin.name, backend, outcome], n)
+        yield tokenize
 
     @staticmethod
     def _producer(plugin: PluginState) -> Iterator[Any]:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import structlog
 
-from ppc_extproc.errors import NoEndpointsError
+from ppc_extproc.errors import NoEndpointsError, RequestError
 from ppc_extproc.framework import (
     AsyncDataProducer,
     DataKey,
@@ -142,6 +142,8 @@ class Router:
                             await step.producer.produce_async(ctx)
                 else:
                     step.producer.produce(ctx)
+            except RequestError:  # the client's mistake (a malformed chat body): a 4xx naming the field
+                raise
             except Exception:  # producer errors never fail the request (prefix score becomes 0)
                 log.exception("producer_failed", producer=step.producer.name, request_id=ctx.request.request_id)
                 failed.update(step.producer.produces())

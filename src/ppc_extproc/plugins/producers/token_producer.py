@@ -35,12 +35,14 @@ Follows ``llm-d/llm-d-router: pkg/epp/framework/plugins/requestcontrol/dataprodu
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Protocol
+from pathlib import Path
+from typing import Any, Protocol
 
+import orjson
 import structlog
 
 from ppc_extproc.config.strict import Section
+from ppc_extproc.errors import BadRequestError, ConfigError
 from ppc_extproc.framework import (
     TOKENIZED_PROMPT,
     AsyncDataProducer,
@@ -54,40 +56,88 @@ from ppc_extproc.framework import (
 )
 from ppc_extproc.plugins.producers.token_producer_config import TokenProducerConfig, parse_token_producer_config
 from ppc_extproc.plugins.registry import Services, register
+from ppc_extproc.tokenizer import LocalTokenizer, api_for_path
+from ppc_extproc.tokenizer.estimate import EstimateConfig, estimate_body
+from ppc_extproc.tokenizer.render_client import RenderClient, RenderConfig
+from ppc_extproc.tokenizer.requests import Api
+from ppc_extproc.tokenizer.result import MULTIMODAL_NEEDS_RENDER, UNSUPPORTED_BODY, TokenizeResult
 from ppc_extproc.tokens import TokenizedPrompt
 
-__all__ = ["TokenProducer", "TokenizeBackend", "TokenizeOutcome"]
+__all__ = ["EstimateBackend", "LocalBackend", "RenderBackend", "TokenProducer", "TokenizeBackend"]
 
 log = structlog.get_logger(__name__)
 
 
-@dataclass(frozen=True, slots=True)
-class TokenizeOutcome:
-    """A backend's answer: the ids, or why there are none (a metric label)."""
-
-    tokenized: TokenizedPrompt | None
-    #: ``ok``, or the reason: ``unsupported``, ``multimodal``, ``timeout``, ``http_<code>``, …
-    outcome: str
-
-
 class TokenizeBackend(Protocol):
-    name: str
+    """Turns a text request into token ids (``TokenizeResult.reason`` says why not)."""
 
-    async def tokenize(self, request: LLMRequest) -> TokenizeOutcome: ...
+    name: str
+    #: Whether the ids are the engine's (False: locality estimates).
+    exact: bool
+
+    async def tokenize(self, api: Api, body: Mapping[str, Any], headers: Mapping[str, str]) -> TokenizeResult: ...
 
     async def start(self) -> None: ...
 
     async def stop(self) -> None: ...
 
 
-class _UnavailableBackend:
-    """A backend this build cannot run (the request is routed by load, the reason counted)."""
+class LocalBackend:
+    """The model's tokenizer in process; what it cannot tokenize goes to ``render`` when given."""
 
-    def __init__(self, name: str) -> None:
-        self.name = name
+    name = "local"
+    exact = True
 
-    async def tokenize(self, request: LLMRequest) -> TokenizeOutcome:
-        return TokenizeOutcome(None, "unavailable")
+    def __init__(self, tokenizer: LocalTokenizer, render: RenderBackend | None = None) -> None:
+        self.tokenizer = tokenizer
+        self.render = render
+
+    async def tokenize(self, api: Api, body: Mapping[str, Any], headers: Mapping[str, str]) -> TokenizeResult:
+        result = self.tokenizer.tokenize(api, body)  # BadRequestError for a malformed body
+        if result.reason in (MULTIMODAL_NEEDS_RENDER, UNSUPPORTED_BODY) and self.render is not None:
+            return await self.render.tokenize(api, body, headers)
+        return result
+
+    async def start(self) -> None:
+        if self.render is not None:
+            await self.render.start()
+
+    async def stop(self) -> None:
+        if self.render is not None:
+            await self.render.stop()
+
+
+class RenderBackend:
+    """vLLM's render endpoints over HTTP (llm-d's ``vllm`` backend), behind a circuit breaker."""
+
+    name = "vllm"
+    exact = True
+
+    def __init__(self, config: RenderConfig) -> None:
+        self.client = RenderClient(config)
+
+    async def tokenize(self, api: Api, body: Mapping[str, Any], headers: Mapping[str, str]) -> TokenizeResult:
+        forwarded = {k: v for k, v in headers.items() if k in _TRACE_HEADERS}
+        return await self.client.render(api, body, headers=forwarded)
+
+    async def start(self) -> None:
+        await self.client.start()
+
+    async def stop(self) -> None:
+        await self.client.close()
+
+
+class EstimateBackend:
+    """llm-d's byte packing: about 4 bytes per pseudo-token, content locality only."""
+
+    name = "estimate"
+    exact = False
+
+    def __init__(self, config: EstimateConfig) -> None:
+        self.config = config
+
+    async def tokenize(self, api: Api, body: Mapping[str, Any], headers: Mapping[str, str]) -> TokenizeResult:
+        return estimate_body(api, body, config=self.config, headers=headers)
 
     async def start(self) -> None:
         return None
@@ -96,8 +146,18 @@ class _UnavailableBackend:
         return None
 
 
+#: W3C trace context, propagated to the render server as llm-d does.
+_TRACE_HEADERS = frozenset({"traceparent", "tracestate"})
+
+
 def create_backend(config: TokenProducerConfig) -> TokenizeBackend:
-    return _UnavailableBackend(config.backend)
+    render = RenderBackend(config.render) if config.render is not None else None
+    if config.local is not None:
+        tokenizer = LocalTokenizer.from_dir(config.local.tokenizer_path, cache_bytes=config.local.segment_cache_bytes)
+        return LocalBackend(tokenizer, render)
+    if render is not None:
+        return render
+    return EstimateBackend(config.estimate)
 
 
 @register("token-producer")
@@ -107,10 +167,11 @@ class TokenProducer(AsyncDataProducer, Lifecycle, StateReporter):
         self.config = config
         self.backend = backend or create_backend(config)
         render = config.render
-        self.produce_timeout_seconds = (
-            max(render.timeout_seconds, render.mm_timeout_seconds) if render is not None else None
+        # The render client bounds each call itself (and its breaker answers at once when open).
+        self.produce_timeout_seconds: float | None = (
+            max(render.timeout_seconds, render.mm_timeout_seconds) + 1.0 if render is not None else None
         )
-        #: outcome → requests
+        #: outcome → requests (``ok``, ``passthrough``, or the reason there are no tokens)
         self.outcomes: dict[str, int] = {}
 
     @classmethod
@@ -124,11 +185,28 @@ class TokenProducer(AsyncDataProducer, Lifecycle, StateReporter):
         if name != "token-producer":
             params.warn("", f"token-producer named {name!r}: llm-d would also create an estimate 'token-producer'; "
                             "ppc-extproc uses this one for every consumer")  # fmt: skip
+        if config.local is not None:
+            directory = Path(config.local.tokenizer_path)
+            if not (directory / "tokenizer.json").is_file():
+                raise ConfigError(
+                    params.child_path("local.tokenizerPath"),
+                    f"{directory} has no tokenizer.json (point it at the model directory vLLM serves from)",
+                )
+            try:
+                backend: TokenizeBackend = create_backend(config)
+            except (OSError, ValueError) as exc:
+                raise ConfigError(params.child_path("local.tokenizerPath"), f"cannot load the tokenizer: {exc}") from None
+            return cls(name, config, backend)
         return cls(name, config)
 
     @property
     def backend_name(self) -> str:
         return self.config.backend
+
+    @property
+    def exact(self) -> bool:
+        """Whether this producer's ids are the engine's (not estimates)."""
+        return self.backend.exact
 
     def produces(self) -> frozenset[DataKey]:
         return frozenset({DataKey(TOKENIZED_PROMPT, self.name)})
@@ -136,21 +214,36 @@ class TokenProducer(AsyncDataProducer, Lifecycle, StateReporter):
     def consumes(self) -> tuple[Consumes, ...]:
         return ()
 
-    @property
-    def exact(self) -> bool:
-        """Whether this producer's ids are the engine's (not estimates)."""
-        return self.config.backend != "estimate"
-
     async def produce_async(self, ctx: SchedulingContext) -> None:
         request = ctx.request
         if request.tokenized is not None:  # token ids in the body: nothing to do
             self._count("passthrough")
             return
-        result = await self.backend.tokenize(request)
-        self._count(result.outcome)
-        request.tokenize_outcome = f"{self.backend_name}:{result.outcome}"
-        if result.tokenized is not None and result.tokenized.num_tokens():
-            request.tokenized = result.tokenized
+        outcome = await self._tokenize(request)
+        self._count(outcome)
+        request.tokenize_outcome = f"{self.backend_name}:{outcome}"
+
+    async def _tokenize(self, request: LLMRequest) -> str:
+        api = api_for_path(request.path)
+        if api is None or not request.body:
+            return "unsupported"
+        try:
+            body = orjson.loads(request.body)
+        except orjson.JSONDecodeError as exc:
+            raise BadRequestError(f"error unmarshaling request body: {exc}") from None
+        if not isinstance(body, dict):
+            raise BadRequestError("request body must be a JSON object")
+        result = await self.backend.tokenize(api, body, request.headers)
+        if result.reason is not None:
+            if result.detail:
+                log.debug("tokenize_failed", backend=self.backend_name, reason=result.reason, detail=result.detail)
+            return result.reason
+        if not result.num_tokens():
+            return "empty"
+        request.tokenized = TokenizedPrompt(
+            request.model, result.prompts, result.features, result.cache_salt, exact=self.backend.exact
+        )
+        return "ok"
 
     def _count(self, outcome: str) -> None:
         self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
@@ -163,4 +256,7 @@ class TokenProducer(AsyncDataProducer, Lifecycle, StateReporter):
 
     def state(self, *, detailed: bool = False) -> PluginState:
         outcomes: Mapping[str, int] = dict(self.outcomes)
-        return PluginState(self.name, self.type_name, details={"backend": self.backend_name, "outcomes": outcomes})
+        return PluginState(
+            self.name, self.type_name, tokenize=(self.backend_name, outcomes),
+            details={"backend": self.backend_name, "outcomes": outcomes},
+        )

@@ -10,35 +10,15 @@ from dataclasses import dataclass, field
 
 from ppc_extproc.config.strict import Section
 from ppc_extproc.errors import ConfigError
+from ppc_extproc.tokenizer.estimate import EstimateConfig, ImageEstimate, VideoEstimate
+from ppc_extproc.tokenizer.render_client import RenderConfig
 
-__all__ = [
-    "DEFAULT_RENDER_URL",
-    "EstimateConfig",
-    "ImageEstimate",
-    "LocalConfig",
-    "RenderConfig",
-    "TokenProducerConfig",
-    "VideoEstimate",
-    "parse_token_producer_config",
-]
+__all__ = ["DEFAULT_RENDER_URL", "LocalConfig", "TokenProducerConfig", "parse_token_producer_config"]
 
 DEFAULT_RENDER_URL = "http://localhost:8000"
 DEFAULT_SEGMENT_CACHE_BYTES = 256 * 1024 * 1024
-DEFAULT_RENDER_CONCURRENCY = 64
+DEFAULT_RENDER_CONCURRENCY = 256
 _OWNER = "token-producer"
-
-
-@dataclass(frozen=True, slots=True)
-class RenderConfig:
-    """The ``vllm`` backend: vLLM's render endpoints over HTTP."""
-
-    url: str = DEFAULT_RENDER_URL
-    #: Text-only requests.
-    timeout_seconds: float = 5.0
-    #: Requests whose message content is an array (multimodal, even text-only parts).
-    mm_timeout_seconds: float = 30.0
-    #: Renders in flight at once (ppc-extproc; bounds the load a slow renderer sees).
-    max_concurrency: int = DEFAULT_RENDER_CONCURRENCY
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,46 +31,12 @@ class LocalConfig:
 
 
 @dataclass(frozen=True, slots=True)
-class ImageEstimate:
-    mode: str = "dynamic"
-    default_width: int = 640
-    default_height: int = 360
-    dynamic_factor: int = 1024
-    static_token: int = 1
-
-
-@dataclass(frozen=True, slots=True)
-class VideoEstimate:
-    default_width: int = 640
-    default_height: int = 360
-    default_duration_seconds: float = 10.0
-    max_video_tokens: int = 0
-    tokens_per_frame_mode: str = "dynamic"
-    tokens_per_frame_factor: int = 1024
-    tokens_per_frame_static: int = 1
-    frames_mode: str = "sampled"
-    min_frames: int = 0
-    max_frames: int = 0
-    sample_fps: float = 2.0
-    temporal_patch_size: int = 1
-    default_source_fps: float = 24.0
-    frame_stride: int = 1
-
-
-@dataclass(frozen=True, slots=True)
-class EstimateConfig:
-    """The ``estimate`` backend: llm-d's byte packing (about 4 bytes per pseudo-token)."""
-
-    image: ImageEstimate = field(default_factory=ImageEstimate)
-    video: VideoEstimate = field(default_factory=VideoEstimate)
-
-
-@dataclass(frozen=True, slots=True)
 class TokenProducerConfig:
     #: ``local``, ``vllm`` or ``estimate``.
     backend: str
     #: The served model name render calls carry in place of the request's ``model``.
     model_name: str = ""
+    #: The ``vllm`` backend, or (with ``local``) where multimodal requests are rendered.
     render: RenderConfig | None = None
     local: LocalConfig | None = None
     estimate: EstimateConfig = field(default_factory=EstimateConfig)
@@ -121,7 +67,7 @@ def _image(section: Section) -> ImageEstimate:
     token = static.integer("staticToken", 1, minimum=1)
     static.finish()
     section.finish()
-    return ImageEstimate(mode, width, height, factor, token)
+    return ImageEstimate(mode, width, height, factor, token)  # type: ignore[arg-type]
 
 
 def _video(section: Section) -> VideoEstimate:
@@ -139,7 +85,7 @@ def _video(section: Section) -> VideoEstimate:
     frames_mode = _mode(frames, "mode", "sampled", ("sampled", "strided"), "estimate.video.frames.mode")
     sampled = frames.section("sampled")
     sample_fps = sampled.number("sampleFPS", 2.0, minimum=0.0)
-    patch = sampled.integer("temporalPatchSize", 1, minimum=1)
+    patch = sampled.integer("temporalPatchSize", 0, minimum=0)
     sampled.finish()
     strided = frames.section("strided")
     source_fps = strided.number("defaultSourceFPS", 24.0, minimum=0.0)
@@ -150,10 +96,10 @@ def _video(section: Section) -> VideoEstimate:
         default_height=height,
         default_duration_seconds=section.number("defaultDuration", 10.0, minimum=0.0),
         max_video_tokens=section.integer("maxVideoTokens", 0, minimum=0),
-        tokens_per_frame_mode=tpf_mode,
-        tokens_per_frame_factor=tpf_factor,
-        tokens_per_frame_static=tpf_tokens,
-        frames_mode=frames_mode,
+        tpf_mode=tpf_mode,  # type: ignore[arg-type]
+        tpf_factor=tpf_factor,
+        tpf_static=tpf_tokens,
+        frames_mode=frames_mode,  # type: ignore[arg-type]
         min_frames=frames.integer("minFrames", 0, minimum=0),
         max_frames=frames.integer("maxFrames", 0, minimum=0),
         sample_fps=sample_fps,
@@ -166,21 +112,43 @@ def _video(section: Section) -> VideoEstimate:
     return config
 
 
+def _render(params: Section, model_name: str) -> RenderConfig:
+    if not model_name:
+        raise ConfigError(params.child_path("modelName"), "'modelName' must be specified")
+    section = params.section("vllm")
+    url = (section.string("url", DEFAULT_RENDER_URL) or DEFAULT_RENDER_URL).rstrip("/")
+    if not url.startswith("http://"):
+        raise ConfigError(section.child_path("url"), "must be a plain http:// URL (llm-d's render client has no TLS)")
+    timeouts = []
+    for key, default in (("timeout", "5s"), ("mmTimeout", "30s")):
+        try:
+            value = section.duration(key, default)
+        except ConfigError:
+            raise ConfigError(section.child_path(key), f"invalid '{key}'") from None
+        if value <= 0:
+            raise ConfigError(section.child_path(key), f"invalid '{key}': must be positive")
+        timeouts.append(value)
+    concurrency = section.integer("maxConcurrency", DEFAULT_RENDER_CONCURRENCY, minimum=1)
+    section.finish()
+    return RenderConfig(model_name, url, timeouts[0], timeouts[1], max_concurrency=concurrency,
+                        stall_seconds=min(1.0, timeouts[0]))  # fmt: skip
+
+
 def parse_token_producer_config(params: Section) -> TokenProducerConfig:
-    """Decode the parameters (the caller runs ``params.finish()``)."""
+    """Decode the parameters (the caller runs ``params.finish()``). llm-d allows one of
+    ``estimate``, ``vllm`` and ``udsTokenizerConfig``; ``local`` may add ``vllm`` for what only a
+    render server can tokenize (multimodal parts, Responses bodies)."""
     model_name = params.string("modelName", "")
-    chosen = [key for key in ("estimate", "vllm", "local") if params.has(key)]
     uds = params.section("udsTokenizerConfig")
     uds_socket = uds.string("socketFile", "")
     uds.boolean("useTCP", False)
     uds.raw("modelTokenizerMap")
     uds.finish()
-    if uds_socket:
-        chosen.append("udsTokenizerConfig")
-    if len(chosen) > 1:
-        raise ConfigError(
-            params.path, "only one of 'estimate', 'vllm', 'local', or 'udsTokenizerConfig' may be set"
-        )
+    chosen = [key for key in ("estimate", "vllm") if params.has(key)] + (["udsTokenizerConfig"] if uds_socket else [])
+    local = params.has("local")
+    if len(chosen) > 1 or (local and ("estimate" in chosen or uds_socket)):
+        raise ConfigError(params.path, "only one of 'estimate', 'vllm', or 'udsTokenizerConfig' may be set "
+                                       "('local' may be combined with 'vllm')")  # fmt: skip
     if uds_socket:
         raise ConfigError(
             params.child_path("udsTokenizerConfig"),
@@ -191,32 +159,15 @@ def parse_token_producer_config(params: Section) -> TokenProducerConfig:
         section = params.section("estimate")
         estimate = EstimateConfig(_image(section.section("image")), _video(section.section("video")))
         section.finish()
-    if "local" in chosen:
+    if local:
         section = params.section("local")
         path = section.string("tokenizerPath", "")
         if not path:
             raise ConfigError(section.child_path("tokenizerPath"), "the local backend needs the tokenizer's directory")
-        local = LocalConfig(path, section.integer("segmentCacheBytes", DEFAULT_SEGMENT_CACHE_BYTES, minimum=0))
+        local_config = LocalConfig(path, section.integer("segmentCacheBytes", DEFAULT_SEGMENT_CACHE_BYTES, minimum=0))
         section.finish()
-        return TokenProducerConfig("local", model_name, local=local, estimate=estimate)
+        render = _render(params, model_name) if "vllm" in chosen else None
+        return TokenProducerConfig("local", model_name, render=render, local=local_config, estimate=estimate)
     if "vllm" in chosen or model_name:
-        if not model_name:
-            raise ConfigError(params.child_path("modelName"), "'modelName' must be specified")
-        section = params.section("vllm")
-        url = (section.string("url", DEFAULT_RENDER_URL) or DEFAULT_RENDER_URL).rstrip("/")
-        if not url.startswith("http://"):
-            raise ConfigError(section.child_path("url"), "must be a plain http:// URL (llm-d's render client has no TLS)")
-        timeouts = []
-        for key, default, label in (("timeout", "5s", "timeout"), ("mmTimeout", "30s", "mmTimeout")):
-            try:
-                value = section.duration(key, default)
-            except ConfigError:
-                raise ConfigError(section.child_path(key), f"invalid '{label}'") from None
-            if value <= 0:
-                raise ConfigError(section.child_path(key), f"invalid '{label}': must be positive")
-            timeouts.append(value)
-        render = RenderConfig(url, timeouts[0], timeouts[1],
-                              section.integer("maxConcurrency", DEFAULT_RENDER_CONCURRENCY, minimum=1))  # fmt: skip
-        section.finish()
-        return TokenProducerConfig("vllm", model_name, render=render, estimate=estimate)
+        return TokenProducerConfig("vllm", model_name, render=_render(params, model_name), estimate=estimate)
     return TokenProducerConfig("estimate", model_name, estimate=estimate)
