@@ -10,7 +10,6 @@ import xxhash
 
 from ppc_extproc.blockkeys import tokens_to_le32
 from ppc_extproc.blockkeys.prefixhash import prefix_block_hashes
-from ppc_extproc.config.strict import Section
 from ppc_extproc.enginemetrics import EngineMetrics, EngineMetricsStore
 from ppc_extproc.framework import (
     Endpoint,
@@ -20,6 +19,7 @@ from ppc_extproc.framework import (
     SchedulingContext,
     SchedulingResult,
 )
+from ppc_extproc.framework.params import Section
 from ppc_extproc.matchinfo import PrefixCacheMatchInfo
 from ppc_extproc.plugins.producers.approx_prefix_cache import (
     ApproxPrefixCacheProducer,

@@ -3,7 +3,6 @@ from __future__ import annotations
 import pytest
 
 from ppc_extproc.blockkeys import tokens_to_le32
-from ppc_extproc.config.strict import Section
 from ppc_extproc.events.wire import AllBlocksCleared, BlockStored, EventBatch
 from ppc_extproc.framework import (
     Endpoint,
@@ -14,6 +13,7 @@ from ppc_extproc.framework import (
     SchedulingResult,
     StreamedKeys,
 )
+from ppc_extproc.framework.params import Section
 from ppc_extproc.ids import RequestKey
 from ppc_extproc.index import PodEntry
 from ppc_extproc.matchinfo import PrefixCacheMatchInfo

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 
 import yaml
 
-from ppc_extproc.config.strict import Section
 from ppc_extproc.errors import ConfigError
+from ppc_extproc.framework.params import Section
 
 __all__ = [
     "API_VERSIONS",

@@ -27,7 +27,6 @@ import structlog
 from ppc_extproc.config.datalayer import DataLayer, wire_sources
 from ppc_extproc.config.document import ConfigDocument, PluginSpec, parse_document
 from ppc_extproc.config.producers import order_producers, resolve_producers
-from ppc_extproc.config.strict import Section
 from ppc_extproc.errors import ConfigError
 from ppc_extproc.framework import (
     Discovery,
@@ -43,6 +42,7 @@ from ppc_extproc.framework import (
     plays,
     role_names,
 )
+from ppc_extproc.framework.params import Section
 from ppc_extproc.plugins.parsers import DEFAULT_PARSERS
 from ppc_extproc.plugins.producers.precise_prefix_cache import PrecisePrefixCacheProducer
 from ppc_extproc.plugins.registry import Services, create_plugin

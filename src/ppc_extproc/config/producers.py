@@ -18,7 +18,7 @@ pkg/epp/datalayer/data_graph.go``), with ppc-extproc's differences:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from ppc_extproc.config.datalayer import DataLayer
 from ppc_extproc.errors import ConfigError
@@ -32,14 +32,12 @@ from ppc_extproc.framework import (
     DataKey,
     DataProducer,
     MetricsExtractor,
+    Plugin,
     PollingSource,
     classify,
     plays,
 )
 from ppc_extproc.scheduling.router import AsyncProducerStep, ProducerStep
-
-if TYPE_CHECKING:
-    from ppc_extproc.config.epp import _Builder
 
 __all__ = ["APPROXIMATE_PRODUCER", "order_producers", "resolve_producers"]
 
@@ -50,6 +48,17 @@ METRICS_SOURCE = "metrics-data-source"
 METRICS_EXTRACTOR = "core-metrics-extractor"
 
 Producer = DataProducer | AsyncDataProducer
+
+
+class LoaderState(Protocol):
+    """What resolving producers reads and extends of a load in progress (``epp._Builder``)."""
+
+    plugins: dict[str, Plugin]
+    paths: dict[str, str]
+    warnings: list[str]
+    injected: list[str]
+
+    def inject(self, type_name: str, name: str, why: str) -> Plugin: ...
 
 
 def _produced(producers: Sequence[Producer]) -> set[DataKey]:
@@ -63,7 +72,7 @@ def _needs(consumers: Sequence[DataConsumer], data_type: str) -> list[tuple[Data
     return [(c, need) for c in consumers for need in c.consumes() if need.data_type == data_type]
 
 
-def resolve_producers(builder: _Builder, layer: DataLayer, inject_defaults: bool) -> None:
+def resolve_producers(builder: LoaderState, layer: DataLayer, inject_defaults: bool) -> None:
     """Create the default producers of required data nobody produces (transitively); raise
     ``ConfigError`` naming the consumer when there is none."""
     configured_approx = any(p.type_name == APPROXIMATE_PRODUCER for p in builder.plugins.values())
@@ -108,7 +117,7 @@ def resolve_producers(builder: _Builder, layer: DataLayer, inject_defaults: bool
     _resolve_engine_metrics(builder, layer, inject_defaults)
 
 
-def _warn_unread(builder: _Builder) -> None:
+def _warn_unread(builder: LoaderState) -> None:
     """A match-info producer no consumer names is wasted work (a common misnaming)."""
     roles = classify(builder.plugins.values())
     needs = [need for _, need in _needs(roles.consumers, PREFIX_CACHE_MATCH_INFO)]
@@ -122,7 +131,7 @@ def _warn_unread(builder: _Builder) -> None:
                 )
 
 
-def _resolve_engine_metrics(builder: _Builder, layer: DataLayer, inject_defaults: bool) -> None:
+def _resolve_engine_metrics(builder: LoaderState, layer: DataLayer, inject_defaults: bool) -> None:
     roles = classify(builder.plugins.values())
     readers = [c.name for c, need in _needs(roles.consumers, ENGINE_METRICS) if need.required]
     if not readers or layer.metrics_extractors():

@@ -41,12 +41,8 @@ import yaml
 from ppc_extproc.localcluster._errors import LocalClusterError
 from ppc_extproc.localcluster.envoy_config import DEFAULT_VARIANT, find_envoy, render_envoy_config
 from ppc_extproc.localcluster.layout import ClusterLayout
-from ppc_extproc.localcluster.processes import (
-    ManagedProcess,
-    ProcessGroup,
-    wait_for_grpc_health,
-    wait_for_http,
-)
+from ppc_extproc.localcluster.processes import ManagedProcess, ProcessGroup
+from ppc_extproc.localcluster.readiness import wait_for_grpc_health, wait_for_http
 from ppc_extproc.localcluster.service_config import default_service_config, patch_service_config
 
 __all__ = ["DEFAULT_ENGINE_COMMAND", "DEFAULT_SERVICE_COMMAND", "LocalCluster"]

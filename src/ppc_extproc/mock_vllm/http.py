@@ -25,10 +25,10 @@ import structlog
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from ppc_extproc.mock_vllm import protocol as p
+import ppc_extproc.mock_vllm.protocol as p
 from ppc_extproc.mock_vllm.engine import EngineAborted, EngineRequest, MockEngine, RequestRejected
 from ppc_extproc.mock_vllm.metrics import engine_registry
-from ppc_extproc.tokenizer import LocalTokenizer
+from ppc_extproc.tokenizer.local import LocalTokenizer
 
 __all__ = ["ENDPOINT_HEADER", "ENGINE", "STREAM_MIN_INTERVAL_S", "TOKENIZER", "create_app", "sse_stream"]
 

@@ -24,12 +24,13 @@ import numpy as np
 import orjson
 from aiohttp import web
 
+import ppc_extproc.mock_vllm.protocol as p
 from ppc_extproc.errors import BadRequestError
-from ppc_extproc.mock_vllm import protocol as p
 from ppc_extproc.mock_vllm.engine import EngineAborted, EngineRequest, MockEngine, RequestRejected
 from ppc_extproc.mock_vllm.http import ENGINE, TOKENIZER, sse_stream
-from ppc_extproc.tokenizer import LocalTokenizer, TokenizeResult
+from ppc_extproc.tokenizer.local import LocalTokenizer
 from ppc_extproc.tokenizer.requests import parse_chat
+from ppc_extproc.tokenizer.result import TokenizeResult
 
 __all__ = ["add_text_routes", "generate_request"]
 

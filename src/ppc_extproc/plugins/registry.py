@@ -20,10 +20,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
-from ppc_extproc.config.strict import Section
 from ppc_extproc.enginemetrics import EngineMetricsStore
 from ppc_extproc.errors import ConfigError
 from ppc_extproc.framework import Plugin
+from ppc_extproc.framework.params import Section
 from ppc_extproc.plugins.unsupported import unsupported_message
 from ppc_extproc.scheduling.inflight import InflightTracker
 

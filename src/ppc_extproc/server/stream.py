@@ -269,7 +269,7 @@ class ExtProcStream:
         if parsed is None:
             if body:
                 parsed = parse_body(self.path, body, model_override=rewrite)
-            else:  # an empty body is routed like a header-only request, then echoed (spec §4.4)
+            else:  # an empty body is routed like a header-only request, then echoed (as llm-d does)
                 parsed = ParsedBody(rewrite or "", False, None, rewrite or "")
         parse_done = time.perf_counter()
         self.stream_flag = parsed.stream

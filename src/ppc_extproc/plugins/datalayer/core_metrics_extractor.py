@@ -33,7 +33,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ppc_extproc.config.strict import Section
 from ppc_extproc.enginemetrics import (
     BUILTIN_ENGINES,
     EngineMapping,
@@ -48,6 +47,7 @@ from ppc_extproc.framework import (
     PluginState,
     StateReporter,
 )
+from ppc_extproc.framework.params import Section
 from ppc_extproc.plugins.registry import Services, register
 
 __all__ = ["CoreMetricsExtractor"]

@@ -38,7 +38,6 @@ from dataclasses import dataclass
 import aiohttp
 import structlog
 
-from ppc_extproc.config.strict import Section
 from ppc_extproc.errors import ConfigError
 from ppc_extproc.framework import (
     Endpoint,
@@ -50,6 +49,7 @@ from ppc_extproc.framework import (
     PollingSource,
     StateReporter,
 )
+from ppc_extproc.framework.params import Section
 from ppc_extproc.plugins.registry import Services, register
 
 __all__ = ["BASE_TICK_SECONDS", "Fetch", "MetricsDataSource", "PollOptions"]

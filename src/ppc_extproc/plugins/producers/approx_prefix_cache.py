@@ -43,7 +43,6 @@ from collections.abc import Sequence
 import structlog
 
 from ppc_extproc.blockkeys.prefixhash import prefix_block_hashes
-from ppc_extproc.config.strict import Section
 from ppc_extproc.enginemetrics import EngineMetricsReader
 from ppc_extproc.framework import (
     ENGINE_METRICS,
@@ -62,6 +61,7 @@ from ppc_extproc.framework import (
     SchedulingResult,
     StateReporter,
 )
+from ppc_extproc.framework.params import Section
 from ppc_extproc.ids import EndpointId
 from ppc_extproc.matchinfo import PrefixCacheMatchInfo, match_info_key
 from ppc_extproc.plugins.registry import Services, register

@@ -33,7 +33,6 @@ import asyncio
 from dataclasses import dataclass, field
 
 from ppc_extproc.blockkeys.prefixhash import prefix_block_hashes
-from ppc_extproc.config.strict import Section
 from ppc_extproc.enginemetrics import EngineMetricsReader
 from ppc_extproc.errors import ConfigError
 from ppc_extproc.framework import (
@@ -45,6 +44,7 @@ from ppc_extproc.framework import (
     Endpoint,
     SchedulingContext,
 )
+from ppc_extproc.framework.params import Section
 from ppc_extproc.matchinfo import PrefixCacheMatchInfo, match_info_key
 from ppc_extproc.plugins.producers.burst_assign import UNLIMITED, BurstEntry, assign
 from ppc_extproc.plugins.registry import Services, register

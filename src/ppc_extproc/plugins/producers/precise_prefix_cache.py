@@ -45,7 +45,6 @@ from typing import TYPE_CHECKING
 import structlog
 
 from ppc_extproc.blockkeys import TokenProcessor, compute_block_extras, fold_cache_salt
-from ppc_extproc.config.strict import Section
 from ppc_extproc.events.apply import EventApplier
 from ppc_extproc.events.stats import IngestStats
 from ppc_extproc.framework import (
@@ -66,6 +65,7 @@ from ppc_extproc.framework import (
     StreamingKeyProducer,
     Ticker,
 )
+from ppc_extproc.framework.params import Section
 from ppc_extproc.ids import EndpointId, RequestKey
 from ppc_extproc.index import InMemoryIndex, SpeculativeIndexer
 from ppc_extproc.matchinfo import PrefixCacheMatchInfo, PrefixScore, match_info_key, score_prefix_runs

@@ -41,7 +41,6 @@ from typing import Any, Protocol
 import orjson
 import structlog
 
-from ppc_extproc.config.strict import Section
 from ppc_extproc.errors import BadRequestError, ConfigError
 from ppc_extproc.framework import (
     TOKENIZED_PROMPT,
@@ -54,6 +53,7 @@ from ppc_extproc.framework import (
     SchedulingContext,
     StateReporter,
 )
+from ppc_extproc.framework.params import Section
 from ppc_extproc.plugins.producers.token_producer_config import TokenProducerConfig, parse_token_producer_config
 from ppc_extproc.plugins.registry import Services, register
 from ppc_extproc.tokenizer import LocalTokenizer, api_for_path
