@@ -10,6 +10,7 @@ idle, and while another thread applies KV events at 50k blocks/s (the GIL is sha
 from __future__ import annotations
 
 import argparse
+import asyncio
 import random
 import statistics
 import sys
@@ -28,12 +29,12 @@ from _common import header, percentile
 from ppc_extproc.blockkeys import tokens_to_le32
 from ppc_extproc.config.epp import load_config_text
 from ppc_extproc.events.decode import decode_batch
+from ppc_extproc.framework import Endpoint
 from ppc_extproc.index import PodEntry
 from ppc_extproc.observability.logging import configure_logging
 from ppc_extproc.observability.metrics import Metrics
 from ppc_extproc.scheduling.pool import EndpointPool
 from ppc_extproc.scheduling.router import Router
-from ppc_extproc.scheduling.types import Endpoint
 from ppc_extproc.server.stream import ExtProcStream, StreamOptions
 from ppc_extproc.tokens import TokenizedPrompt
 
@@ -61,8 +62,8 @@ def build_router(block_size: int) -> tuple[Router, object]:
     loaded = load_config_text(CONFIG.format(block_size=block_size))
     pool = EndpointPool()
     pool.replace(ENDPOINTS)
-    producer = loaded.producers[0]
-    return Router(pool, loaded.producers, loaded.profile, [producer], inflight=loaded.services.inflight), producer
+    producer = loaded.roles.producers[0]
+    return Router(pool, loaded.pipeline, inflight=loaded.services.inflight), producer
 
 
 def warm(producer, prompts: list[list[int]]) -> None:
@@ -90,7 +91,10 @@ def request_messages(body: bytes) -> list[ProcessingRequest]:
 def measure(router: Router, bodies: list[bytes], requests: int, metrics: Metrics | None = None) -> tuple[list[float], float]:
     """Decision latencies (s) of ``requests`` requests, and the mean time spent on the body chunks
     before end of stream (the streamed extraction and hashing that the decision no longer waits for)."""
-    metrics = metrics or Metrics()
+    return asyncio.run(_measure(router, bodies, requests, metrics or Metrics()))
+
+
+async def _measure(router: Router, bodies: list[bytes], requests: int, metrics: Metrics) -> tuple[list[float], float]:
     options = StreamOptions()
     prepared = [request_messages(b) for b in bodies]
     samples = []
@@ -100,9 +104,9 @@ def measure(router: Router, bodies: list[bytes], requests: int, metrics: Metrics
         msgs = prepared[i % len(prepared)]
         before = time.perf_counter()
         for message in msgs[:-1]:
-            stream.handle(message)
+            await stream.handle(message)
         start = time.perf_counter()
-        replies, _ = stream.handle(msgs[-1])
+        replies, _ = await stream.handle(msgs[-1])
         elapsed = time.perf_counter() - start
         assert replies[0].WhichOneof("response") == "request_headers"
         stream.close()

@@ -5,12 +5,16 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import orjson
 
 from ppc_extproc import __version__
 from ppc_extproc.blockkeys import TokenProcessor, TokenProcessorConfig
 from ppc_extproc.blockkeys.config import HASH_ALGORITHMS
+
+if TYPE_CHECKING:
+    from ppc_extproc.framework import Discovery
 
 __all__ = ["main"]
 
@@ -118,6 +122,32 @@ def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(handler=demo_cli.main)
 
 
+def _kubernetes_discovery(args: argparse.Namespace) -> Discovery | None:
+    """The Kubernetes discovery source the --pool-*/--endpoint-* flags ask for, or None."""
+    from ppc_extproc.discovery.kubernetes import KubernetesDiscovery, KubernetesFlags, config_from_flags
+
+    flags = KubernetesFlags(
+        pool_name=args.pool_name, pool_namespace=args.pool_namespace, pool_group=args.pool_group,
+        endpoint_selector=args.endpoint_selector, endpoint_target_ports=args.endpoint_target_ports,
+        kubeconfig=args.kubeconfig,
+    )
+    config = config_from_flags(flags, endpoints_given=args.endpoints is not None, config_file=args.config_file)
+    return KubernetesDiscovery(config) if config is not None else None
+
+
+def _add_kubernetes_flags(p: argparse.ArgumentParser) -> None:
+    k8s = p.add_argument_group("Kubernetes discovery (llm-d's EPP flags; excludes --endpoints)")
+    k8s.add_argument("--pool-name", help="watch this InferencePool and the ready pods its selector matches")
+    k8s.add_argument("--pool-namespace", help="namespace of the pool and its pods (default: $NAMESPACE, "
+                     "else the service account's namespace, else default)")
+    k8s.add_argument("--pool-group", help="InferencePool API group (default inference.networking.k8s.io; "
+                     "inference.networking.x-k8s.io reads the removed v1alpha2)")
+    k8s.add_argument("--endpoint-selector", help="instead of a pool: a label selector for model-server pods, "
+                     "e.g. 'app=vllm,env in (prod,staging)'")
+    k8s.add_argument("--endpoint-target-ports", help="with --endpoint-selector: the ranks' ports in order, e.g. 8000,8001")
+    k8s.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, in-cluster, ~/.kube/config)")
+
+
 def _serve(args: argparse.Namespace) -> int:
     import asyncio
 
@@ -133,6 +163,11 @@ def _serve(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"ppc-extproc serve: --endpoints: {exc}", file=sys.stderr)
         return 2
+    try:
+        discovery = _kubernetes_discovery(args)
+    except ConfigError as exc:
+        print(f"ppc-extproc serve: {exc}", file=sys.stderr)
+        return 2
     options = ServeOptions(
         config_file=args.config_file,
         grpc_address=args.grpc_address,
@@ -146,6 +181,7 @@ def _serve(args: argparse.Namespace) -> int:
         default_body_mode=BodyMode[args.body_mode.upper().replace("-", "_")],
         json_errors=args.error_format == "openai",
         drain_seconds=args.drain_seconds,
+        discovery=discovery,
     )
     try:
         asyncio.run(serve(options))
@@ -183,6 +219,7 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--drain-seconds", type=float, default=10.0, help="how long open streams may finish at shutdown")
     p.add_argument("--log-format", choices=["json", "console"], default="json")
     p.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default="info")
+    _add_kubernetes_flags(p)
     p.set_defaults(handler=_serve)
 
 
@@ -209,6 +246,42 @@ def _add_plugins(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     p.set_defaults(handler=_plugins)
 
 
+def _check_config(args: argparse.Namespace) -> int:
+    from ppc_extproc.config.describe import describe_config
+    from ppc_extproc.config.epp import load_config
+    from ppc_extproc.errors import ConfigError
+    from ppc_extproc.observability.logging import configure_logging
+
+    configure_logging("console", "error")  # warnings are part of the report, not log lines
+    failed = 0
+    for path in args.files:
+        try:
+            loaded = load_config(path)
+        except ConfigError as exc:
+            failed += 1
+            print(f"{path}: invalid\n  error: {exc}")
+            continue
+        print(f"{path}: valid")
+        for line in describe_config(loaded):
+            print(f"  {line}")
+    if len(args.files) > 1:
+        print(f"\n{len(args.files) - failed} of {len(args.files)} configurations are valid")
+    return 2 if failed else 0
+
+
+def _add_check_config(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "check-config",
+        help="validate EndpointPickerConfig files and print the resolved pipeline",
+        description="Load each configuration as 'serve' would, without starting anything: print the "
+        "profiles (filters, scorers with weights, picker), the producers in run order, data sources "
+        "and their extractors, the defaults that were injected and any warnings; or the error with "
+        "its field path. Exit 0 when every file is valid, 2 otherwise.",
+    )
+    p.add_argument("files", nargs="+", metavar="FILE", help="EndpointPickerConfig YAML files")
+    p.set_defaults(handler=_check_config)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ppc-extproc",
@@ -222,6 +295,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_demo(sub)
     _add_keys(sub)
     _add_plugins(sub)
+    _add_check_config(sub)
     return parser
 
 

@@ -6,6 +6,7 @@
     │   ├── BadRequestError        400
     │   ├── PayloadTooLargeError   413
     │   ├── SaturatedError         429 (filters removed every endpoint)
+    │   ├── SchedulingError        429 (the profile handler found no target)
     │   └── NoEndpointsError       503
     └── WireError          a KV-event message or event that cannot be decoded
 
@@ -22,6 +23,7 @@ __all__ = [
     "PpcError",
     "RequestError",
     "SaturatedError",
+    "SchedulingError",
     "WireError",
 ]
 
@@ -72,6 +74,13 @@ class SaturatedError(RequestError):
     status = 429
     error_class = "ResourceExhausted"
     dropped_reason = "rejected-saturated"
+
+
+class SchedulingError(RequestError):
+    """The scheduling cycle produced no target (llm-d maps untyped scheduler errors to 429)."""
+
+    status = 429
+    error_class = "ResourceExhausted"
 
 
 class NoEndpointsError(RequestError):

@@ -1,5 +1,5 @@
-"""EngineMetricsSource against real mock vLLM engines on free ports, plus a hung and a dead
-endpoint: real scrapes, live load, staleness, and no delay for healthy engines."""
+"""metrics-data-source + core-metrics-extractor against real mock vLLM engines on free ports, plus a
+hung and a dead endpoint: real polls, live load, staleness, and no delay for healthy engines."""
 
 from __future__ import annotations
 
@@ -14,10 +14,11 @@ from typing import TypeVar
 import aiohttp
 import pytest
 from aiohttp import web
+from polled_metrics import Polled
 
-from ppc_extproc.enginemetrics import EngineMetricsOptions, EngineMetricsSource
+from ppc_extproc.framework import Endpoint
 from ppc_extproc.mock_vllm.server import MockVllmOptions, start_fleet
-from ppc_extproc.scheduling import Endpoint
+from ppc_extproc.plugins.datalayer import PollOptions
 from ppc_extproc.scheduling.pool import EndpointPool
 
 pytestmark = pytest.mark.integration
@@ -26,7 +27,8 @@ T = TypeVar("T")
 ENGINES = MockVllmOptions(
     port=0, kv_events_endpoint="", block_size=16, num_blocks=256, max_num_seqs=1, decode_ms_per_token=50.0
 )
-OPTIONS = EngineMetricsOptions(interval_seconds=0.05, timeout_seconds=0.2, stale_after_intervals=6)
+OPTIONS = PollOptions(interval_seconds=0.05, timeout_seconds=0.2)
+STALE_AFTER_SECONDS = 0.3  # six polls
 
 
 def run(factory: Callable[[], Awaitable[T]], timeout: float = 60.0) -> T:
@@ -80,7 +82,8 @@ def test_scrapes_mock_engines_and_isolates_slow_and_dead_ones() -> None:
     async def main() -> None:
         fleet = await start_fleet(replace(ENGINES, count=2))
         victim = await start_fleet(ENGINES)
-        source = EngineMetricsSource(OPTIONS)
+        polled = Polled(OPTIONS, stale_after_seconds=STALE_AFTER_SECONDS)
+        source = polled.source
         release = asyncio.Event()
         load: list[asyncio.Task[None]] = []
         try:
@@ -90,12 +93,12 @@ def test_scrapes_mock_engines_and_isolates_slow_and_dead_ones() -> None:
                 dead = Endpoint("127.0.0.1", free_port())
                 pool = EndpointPool()
                 pool.replace([*good, doomed, hung, dead])
-                source.attach(pool)
+                pool.subscribe(source.on_endpoint_event)
                 await source.start()
 
                 # real scrapes: vLLM's cache_config_info and gauges of each mock engine
-                await until(lambda: all(source.snapshot(e.id) is not None for e in [*good, doomed]))
-                first = source.snapshot(good[0].id)
+                await until(lambda: all(polled.snapshot(e) is not None for e in [*good, doomed]))
+                first = polled.snapshot(good[0])
                 assert first is not None and (first.waiting, first.running, first.block_size, first.num_gpu_blocks) == (
                     0, 0, 16, 256,
                 )
@@ -107,27 +110,25 @@ def test_scrapes_mock_engines_and_isolates_slow_and_dead_ones() -> None:
                         await r.read()
 
                 load = [asyncio.create_task(complete(i)) for i in range(3)]
-                await until(lambda: (m := source.snapshot(good[0].id)) is not None and m.running == 1 and m.waiting == 2)
-                assert source.snapshot(good[0].id).kv_usage > 0  # type: ignore[union-attr]
+                await until(lambda: (m := polled.snapshot(good[0])) is not None and m.running == 1 and m.waiting == 2)
+                assert polled.snapshot(good[0]).kv_usage > 0  # type: ignore[union-attr]
 
                 # a hung and a dead endpoint fail on their own, without slowing the healthy ones
-                await until(lambda: source.state()[hung.id]["consecutiveFailures"] >= 2)
-                await until(lambda: source.state()[dead.id]["consecutiveFailures"] >= 2)
-                assert source.snapshot(hung.id) is None and source.snapshot(dead.id) is None
-                assert source.state()[hung.id]["lastError"] == "TimeoutError"
-                before = source.state()[good[1].id]["scrapes"]
-                started = time.monotonic()
-                await until(lambda: source.state()[good[1].id]["scrapes"] >= before + 10)
-                assert time.monotonic() - started < 10 * OPTIONS.interval_seconds + 1.0
+                await until(lambda: polled.target(hung)["consecutiveFailures"] >= 2)
+                await until(lambda: polled.target(dead)["consecutiveFailures"] >= 2)
+                assert polled.snapshot(hung) is None and polled.snapshot(dead) is None
+                assert polled.target(hung)["lastError"] == "TimeoutError"
+                before = polled.target(good[1])["polls"]
+                await until(lambda: polled.target(good[1])["polls"] >= before + 10)
 
                 # an engine that goes away is marked stale after the window, the others stay fresh
                 await victim.stop()
-                await until(lambda: source.snapshot(doomed.id).stale)  # type: ignore[union-attr]
-                assert not source.snapshot(good[1].id).stale  # type: ignore[union-attr]
+                await until(lambda: polled.snapshot(doomed).stale)  # type: ignore[union-attr]
+                assert not polled.snapshot(good[1]).stale  # type: ignore[union-attr]
 
                 # deleted from the pool ⇒ forgotten
                 pool.replace(good)
-                assert source.snapshot(doomed.id) is None and sorted(source.endpoints()) == sorted(e.id for e in good)
+                assert polled.snapshot(doomed) is None and sorted(source.endpoints()) == sorted(e.id for e in good)
         finally:
             for task in load:
                 task.cancel()

@@ -9,22 +9,23 @@ import structlog
 import xxhash
 
 from ppc_extproc.blockkeys import tokens_to_le32
-from ppc_extproc.config.strict import Section
-from ppc_extproc.enginemetrics import EngineMetrics, StaticEngineMetrics
-from ppc_extproc.matchinfo import PrefixCacheMatchInfo
-from ppc_extproc.plugins.producers.approx_prefix_cache import (
-    ApproxPrefixCacheProducer,
-    block_hashes,
-)
-from ppc_extproc.plugins.registry import Services
-from ppc_extproc.plugins.scorers import PrefixCacheScorer
-from ppc_extproc.scheduling import (
+from ppc_extproc.blockkeys.prefixhash import prefix_block_hashes
+from ppc_extproc.enginemetrics import EngineMetrics, EngineMetricsStore
+from ppc_extproc.framework import (
     Endpoint,
     EndpointEvent,
     EndpointEventKind,
     LLMRequest,
     SchedulingContext,
+    SchedulingResult,
 )
+from ppc_extproc.framework.params import Section
+from ppc_extproc.matchinfo import PrefixCacheMatchInfo
+from ppc_extproc.plugins.producers.approx_prefix_cache import (
+    ApproxPrefixCacheProducer,
+)
+from ppc_extproc.plugins.registry import Services
+from ppc_extproc.plugins.scorers import PrefixCacheScorer
 from ppc_extproc.tokens import TokenizedPrompt
 
 A, B, C = Endpoint("10.0.0.1", 8000), Endpoint("10.0.0.2", 8000), Endpoint("10.0.0.3", 8000)
@@ -44,7 +45,7 @@ def reference(model: str, salt: str, prompt: list[int], block: int, cap: int) ->
     return out
 
 
-def producer(params: dict | None = None, metrics: StaticEngineMetrics | None = None) -> ApproxPrefixCacheProducer:
+def producer(params: dict | None = None, metrics: EngineMetricsStore | None = None) -> ApproxPrefixCacheProducer:
     base = {"autoTune": False, "blockSizeTokens": 64}
     base.update(params or {})
     services = Services(engine_metrics=metrics)
@@ -58,12 +59,11 @@ def request(*prompts: list[int], salt: str | None = None, rid: str = "r") -> LLM
     return LLMRequest(rid, "m", TokenizedPrompt("m", tuple(tokens_to_le32(p) for p in prompts), (), salt))
 
 
-def route(p: ApproxPrefixCacheProducer, req: LLMRequest, target: Endpoint | None, *candidates: Endpoint,
-          dry_run: bool = False) -> SchedulingContext:
-    ctx = SchedulingContext(req, list(candidates or (A, B, C)), dry_run=dry_run)
+def route(p: ApproxPrefixCacheProducer, req: LLMRequest, target: Endpoint | None, *candidates: Endpoint) -> SchedulingContext:
+    ctx = SchedulingContext(req, list(candidates or (A, B, C)))
     p.produce(ctx)
     if target is not None:
-        p.pre_request(ctx, [target])
+        p.pre_request(ctx, SchedulingResult.of([target]))
     return ctx
 
 
@@ -75,7 +75,7 @@ def info(ctx: SchedulingContext, endpoint: Endpoint) -> PrefixCacheMatchInfo | N
                                                          (200, 64, 10, ""), (200, 64, 2, "x"), (1000, 128, 100, "")])
 def test_hashes_match_llm_d_reference(n: int, block: int, cap: int, salt: str) -> None:
     prompt = [(i * 2654435761) % 2**32 for i in range(n)]
-    assert block_hashes(tokens_to_le32(prompt), "model-1", salt or None, block, cap) == reference("model-1", salt, prompt, block, cap)
+    assert prefix_block_hashes(tokens_to_le32(prompt), "model-1", salt or None, block, cap) == reference("model-1", salt, prompt, block, cap)
 
 
 def test_routing_history_makes_a_repeated_prefix_match() -> None:
@@ -116,12 +116,6 @@ def test_no_tokens_or_empty_prompt_produce_nothing() -> None:
     assert ctx.attributes == {} and p.blocks_per_endpoint() == {}
 
 
-def test_dry_run_records_nothing() -> None:
-    p = producer()
-    route(p, request(list(range(128))), A, dry_run=True)
-    assert p.blocks_per_endpoint() == {}
-
-
 def test_lru_bound_per_endpoint_evicts_tails_first() -> None:
     p = producer({"lruCapacityPerServer": 4})
     route(p, request(list(range(64 * 3))), A)  # 3 blocks
@@ -153,7 +147,7 @@ def test_block_size_is_clamped_to_64_with_a_warning() -> None:
 
 
 def test_auto_tune_reads_engine_block_size_and_capacity() -> None:
-    metrics = StaticEngineMetrics()
+    metrics = EngineMetricsStore(stale_after_seconds=None)
     p = producer({"autoTune": True, "blockSizeTokens": 16, "lruCapacityPerServer": 2}, metrics)
     assert p.block_size([A]) == 64 and p.capacity(A.id, 64) == 2  # no metrics yet: configuration
     metrics.set(A.id, EngineMetrics(0, 0, 0.0, 128, 100, updated_at=0.0))

@@ -10,14 +10,16 @@ HEADER = "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\n"
 
 def test_embedded_default() -> None:
     loaded = load_config(None)
-    assert [p.type_name for p in loaded.producers] == ["precise-prefix-cache-producer"]
-    assert loaded.producers[0].config.speculative_indexing
-    assert [(w.scorer.type_name, w.weight) for w in loaded.profile.scorers] == [
+    assert [p.type_name for p in loaded.roles.producers] == ["precise-prefix-cache-producer"]
+    assert loaded.roles.producers[0].config.speculative_indexing
+    profile = loaded.profiles["default"]
+    assert [(w.scorer.type_name, w.weight) for w in profile.scorers] == [
         ("prefix-cache-scorer", 3.0),
         ("active-request-scorer", 2.0),
     ]
-    assert loaded.profile.picker.type_name == "max-score-picker"
+    assert profile.picker.type_name == "max-score-picker"
     assert loaded.warnings == []
+    assert loaded.data_layer.polling_sources == []  # in-flight accounting, no /metrics polling by default
 
 
 def test_plugins_without_profiles_go_into_a_default_profile_with_a_picker() -> None:
@@ -27,9 +29,11 @@ plugins:
 - type: prefix-cache-scorer
   parameters: {prefixMatchInfoProducerName: precise-prefix-cache-producer}
 """)
-    assert loaded.profile.name == "default"
-    assert [(w.scorer.type_name, w.weight) for w in loaded.profile.scorers] == [("prefix-cache-scorer", 1.0)]
-    assert loaded.profile.picker.type_name == "max-score-picker"
+    assert list(loaded.profiles) == ["default"]
+    profile = loaded.profiles["default"]
+    assert [(w.scorer.type_name, w.weight) for w in profile.scorers] == [("prefix-cache-scorer", 1.0)]
+    assert profile.picker.type_name == "max-score-picker"
+    assert loaded.handler.type_name == "single-profile-handler"
 
 
 def test_named_plugins_and_weights() -> None:
@@ -42,21 +46,22 @@ schedulingProfiles:
 - name: main
   plugins: [{pluginRef: prefix, weight: 5}, {pluginRef: pick}]
 """)
-    assert loaded.profile.scorers[0].weight == 5.0
-    assert loaded.profile.picker.max_endpoints == 2
-    assert loaded.profile.scorers[0].scorer.attribute_key == "PrefixCacheMatchInfoDataKey/precise"
+    profile = loaded.profiles["main"]
+    assert profile.scorers[0].weight == 5.0
+    assert profile.picker.max_endpoints == 2
+    assert profile.scorers[0].scorer.attribute_key == "PrefixCacheMatchInfoDataKey/precise"
 
 
 @pytest.mark.parametrize(
     ("body", "path", "message"),
     [
         ("apiVersion: v2\nkind: EndpointPickerConfig\nplugins: [{type: max-score-picker}]", "apiVersion", "must be one of"),
-        (HEADER + "plugins: [{type: no-such-scorer}]", "plugins[0].type", "unsupported plugin type 'no-such-scorer'; supported types: "),
+        (HEADER + "plugins: [{type: no-such-scorer}]", "plugins[0].type", "plugin type 'no-such-scorer' is not registered; supported types: "),
         (HEADER + "plugins: [{type: max-score-picker}, {type: max-score-picker}]", "plugins[1].name", "duplicate plugin name"),
-        (HEADER + "plugins: [{type: max-score-picker, parameters: {maxNumOfEndpoints: 0}}]", "plugins[0].parameters.maxNumOfEndpoints", "at least 1"),
         (HEADER + "plugins: [{type: max-score-picker, parameters: {bogus: 1}}]", "plugins[0].parameters.bogus", "unknown key 'bogus' of max-score-picker"),
-        (HEADER + "plugins: [{type: max-score-picker}]\nschedulingProfiles: [{name: a, plugins: [{pluginRef: nope}]}]", "schedulingProfiles[0].plugins[0].pluginRef", "no plugin named 'nope'"),
-        (HEADER + "plugins: [{type: max-score-picker}]\nschedulingProfiles: [{name: a}, {name: b}]", "schedulingProfiles", "one scheduling profile"),
+        (HEADER + "plugins: [{type: max-score-picker}]\nschedulingProfiles: [{name: a, plugins: [{pluginRef: nope}]}]", "schedulingProfiles[0].plugins[0].pluginRef", "schedulingProfiles[a] references undefined plugin 'nope'"),
+        (HEADER + "plugins: [{type: max-score-picker}]\nschedulingProfiles: [{name: a}, {name: b}]", "schedulingProfiles", "no profile handler configured"),
+        (HEADER + "plugins: [{type: max-score-picker}, {type: single-profile-handler}]\nschedulingProfiles: [{name: a}, {name: b}]", "schedulingProfiles", "SingleProfileHandler cannot support multiple scheduling profiles"),
         (HEADER + "plugins: [{type: precise-prefix-cache-producer}]\nschedulingProfiles: [{name: a, plugins: [{pluginRef: precise-prefix-cache-producer}]}]", "schedulingProfiles[0].plugins[0].pluginRef", "is a producer"),
         (HEADER + "plugins: [{type: prefix-cache-scorer, parameters: {prefixMatchInfoProducerName: ghost}}]", "plugins[0].parameters.prefixMatchInfoProducerName", "no producer named 'ghost'"),
         (HEADER + "plugins: [{type: max-score-picker}]\nbogus: 1", "bogus", "unknown key 'bogus'"),
@@ -72,9 +77,9 @@ def test_errors_name_the_field(body: str, path: str, message: str) -> None:
     assert message in info.value.message
 
 
-def test_unsupported_type_lists_the_supported_ones() -> None:
+def test_an_unknown_type_lists_the_supported_ones() -> None:
     with pytest.raises(ConfigError) as info:
-        load_config_text(HEADER + "plugins: [{type: pd-profile-handler}]")
+        load_config_text(HEADER + "plugins: [{type: no-such-thing}]")
     for supported in ("precise-prefix-cache-producer", "prefix-cache-scorer", "max-score-picker", "file-discovery"):
         assert supported in info.value.message
 
@@ -85,5 +90,5 @@ def test_missing_config_file_is_a_clear_error(tmp_path) -> None:
 
 
 def test_ignored_llmd_sections_warn() -> None:
-    loaded = load_config_text(HEADER + "featureGates: [x]\nplugins: [{type: max-score-picker}]")
-    assert any("featureGates" in w for w in loaded.warnings)
+    loaded = load_config_text(HEADER + "flowControl: {maxRequests: 10}\nplugins: [{type: max-score-picker}]")
+    assert any(w.startswith("flowControl: ") for w in loaded.warnings)

@@ -9,7 +9,7 @@ import structlog
 
 from ppc_extproc.discovery import FileDiscovery, parse_endpoints_document
 from ppc_extproc.errors import ConfigError
-from ppc_extproc.scheduling import EndpointEventKind
+from ppc_extproc.framework import EndpointEventKind
 from ppc_extproc.scheduling.pool import EndpointPool
 
 
@@ -49,7 +49,7 @@ def test_watched_file_emits_add_update_delete_and_survives_a_broken_edit(tmp_pat
     pool = EndpointPool()
     events = []
     pool.subscribe(events.append)
-    discovery = FileDiscovery("file-discovery", str(path), poll_interval_seconds=0.01)
+    discovery = FileDiscovery("file-discovery", str(path), poll_interval_seconds=0.01, watch=True)
 
     async def scenario() -> None:
         stop = asyncio.Event()

@@ -3,13 +3,22 @@ from __future__ import annotations
 import pytest
 
 from ppc_extproc.blockkeys import tokens_to_le32
-from ppc_extproc.config.strict import Section
 from ppc_extproc.events.wire import AllBlocksCleared, BlockStored, EventBatch
+from ppc_extproc.framework import (
+    Endpoint,
+    EndpointEvent,
+    EndpointEventKind,
+    LLMRequest,
+    SchedulingContext,
+    SchedulingResult,
+    StreamedKeys,
+)
+from ppc_extproc.framework.params import Section
+from ppc_extproc.ids import RequestKey
 from ppc_extproc.index import PodEntry
 from ppc_extproc.matchinfo import PrefixCacheMatchInfo
 from ppc_extproc.plugins.producers import PrecisePrefixCacheProducer
 from ppc_extproc.plugins.registry import Services
-from ppc_extproc.scheduling import Endpoint, EndpointEvent, EndpointEventKind, LLMRequest, SchedulingContext
 from ppc_extproc.tokens import MultimodalFeature, TokenizedPrompt
 
 A, B, C = Endpoint("10.0.0.1", 8000), Endpoint("10.0.0.2", 8000), Endpoint("10.0.0.3", 8000)
@@ -98,15 +107,15 @@ def test_speculative_entries_for_the_pick_expire_after_ttl() -> None:
     clock = FakeClock()
     p = producer({"speculativeIndexing": True, "speculativeTTL": "2s"}, clock)
     ctx = produce(p, request(list(range(48))))
-    p.pre_request(ctx, [B, A])
+    p.pre_request(ctx, SchedulingResult.of([B, A]))
     follow_up = produce(p, request(list(range(48))))
     assert info(follow_up, B) == PrefixCacheMatchInfo(3, 3, 16, 3, {"speculative": 3})
     assert info(follow_up, A).match_blocks == 0  # only the first target is seeded
     clock.now += 1.9
-    p.tick()
+    p.tick(clock.now)
     assert info(produce(p, request(list(range(48)))), B).match_blocks == 3
     clock.now += 0.2
-    p.tick()
+    p.tick(clock.now)
     assert info(produce(p, request(list(range(48)))), B).match_blocks == 0
     assert len(p.index) == 0
 
@@ -115,23 +124,18 @@ def test_confirmed_entries_survive_speculative_expiry() -> None:
     clock = FakeClock()
     p = producer({"speculativeIndexing": True}, clock)
     ctx = produce(p, request(list(range(32))))
-    p.pre_request(ctx, [A])
+    p.pre_request(ctx, SchedulingResult.of([A]))
     store(p, A, list(range(32)))
     clock.now += 5
-    p.tick()
+    p.tick(clock.now)
     assert info(produce(p, request(list(range(32)))), A) == PrefixCacheMatchInfo(2, 2, 16, 2, {"gpu": 2})
 
 
-def test_no_speculation_when_disabled_or_dry_run() -> None:
+def test_no_speculation_when_disabled() -> None:
     p = producer({"speculativeIndexing": False})
     ctx = produce(p, request(list(range(32))))
-    p.pre_request(ctx, [A])
+    p.pre_request(ctx, SchedulingResult.of([A]))
     assert len(p.index) == 0
-    q = producer({"speculativeIndexing": True})
-    ctx = produce(q, request(list(range(32))))
-    ctx.dry_run = True
-    q.pre_request(ctx, [A])
-    assert len(q.index) == 0
 
 
 def test_speculative_state_is_bounded() -> None:
@@ -140,7 +144,7 @@ def test_speculative_state_is_bounded() -> None:
     p.speculative.max_pending = 3
     for i in range(10):
         ctx = produce(p, request(list(range(i * 100, i * 100 + 16))))
-        p.pre_request(ctx, [A])
+        p.pre_request(ctx, SchedulingResult.of([A]))
     assert p.speculative.pending() == 3 and p.speculative.expired_early == 7
     assert len(p.index) == 3
 
@@ -164,11 +168,13 @@ def test_all_blocks_cleared_only_affects_its_endpoint() -> None:
     assert (info(ctx, A).match_blocks, info(ctx, B).match_blocks) == (0, 2)
 
 
-def test_precomputed_keys_are_used_when_present() -> None:
+def test_streamed_keys_are_used_when_they_are_this_producers() -> None:
     p = producer()
     store(p, A, list(range(32)))
     req = request(list(range(32)))
-    req.precomputed_keys["precise"] = [[123, 456]]  # keys computed while the body streamed in
+    req.streamed_keys = StreamedKeys("other", "m", [RequestKey(123), RequestKey(456)])
+    assert info(produce(p, req), A).match_blocks == 2  # not ours: computed from the tokens
+    req.streamed_keys = StreamedKeys("precise", "m", [RequestKey(123), RequestKey(456)])  # computed while streaming
     assert info(produce(p, req), A).match_blocks == 0
     p.index.add(None, [123, 456], [PodEntry(A.id, "gpu")])
     assert info(produce(p, req), A).match_blocks == 2

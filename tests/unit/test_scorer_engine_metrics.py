@@ -1,13 +1,14 @@
 """queue-scorer, running-requests-size-scorer, kv-cache-utilization-scorer, load-aware-scorer:
-formulas (§5.6) and the missing / stale metrics policy."""
+formulas and the missing / stale metrics policy."""
 
 from __future__ import annotations
 
 import pytest
 
-from ppc_extproc.config.strict import Section
-from ppc_extproc.enginemetrics import EngineMetrics, StaticEngineMetrics
+from ppc_extproc.enginemetrics import EngineMetrics, EngineMetricsStore
 from ppc_extproc.errors import ConfigError
+from ppc_extproc.framework import Endpoint, LLMRequest, SchedulingContext
+from ppc_extproc.framework.params import Section
 from ppc_extproc.plugins.registry import Services, create_plugin
 from ppc_extproc.plugins.scorers import (
     KVCacheUtilizationScorer,
@@ -15,7 +16,6 @@ from ppc_extproc.plugins.scorers import (
     QueueScorer,
     RunningRequestsScorer,
 )
-from ppc_extproc.scheduling import Endpoint, LLMRequest, SchedulingContext
 
 A, B, C, D = (Endpoint(f"10.0.0.{i}", 8000) for i in range(1, 5))
 
@@ -24,9 +24,10 @@ def metrics(waiting: int | None = 0, running: int | None = 0, kv: float | None =
     return EngineMetrics(waiting, running, kv, 16, 1000, updated_at=1.0, stale=stale)
 
 
-def fleet(**per_endpoint: EngineMetrics | None) -> StaticEngineMetrics:
+def fleet(**per_endpoint: EngineMetrics | None) -> EngineMetricsStore:
     by_name = {"A": A, "B": B, "C": C, "D": D}
-    return StaticEngineMetrics({by_name[k].id: m for k, m in per_endpoint.items() if m is not None})
+    initial = {by_name[k].id: m for k, m in per_endpoint.items() if m is not None}
+    return EngineMetricsStore(initial, stale_after_seconds=None)  # staleness is each snapshot's flag here
 
 
 def score(scorer: object, *endpoints: Endpoint) -> dict[str, float]:
@@ -34,7 +35,7 @@ def score(scorer: object, *endpoints: Endpoint) -> dict[str, float]:
     return scorer.score(ctx, list(endpoints))  # type: ignore[attr-defined, no-any-return]
 
 
-def build(type_name: str, reader: StaticEngineMetrics, params: dict | None = None) -> object:
+def build(type_name: str, reader: EngineMetricsStore, params: dict | None = None) -> object:
     return create_plugin(type_name, type_name, Section(params or {}, "parameters", type_name), Services(engine_metrics=reader))
 
 

@@ -1,17 +1,21 @@
 """Match-info wiring through ``load_config_text``: unnamed consumers read the approximate
-producer (llm-d's fallback, B11), with a warning when a precise producer is configured; the
-precise-prefix example of block_keys_and_index.md §7.3 loads unchanged."""
+producer (llm-d's fallback), created when missing, with a warning when a precise producer is
+configured; llm-d's precise-prefix example loads unchanged."""
 
 from __future__ import annotations
+
+import asyncio
 
 import pytest
 import structlog
 
 from ppc_extproc.blockkeys import tokens_to_le32
 from ppc_extproc.config.epp import load_config_text
-from ppc_extproc.enginemetrics import EngineMetrics, EngineMetricsSource, StaticEngineMetrics
+from ppc_extproc.enginemetrics import EngineMetrics, EngineMetricsStore
 from ppc_extproc.errors import ConfigError
+from ppc_extproc.framework import Endpoint, LLMRequest
 from ppc_extproc.matchinfo import match_info_key
+from ppc_extproc.plugins.datalayer import MetricsDataSource
 from ppc_extproc.plugins.filters import PrefixCacheAffinityFilter
 from ppc_extproc.plugins.producers.approx_prefix_cache import ApproxPrefixCacheProducer
 from ppc_extproc.plugins.registry import Services
@@ -21,7 +25,6 @@ from ppc_extproc.plugins.scorers import (
     QueueScorer,
     TokenLoadScorer,
 )
-from ppc_extproc.scheduling import Endpoint, LLMRequest
 from ppc_extproc.scheduling.pool import EndpointPool
 from ppc_extproc.scheduling.router import Router
 from ppc_extproc.tokens import TokenizedPrompt
@@ -29,7 +32,7 @@ from ppc_extproc.tokens import TokenizedPrompt
 APPROX_KEY = match_info_key("approx-prefix-cache-producer")
 A, B, C = Endpoint("10.0.0.1", 8000), Endpoint("10.0.0.2", 8000), Endpoint("10.0.0.3", 8000)
 
-# block_keys_and_index.md §7.3, verbatim.
+# llm-d's precise-prefix EndpointPickerConfig example (llm-d-router docs), verbatim.
 PRECISE_EXAMPLE = """\
 apiVersion: llm-d.ai/v1alpha1
 kind: EndpointPickerConfig
@@ -77,46 +80,60 @@ def test_precise_example_loads_unchanged_without_warnings() -> None:
         loaded = load_config_text(PRECISE_EXAMPLE)
     assert [e for e in logs if e["event"] == "config_warning"] == [] and loaded.warnings == []
     assert "approx-prefix-cache-producer" not in loaded.plugins
-    weights = {w.scorer.name: w.weight for w in loaded.profile.scorers}
+    weights = {w.scorer.name: w.weight for w in loaded.profiles["default"].scorers}
     assert weights == {"kv-cache-utilization-scorer": 2.0, "queue-scorer": 2.0, "prefix-cache-scorer": 3.0,
                        "no-hit-lru-scorer": 2.0}
     precise = match_info_key("precise-prefix-cache-producer")
     assert loaded.plugins["prefix-cache-scorer"].attribute_key == precise
     assert loaded.plugins["no-hit-lru-scorer"].attribute_key == precise
-    source = loaded.services.engine_metrics
-    assert isinstance(source, EngineMetricsSource) and not source.running  # created, the server starts it
-    assert loaded.plugins["queue-scorer"].metrics is source
-    assert loaded.plugins["kv-cache-utilization-scorer"].metrics is source
+    # Two scorers read engine metrics and no source is listed: llm-d's defaults are injected.
+    source = loaded.plugins["metrics-data-source"]
+    assert isinstance(source, MetricsDataSource) and not source.running  # the server starts it
+    assert loaded.data_layer.polling_sources == [source]
+    assert [e.name for e in source.extractors] == ["core-metrics-extractor"]
+    store = loaded.services.engine_metrics
+    assert loaded.plugins["queue-scorer"].metrics is store
+    assert loaded.plugins["kv-cache-utilization-scorer"].metrics is store
 
 
 def test_unnamed_scorer_reads_an_auto_created_approximate_producer() -> None:
     loaded = load_config_text(HEADER + "plugins:\n- type: prefix-cache-scorer\n")
     approx = loaded.plugins["approx-prefix-cache-producer"]
-    assert isinstance(approx, ApproxPrefixCacheProducer) and approx in loaded.producers
+    assert isinstance(approx, ApproxPrefixCacheProducer) and approx in loaded.roles.producers
     assert loaded.plugins["prefix-cache-scorer"].attribute_key == APPROX_KEY == approx.attribute_key
     assert loaded.warnings == []
 
 
-def test_every_unnamed_match_info_consumer_binds_to_a_configured_approx_producer() -> None:
+def test_every_unnamed_match_info_consumer_reads_the_default_approximate_producer() -> None:
     loaded = load_config_text(HEADER + """\
 plugins:
-- {type: approx-prefix-cache-producer, name: history, parameters: {autoTune: false, blockSizeTokens: 64}}
+- {type: approx-prefix-cache-producer, parameters: {autoTune: false, blockSizeTokens: 64}}
 - type: prefix-cache-affinity-filter
 - type: prefix-cache-scorer
 - type: no-hit-lru-scorer
 - type: token-load-scorer
 """)
-    key = match_info_key("history")
     for name in ("prefix-cache-affinity-filter", "prefix-cache-scorer", "no-hit-lru-scorer"):
-        assert loaded.plugins[name].attribute_key == key, name
+        assert loaded.plugins[name].attribute_key == APPROX_KEY, name
     assert loaded.plugins["token-load-scorer"].attribute_key is None  # best of all producers
     assert isinstance(loaded.plugins["prefix-cache-affinity-filter"], PrefixCacheAffinityFilter)
-    assert loaded.profile.filters == [loaded.plugins["prefix-cache-affinity-filter"]]
+    assert loaded.profiles["default"].filters == [loaded.plugins["prefix-cache-affinity-filter"]]
     assert isinstance(loaded.plugins["token-load-scorer"], TokenLoadScorer)
-    assert "approx-prefix-cache-producer" not in loaded.plugins  # the configured one was used
+    assert loaded.paths["approx-prefix-cache-producer"] == "plugins[0]"  # the configured one, not a default
     tracker = loaded.services.inflight
     assert loaded.plugins["token-load-scorer"].inflight is tracker
     assert loaded.plugins["prefix-cache-affinity-filter"].inflight is tracker
+
+
+def test_an_approximate_producer_under_another_name_is_not_read_by_unnamed_consumers() -> None:
+    loaded = load_config_text(HEADER + """\
+plugins:
+- {type: approx-prefix-cache-producer, name: history}
+- type: prefix-cache-scorer
+""")
+    assert loaded.plugins["prefix-cache-scorer"].attribute_key == APPROX_KEY  # llm-d's key, as llm-d
+    assert loaded.paths["approx-prefix-cache-producer"] == "(injected)"
+    assert any("'history'" in w and "nothing reads" in w for w in loaded.warnings), loaded.warnings
 
 
 def test_llm_d_token_load_guide_config_needs_no_approximate_producer() -> None:
@@ -129,7 +146,8 @@ plugins:
 - type: token-load-scorer
   parameters: {queueThresholdTokens: 4194304}
 """)
-    assert [e for e in logs if e["event"] == "config_warning"] == []
+    # The only warning: llm-d would give this unwired precise producer no KV events.
+    assert [e["message"] for e in logs if e["event"] == "config_warning" and "discoverPods" not in e["message"]] == []
     assert "approx-prefix-cache-producer" not in loaded.plugins
     named = load_config_text(HEADER + """\
 plugins:
@@ -152,7 +170,7 @@ plugins:
 """
     with structlog.testing.capture_logs() as logs:
         loaded = load_config_text(text)
-    warnings = [e for e in logs if e["event"] == "config_warning"]
+    warnings = [e for e in logs if e["event"] == "config_warning" and "discoverPods" not in e["message"]]
     assert len(warnings) == 1 and warnings[0]["log_level"] == "warning"
     assert "prefix-cache-scorer" in warnings[0]["message"]
     assert "prefixMatchInfoProducerName: precise-prefix-cache-producer" in warnings[0]["message"]
@@ -161,7 +179,7 @@ plugins:
 
 
 def test_routing_history_feeds_the_prefix_scorer_end_to_end() -> None:
-    services = Services(engine_metrics=StaticEngineMetrics())
+    services = Services(engine_metrics=EngineMetricsStore(stale_after_seconds=None))
     loaded = load_config_text(HEADER + """\
 plugins:
 - {type: approx-prefix-cache-producer, parameters: {autoTune: false, blockSizeTokens: 64}}
@@ -179,13 +197,12 @@ schedulingProfiles:
         services.engine_metrics.set(endpoint.id, EngineMetrics(0, 0, 0.1, 16, 100, updated_at=0.0))  # type: ignore[union-attr]
     pool = EndpointPool()
     pool.replace([A, B, C])
-    hooks = [p for p in loaded.plugins.values() if hasattr(p, "pre_request")]
-    router = Router(pool, loaded.producers, loaded.profile, hooks)
+    router = Router(pool, loaded.pipeline)
     assert isinstance(loaded.plugins["queue-scorer"], QueueScorer)
     assert isinstance(loaded.plugins["no-hit-lru-scorer"], NoHitLRUScorer)
     prompt = TokenizedPrompt("m", (tokens_to_le32(range(640)),))
-    first = router.route(LLMRequest("r1", "m", prompt, prompt_tokens=640))
-    second = router.route(LLMRequest("r2", "m", prompt, prompt_tokens=640))
+    first = asyncio.run(router.route(LLMRequest("r1", "m", prompt)))
+    second = asyncio.run(router.route(LLMRequest("r2", "m", prompt)))
     assert second.primary == first.primary  # the repeated prompt follows its history
-    assert second.result.scores["prefix-cache-scorer"][first.primary.id] == 1.0
+    assert second.result.primary.scores["prefix-cache-scorer"][first.primary.id] == 1.0
     assert isinstance(loaded.plugins["prefix-cache-scorer"], PrefixCacheScorer)

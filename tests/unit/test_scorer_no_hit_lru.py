@@ -1,28 +1,28 @@
-"""no-hit-lru-scorer: warm ⇒ 0.5; cold ⇒ never-used first, then least recently used (§5.6)."""
+"""no-hit-lru-scorer: warm ⇒ 0.5; cold ⇒ never-used first, then least recently used."""
 
 from __future__ import annotations
 
 import pytest
 
-from ppc_extproc.config.strict import Section
 from ppc_extproc.errors import ConfigError
+from ppc_extproc.framework import Endpoint, LLMRequest, SchedulingContext, SchedulingResult
+from ppc_extproc.framework.params import Section
 from ppc_extproc.matchinfo import PrefixCacheMatchInfo, match_info_key
 from ppc_extproc.plugins.registry import Services
 from ppc_extproc.plugins.scorers import NoHitLRUScorer
-from ppc_extproc.scheduling import Endpoint, LLMRequest, SchedulingContext
 
 A, B, C, D = (Endpoint(f"10.0.0.{i}", 8000) for i in range(1, 5))
 KEY = match_info_key("p")
 
 
 def route(scorer: NoHitLRUScorer, endpoints: list[Endpoint], target: Endpoint | None = None,
-          warm: Endpoint | None = None, dry_run: bool = False) -> dict[str, float]:
-    ctx = SchedulingContext(LLMRequest("r", "m"), endpoints, dry_run=dry_run)
+          warm: Endpoint | None = None) -> dict[str, float]:
+    ctx = SchedulingContext(LLMRequest("r", "m"), endpoints)
     for e in endpoints:
         ctx.set_attribute(e.id, KEY, PrefixCacheMatchInfo(1 if e == warm else 0, 4, 64))
     scores = scorer.score(ctx, endpoints)
     if target is not None:
-        scorer.pre_request(ctx, [target])
+        scorer.pre_request(ctx, SchedulingResult.of([target]))
     return scores
 
 
@@ -61,12 +61,10 @@ def test_lru_positions_count_all_keys_and_clamp_at_zero() -> None:
     assert route(s, [A, B]) == {A.id: 0.0, B.id: 0.0}
 
 
-def test_lru_size_bounds_memory_and_dry_runs_change_nothing() -> None:
+def test_lru_size_bounds_memory() -> None:
     s = NoHitLRUScorer("n", lru_size=2, producer_name="p")
     for target in (A, B, C):
         route(s, [A, B, C], target=target)
-    assert s.lru_order() == [B.id, C.id]
-    route(s, [A, B, C], target=A, dry_run=True)
     assert s.lru_order() == [B.id, C.id]
 
 

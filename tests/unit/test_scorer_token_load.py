@@ -1,17 +1,17 @@
-"""token-load-scorer: in-flight uncached tokens + this request's own uncached tokens (§5.6)."""
+"""token-load-scorer: in-flight uncached tokens + this request's own uncached tokens."""
 
 from __future__ import annotations
 
 import pytest
 
 from ppc_extproc.blockkeys import tokens_to_le32
-from ppc_extproc.config.strict import Section
 from ppc_extproc.errors import ConfigError
+from ppc_extproc.framework import Endpoint, LLMRequest, SchedulingContext
+from ppc_extproc.framework.params import Section
 from ppc_extproc.matchinfo import PrefixCacheMatchInfo, match_info_key
 from ppc_extproc.plugins.registry import Services
 from ppc_extproc.plugins.scorers import TokenLoadScorer
 from ppc_extproc.plugins.scorers.token_load import request_token_load
-from ppc_extproc.scheduling import Endpoint, LLMRequest, SchedulingContext
 from ppc_extproc.scheduling.inflight import InflightTracker
 from ppc_extproc.tokens import TokenizedPrompt
 
@@ -20,7 +20,8 @@ KEY = match_info_key("precise")
 
 
 def ctx_with(prompt_tokens: int, cached_blocks: dict[Endpoint, int] | None = None) -> SchedulingContext:
-    ctx = SchedulingContext(LLMRequest("r", "m", prompt_tokens=prompt_tokens), [A, B, C])
+    tokenized = TokenizedPrompt("m", (bytes(4 * prompt_tokens),)) if prompt_tokens else None
+    ctx = SchedulingContext(LLMRequest("r", "m", tokenized), [A, B, C])
     for endpoint, blocks in (cached_blocks or {}).items():
         ctx.set_attribute(endpoint.id, KEY, PrefixCacheMatchInfo(blocks, 10, 64, cached_block_count=blocks))
     return ctx
@@ -74,7 +75,7 @@ def test_parameters_defaults_and_validation() -> None:
         "tl", Section({"inFlightLoadProducerName": "x", "nonTextTokenWeight": 2.0}, "p"), services
     )
     assert s.queue_threshold_tokens == 4194304
-    assert s.attribute_key is None and not hasattr(s, "producer_name")  # not bound by the loader
+    assert s.attribute_key is None and s.consumes() == ()  # the best cached prefix of any producer
     assert s.inflight is services.inflight  # the one shared tracker
     with pytest.raises(ConfigError, match="queueThresholdTokens"):
         TokenLoadScorer.from_parameters("tl", Section({"queueThresholdTokens": 0}, "p"), Services())

@@ -9,9 +9,9 @@ import yaml
 
 from ppc_extproc.config.epp import load_config_text
 from ppc_extproc.errors import ConfigError
+from ppc_extproc.framework import Endpoint, LLMRequest, SchedulingContext
 from ppc_extproc.plugins.pickers import RoundRobinPicker
 from ppc_extproc.plugins.registry import registered_types
-from ppc_extproc.scheduling.types import Endpoint, LLMRequest, SchedulingContext
 from ppc_extproc.workload.policies import ALL_POLICIES, BENCHMARK_POLICIES, policy
 
 ENDPOINTS = [Endpoint("10.0.0.3", 8000), Endpoint("10.0.0.1", 8000), Endpoint("10.0.0.2", 8000)]
@@ -64,7 +64,7 @@ def test_round_robin_is_even_under_threads() -> None:
 def test_round_robin_parameters_are_strict() -> None:
     text = yaml.safe_dump({"plugins": [{"type": "round-robin-picker", "parameters": {"maxNumOfEndpoints": 2}}]})
     loaded = load_config_text(text)
-    assert loaded.profile.picker.max_endpoints == 2
+    assert loaded.profiles["default"].picker.max_endpoints == 2
     bad = yaml.safe_dump({"plugins": [{"type": "round-robin-picker", "parameters": {"nope": 1}}]})
     with pytest.raises(ConfigError, match="nope"):
         load_config_text(bad)
@@ -75,7 +75,7 @@ def test_every_policy_config_loads(name: str) -> None:
     chosen = policy(name, block_size=64)
     assert chosen.service_config is not None and not chosen.oracle
     loaded = load_config_text(yaml.safe_dump(dict(chosen.service_config)), source=name)
-    assert loaded.profile.picker is not None
+    assert loaded.profiles and all(p.picker is not None for p in loaded.profiles.values())
 
 
 def test_policy_line_ups() -> None:

@@ -1,14 +1,19 @@
-"""Load an ``EndpointPickerConfig`` (llm-d's YAML shape) into plugins and a scheduling profile.
+"""Load an ``EndpointPickerConfig`` (llm-d's YAML shape) into typed plugins and a pipeline.
 
     apiVersion: llm-d.ai/v1alpha1
     kind: EndpointPickerConfig
+    featureGates: [...]
     plugins: [{type, name?, parameters?}]
     schedulingProfiles: [{name, plugins: [{pluginRef, weight?}]}]
-    dataLayer: {sources: [{pluginRef, extractors: [{pluginRef}]}], discovery: {pluginRef}}
+    dataLayer: {injectDefaults?, sources: [{pluginRef, extractors: [{pluginRef}]}], discovery: {pluginRef}}
+    requestHandler: {parsers: [{pluginRef}]}
 
-A configuration written for llm-d's precise-prefix routing loads unchanged for the plugin types
-ppc-extproc supports; an unsupported type is an error listing the supported ones. Every error names
-the field's path. Spec: ``block_keys_and_index.md`` §7.3.
+The sequence is llm-d's (``llm-d/llm-d-router: pkg/epp/config/loader/``): decode strictly, resolve
+deprecated aliases, build the plugins (independent of their YAML order), classify each once by the
+roles it declares, assemble profiles (one ``default`` profile when none is given), inject the
+profile handler and picker, create the default producers of data nobody produces, order the
+producers by what they consume, and wire the data layer. What was injected is recorded for
+``ppc-extproc check-config``. Every error names the field's path.
 """
 
 from __future__ import annotations
@@ -16,43 +21,64 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
 
 import structlog
-import yaml
 
-from ppc_extproc.config.strict import Section
+from ppc_extproc.config.datalayer import DataLayer, wire_sources
+from ppc_extproc.config.document import ConfigDocument, PluginSpec, parse_document
+from ppc_extproc.config.producers import order_producers, resolve_producers
 from ppc_extproc.errors import ConfigError
-from ppc_extproc.matchinfo import match_info_key
-from ppc_extproc.plugins.registry import Services, create_plugin, registered_types
-from ppc_extproc.scheduling.inflight import InflightTracker
+from ppc_extproc.framework import (
+    Discovery,
+    EndpointExtractor,
+    Filter,
+    Picker,
+    Plugin,
+    PluginRoles,
+    ProfileHandler,
+    RequestParser,
+    Scorer,
+    classify,
+    plays,
+    role_names,
+)
+from ppc_extproc.framework.params import Section
+from ppc_extproc.plugins.parsers import DEFAULT_PARSERS
+from ppc_extproc.plugins.producers.precise_prefix_cache import PrecisePrefixCacheProducer
+from ppc_extproc.plugins.registry import Services, create_plugin
 from ppc_extproc.scheduling.profile import SchedulingProfile, WeightedScorer
+from ppc_extproc.scheduling.router import Pipeline
+from ppc_extproc.scheduling.scheduler import Scheduler
 
 __all__ = ["LoadedConfig", "default_config_text", "load_config", "load_config_text"]
 
 log = structlog.get_logger(__name__)
 
-API_VERSIONS = ("llm-d.ai/v1alpha1", "inference.networking.x-k8s.io/v1alpha1")
-#: Top-level sections accepted for compatibility but not used by ppc-extproc.
-_IGNORED_SECTIONS = ("featureGates", "flowControl", "requestHandler", "saturationDetector")
-APPROXIMATE_PRODUCER_TYPE = "approx-prefix-cache-producer"
+PRECISE_PRODUCER = "precise-prefix-cache-producer"
+DEPRECATED_PRECISE_SCORER = "precise-prefix-cache-scorer"
 
 
 @dataclass
 class LoadedConfig:
-    """Plugins built from a configuration, wired by role."""
+    """Plugins built from a configuration, classified by role and assembled into a pipeline."""
 
     source: str
-    plugins: dict[str, Any]
-    producers: list[Any]
-    profile: SchedulingProfile
+    #: Every plugin by name, injected ones included.
+    plugins: dict[str, Plugin]
+    roles: PluginRoles
+    pipeline: Pipeline
+    profiles: dict[str, SchedulingProfile]
+    handler: ProfileHandler
+    data_layer: DataLayer
     #: The discovery plugin (``dataLayer.discovery``), if any.
-    discovery: Any | None
+    discovery: Discovery | None
     services: Services
+    feature_gates: dict[str, bool]
     warnings: list[str] = field(default_factory=list)
-
-    def plugins_with(self, method: str) -> list[Any]:
-        return [p for p in self.plugins.values() if callable(getattr(p, method, None))]
+    #: What the loader added, one line each (``check-config`` prints them).
+    injected: list[str] = field(default_factory=list)
+    #: plugin name → its path in the document (``plugins[i]``; injected: ``(injected)``)
+    paths: dict[str, str] = field(default_factory=dict)
 
 
 def default_config_text() -> str:
@@ -70,178 +96,245 @@ def load_config(path: str | Path | None, services: Services | None = None) -> Lo
     return load_config_text(text, str(path), services)
 
 
-def _role(plugin: Any) -> str:
-    for method, role in (("pick", "picker"), ("filter", "filter"), ("score", "scorer"), ("produce", "producer")):
-        if callable(getattr(plugin, method, None)):
-            return role
-    return "other"
+class _Builder:
+    """The load sequence over one decoded document."""
+
+    def __init__(self, document: ConfigDocument, services: Services) -> None:
+        self.document = document
+        self.services = services
+        self.plugins: dict[str, Plugin] = {}
+        self.paths: dict[str, str] = {}
+        self.injected: list[str] = []
+        self.warnings = document.warnings
+
+    def inject(self, type_name: str, name: str, why: str) -> Plugin:
+        """Create a plugin with default parameters and record why (the injection note says it all:
+        what its factory would warn about a configured one is not repeated)."""
+        plugin = create_plugin(type_name, name, Section({}, f"({type_name})", type_name, []), self.services)
+        self.plugins[name] = plugin
+        self.paths[name] = "(injected)"
+        self.injected.append(f"{type_name} '{name}': {why}")
+        return plugin
+
+    # --- plugins ----------------------------------------------------------------------------------
+
+    def build_plugins(self) -> None:
+        specs = self.document.plugins
+        precise = [s for s in specs if s.type_name == PRECISE_PRODUCER]
+        for spec in specs:
+            if spec.type_name == DEPRECATED_PRECISE_SCORER:
+                self._deprecated_precise_scorer(spec, precise)
+                continue
+            self.plugins[spec.name] = create_plugin(spec.type_name, spec.name, spec.params, self.services,
+                                                    path=f"{spec.path}.type")  # fmt: skip
+            self.paths[spec.name] = spec.path
+
+    def _deprecated_precise_scorer(self, spec: PluginSpec, precise: list[PluginSpec]) -> None:
+        """llm-d's legacy scorer: a prefix-cache-scorer over the one precise producer, or (none
+        configured) a producer and scorer in one plugin under its own name."""
+        spec.params.warn("", f"DEPRECATION: plugin type '{DEPRECATED_PRECISE_SCORER}' is deprecated; use "
+                             f"{PRECISE_PRODUCER} + prefix-cache-scorer")  # fmt: skip
+        if len(precise) > 1:
+            raise ConfigError(
+                f"{spec.path}.type",
+                f"multiple {PRECISE_PRODUCER} instances configured ({', '.join(s.name for s in precise)}); "
+                f"{DEPRECATED_PRECISE_SCORER} cannot tell which one to read",
+            )
+        if precise:
+            spec.params.data.clear()  # its own parameters are ignored, as in llm-d
+            params = Section({"prefixMatchInfoProducerName": precise[0].name}, spec.params.path,
+                             "prefix-cache-scorer", self.warnings)  # fmt: skip
+            self.plugins[spec.name] = create_plugin("prefix-cache-scorer", spec.name, params, self.services)
+        else:
+            self.plugins[spec.name] = create_plugin(DEPRECATED_PRECISE_SCORER, spec.name, spec.params, self.services)
+        self.paths[spec.name] = spec.path
+
+    # --- profiles, handler, picker ------------------------------------------------------------------
+
+    def build_profiles(self, roles: PluginRoles) -> dict[str, SchedulingProfile]:
+        profiles: dict[str, SchedulingProfile] = {}
+        specs = self.document.profiles
+        if not specs:  # llm-d: every filter, scorer and picker in one profile "default"
+            chosen = {id(p) for p in (*roles.filters, *roles.scorers, *roles.pickers)}
+            every: list[tuple[str, Plugin, float | None]] = [
+                (self.paths[p.name], p, None) for p in self.plugins.values() if id(p) in chosen
+            ]
+            profiles["default"] = self._profile("default", every, roles)
+            self.injected.append(f"profile 'default': no schedulingProfiles; holds {', '.join(p.name for _, p, _ in every)}")
+            return profiles
+        for spec in specs:
+            members: list[tuple[str, Plugin, float | None]] = []
+            for ref in spec.refs:
+                plugin = self.plugins.get(ref.plugin_ref)
+                if plugin is None:
+                    raise ConfigError(
+                        f"{ref.path}.pluginRef",
+                        f"schedulingProfiles[{spec.name}] references undefined plugin '{ref.plugin_ref}'",
+                    )
+                members.append((ref.path, plugin, ref.weight))
+            profiles[spec.name] = self._profile(spec.name, members, roles)
+        return profiles
+
+    def _profile(
+        self, name: str, members: list[tuple[str, Plugin, float | None]], roles: PluginRoles
+    ) -> SchedulingProfile:
+        filters: list[Filter] = []
+        scorers: list[WeightedScorer] = []
+        picker: Picker | None = None
+        for path, plugin, weight in members:
+            placed = False
+            if plays(plugin, Filter) and plugin in roles.filters:
+                filters.append(plugin)
+                placed = True
+            if plays(plugin, Scorer) and plugin in roles.scorers:
+                scorers.append(WeightedScorer(plugin, 1.0 if weight is None else weight))
+                placed = True
+            if plays(plugin, Picker) and plugin in roles.pickers:
+                if picker is not None:
+                    raise ConfigError(f"{path}.pluginRef", f"profile '{name}' has a second picker '{plugin.name}'")
+                picker = plugin
+                placed = True
+            if not placed:
+                raise ConfigError(
+                    f"{path}.pluginRef",
+                    f"'{plugin.name}' is a {' and '.join(role_names(plugin)) or 'plugin'}, not a filter, scorer or "
+                    "picker; producers and data sources run for every request without a profile",
+                )
+        if picker is None:
+            picker = self._default_picker(roles, name)
+        return SchedulingProfile(name, picker, filters, scorers)
+
+    def _default_picker(self, roles: PluginRoles, profile: str) -> Picker:
+        """llm-d appends the first configured picker, else a max-score-picker, to a profile without one."""
+        if roles.pickers:
+            self.injected.append(f"picker '{roles.pickers[0].name}' added to profile '{profile}'")
+            return roles.pickers[0]
+        existing = self.plugins.get("max-score-picker")
+        picker = existing if plays(existing, Picker) else self.inject(
+            "max-score-picker", "max-score-picker", f"profile '{profile}' has no picker"
+        )
+        assert plays(picker, Picker)
+        roles.pickers.append(picker)
+        return picker
+
+    def profile_handler(self, roles: PluginRoles, profiles: dict[str, SchedulingProfile]) -> ProfileHandler:
+        handlers = roles.profile_handlers
+        if len(handlers) > 1:
+            raise ConfigError(
+                self.paths[handlers[1].name],
+                f"multiple profile handlers found ('{handlers[0].name}', '{handlers[1].name}'); only one is allowed",
+            )
+        if not handlers:
+            if len(profiles) != 1:
+                raise ConfigError("schedulingProfiles", "no profile handler configured")
+            handler = self.inject("single-profile-handler", "single-profile-handler", "one profile and no handler")
+            assert plays(handler, ProfileHandler)
+            roles.profile_handlers.append(handler)
+            return handler
+        handler = handlers[0]
+        if len(profiles) > 1:
+            message = (
+                "SingleProfileHandler cannot support multiple scheduling profiles"
+                if handler.type_name == "single-profile-handler"
+                else f"{handler.type_name} runs exactly one scheduling profile; got {len(profiles)} "
+                "(prefill/decode disaggregation is not supported)"
+            )
+            raise ConfigError("schedulingProfiles", message)
+        return handler
+
+    # --- parsers, discovery -------------------------------------------------------------------------
+
+    def parsers(self) -> list[RequestParser] | None:
+        refs = self.document.parsers
+        if refs is None:
+            return None
+        parsers: list[RequestParser] = []
+        for path, ref in refs:
+            plugin = self.plugins.get(ref)
+            if plugin is None and ref in DEFAULT_PARSERS + ("sglanghttp-parser",):
+                plugin = self.inject(ref, ref, "named by requestHandler.parsers")
+            if plugin is None:
+                raise ConfigError(path, f"parser references undefined plugin '{ref}'")
+            if not plays(plugin, RequestParser):
+                raise ConfigError(path, f"the plugin '{ref}' is not a parser plugin")
+            parsers.append(plugin)
+        return parsers
+
+    def discovery(self) -> Discovery | None:
+        spec = self.document.data_layer.discovery
+        if spec is None:
+            return None
+        path, ref = spec
+        plugin = self.plugins.get(ref)
+        if not plays(plugin, Discovery):
+            raise ConfigError(path, f"'{ref}' is not a discovery plugin")
+        return plugin
+
+    # --- data layer ---------------------------------------------------------------------------------
+
+    def data_layer(self, roles: PluginRoles) -> DataLayer:
+        layer = wire_sources(self.document.data_layer.sources, self.plugins)
+        wired = {id(e) for s in layer.endpoint_sources for e in s.extractors}
+        unwired: list[EndpointExtractor] = [e for e in roles.endpoint_extractors if id(e) not in wired]
+        if unwired:
+            from ppc_extproc.plugins.datalayer import EndpointNotificationSource
+
+            implicit = EndpointNotificationSource("(implicit) endpoint-notification-source")
+            implicit.attach(unwired)
+            layer.endpoint_sources.append(implicit)
+            self.injected.append(
+                f"endpoint-notification-source (implicit) → {', '.join(e.name for e in unwired)}: "
+                "not listed under dataLayer.sources"
+            )
+            for extractor in unwired:
+                events = extractor.config.kv_events if isinstance(extractor, PrecisePrefixCacheProducer) else None
+                if events is not None and events.discover_pods and not events.zmq_endpoint:
+                    self.warnings.append(
+                        f"{self.paths.get(extractor.name, extractor.name)}: {PRECISE_PRODUCER} '{extractor.name}' "
+                        "has discoverPods=true but is not an extractor of an endpoint-notification-source; "
+                        "llm-d would receive no KV events (ppc-extproc still subscribes)"
+                    )
+        listed = {s.plugin_ref for s in self.document.data_layer.sources}
+        for source in (*roles.endpoint_sources, *roles.polling_sources):
+            if source.name not in listed and self.paths.get(source.name) != "(injected)":
+                self.warnings.append(
+                    f"{self.paths[source.name]}: data source '{source.name}' is not listed under "
+                    "dataLayer.sources, so nothing reads from it"
+                )
+        return layer
 
 
 def load_config_text(text: str, source: str = "<text>", services: Services | None = None) -> LoadedConfig:
-    try:
-        document = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError("", f"{source} is not valid YAML: {exc}") from None
-    root = Section(document, "", owner="EndpointPickerConfig")
-    api_version = root.string("apiVersion", "llm-d.ai/v1alpha1")
-    if api_version not in API_VERSIONS:
-        raise ConfigError("apiVersion", f"must be one of {', '.join(API_VERSIONS)}; got {api_version!r}")
-    root.string("kind", "EndpointPickerConfig", choices=("EndpointPickerConfig",))
-    warnings: list[str] = []
-    for name in _IGNORED_SECTIONS:
-        if root.has(name):
-            warnings.append(f"{name} is accepted for llm-d compatibility and ignored by ppc-extproc")
+    """Load a configuration document. Raises ``ConfigError`` with the field's path."""
+    document = parse_document(text, source)
     services = services or Services()
-    if services.inflight is None:
-        services.inflight = InflightTracker(clock=services.clock)
-
-    plugins = _build_plugins(root, services)
-    producers = [p for p in plugins.values() if _role(p) == "producer"]
-    profile = _build_profile(root, plugins)
-    discovery = _data_layer(root.section("dataLayer"), plugins)
-    root.finish()
-    loaded = LoadedConfig(source, plugins, producers, profile, discovery, services, warnings)
-    _bind_match_info_consumers(loaded)
+    builder = _Builder(document, services)
+    builder.build_plugins()
+    roles = classify(builder.plugins.values())
+    profiles = builder.build_profiles(roles)
+    handler = builder.profile_handler(roles, profiles)
+    parsers = builder.parsers()
+    discovery = builder.discovery()
+    layer = builder.data_layer(roles)
+    resolve_producers(builder, layer, document.data_layer.inject_defaults)
+    roles = classify(builder.plugins.values())  # injected producers and sources are in now
+    steps = order_producers(roles.producers, builder.paths)
+    producer_ids = {id(p) for p in roles.producers}
+    streaming = next((p for p in roles.streaming if id(p) in producer_ids), None)
+    pipeline = Pipeline(
+        producers=steps,
+        scheduler=Scheduler(profiles, handler),
+        pre_request=list(roles.pre_request),
+        response_complete=list(roles.response_complete),
+        streaming=streaming,
+        parsers=parsers,
+    )
+    loaded = LoadedConfig(
+        source=source, plugins=builder.plugins, roles=roles, pipeline=pipeline, profiles=profiles,
+        handler=handler, data_layer=layer, discovery=discovery, services=services,
+        feature_gates=document.feature_gates, warnings=builder.warnings, injected=builder.injected,
+        paths=builder.paths,
+    )
     for warning in loaded.warnings:
         log.warning("config_warning", source=source, message=warning)
     return loaded
-
-
-def _build_plugins(root: Section, services: Services) -> dict[str, Any]:
-    plugins: dict[str, Any] = {}
-    items = list(root.items("plugins"))
-    if not items:
-        raise ConfigError("plugins", "at least one plugin is required")
-    for path, item in items:
-        spec = Section(item, path)
-        type_name = spec.string("type", "")
-        if not type_name:
-            raise ConfigError(f"{path}.type", f"missing; supported types: {', '.join(registered_types())}")
-        name = spec.string("name", "") or type_name
-        if name in plugins:
-            raise ConfigError(f"{path}.name", f"duplicate plugin name {name!r}")
-        params = Section(spec.raw("parameters", {}), f"{path}.parameters", owner=type_name)
-        spec.finish()
-        plugin = create_plugin(type_name, name, params, services)
-        plugins[name] = plugin
-        services.plugins[name] = plugin
-    return plugins
-
-
-def _build_profile(root: Section, plugins: dict[str, Any]) -> SchedulingProfile:
-    profiles = list(root.items("schedulingProfiles"))
-    if len(profiles) > 1:
-        raise ConfigError(
-            "schedulingProfiles",
-            f"ppc-extproc runs one scheduling profile; got {len(profiles)} "
-            "(prefill/decode disaggregation is not supported)",
-        )
-    if not profiles:  # llm-d: plugins but no profiles ⇒ everything goes into profile "default"
-        refs: list[tuple[str, str, float | None]] = [(f"plugins[{i}]", n, None) for i, n in enumerate(plugins)]
-        name = "default"
-        refs = [r for r in refs if _role(plugins[r[1]]) in ("scorer", "filter", "picker")]
-    else:
-        path, item = profiles[0]
-        spec = Section(item, path)
-        name = spec.string("name", "default")
-        refs = []
-        for ref_path, ref in spec.items("plugins"):
-            ref_spec = Section(ref, ref_path)
-            plugin_ref = ref_spec.string("pluginRef", "")
-            weight = ref_spec.number("weight", 1.0, minimum=0.0) if ref_spec.has("weight") else None
-            ref_spec.finish()
-            refs.append((ref_path, plugin_ref, weight))
-        spec.finish()
-    profile = SchedulingProfile(name)
-    for ref_path, plugin_ref, weight in refs:
-        plugin = plugins.get(plugin_ref)
-        if plugin is None:
-            raise ConfigError(f"{ref_path}.pluginRef", f"no plugin named {plugin_ref!r} (plugins: {', '.join(plugins)})")
-        role = _role(plugin)
-        if role == "scorer":
-            profile.scorers.append(WeightedScorer(plugin, 1.0 if weight is None else weight))
-        elif role == "filter":
-            profile.filters.append(plugin)
-        elif role == "picker":
-            if profile.picker is not None:
-                raise ConfigError(f"{ref_path}.pluginRef", f"profile {name!r} has a second picker {plugin_ref!r}")
-            profile.picker = plugin
-        else:
-            raise ConfigError(
-                f"{ref_path}.pluginRef",
-                f"{plugin_ref!r} is a {role}, not a filter, scorer or picker; producers run for every request",
-            )
-    if profile.picker is None:
-        profile.picker = create_plugin("max-score-picker", "max-score-picker", Section({}, "max-score-picker"), Services())
-    return profile
-
-
-def _data_layer(section: Section, plugins: dict[str, Any]) -> Any | None:
-    for path, item in section.items("sources"):
-        source = Section(item, path)
-        ref = source.string("pluginRef", "")
-        if ref not in plugins:
-            raise ConfigError(f"{path}.pluginRef", f"no plugin named {ref!r}")
-        for extractor_path, extractor in source.items("extractors"):
-            ext = Section(extractor, extractor_path)
-            ext_ref = ext.string("pluginRef", "")
-            if ext_ref not in plugins:
-                raise ConfigError(f"{extractor_path}.pluginRef", f"no plugin named {ext_ref!r}")
-            if not callable(getattr(plugins[ext_ref], "extract", None)):
-                raise ConfigError(f"{extractor_path}.pluginRef", f"{ext_ref!r} does not consume endpoint events")
-            ext.finish()
-        source.finish()
-    discovery = None
-    if section.has("discovery"):
-        spec = section.section("discovery")
-        ref = spec.string("pluginRef", "")
-        discovery = plugins.get(ref)
-        if discovery is None or not callable(getattr(discovery, "run", None)):
-            raise ConfigError(f"{spec.path}.pluginRef", f"{ref!r} is not a discovery plugin")
-        spec.finish()
-    for optional in ("metricsSources", "collectors"):
-        section.raw(optional)
-    section.finish()
-    return discovery
-
-
-def _bind_match_info_consumers(loaded: LoadedConfig) -> None:
-    """Scorers reading match info must find their producer; an unnamed one reads the approximate
-    producer (llm-d's fallback), which is created when missing — with a warning if a precise
-    producer is configured, since that silent misconfiguration costs llm-d users days."""
-    producers = {getattr(p, "name", ""): p for p in loaded.producers}
-    precise = [p.name for p in loaded.producers if getattr(p, "type_name", "") == "precise-prefix-cache-producer"]
-    for name, plugin in list(loaded.plugins.items()):
-        if not hasattr(plugin, "producer_name"):
-            continue
-        wanted = plugin.producer_name
-        if wanted:
-            if wanted not in producers:
-                raise ConfigError(
-                    f"plugins[{list(loaded.plugins).index(name)}].parameters.prefixMatchInfoProducerName",
-                    f"no producer named {wanted!r} (producers: {', '.join(producers) or 'none'})",
-                )
-            continue
-        if precise:
-            loaded.warnings.append(
-                f"{plugin.type_name} {name!r} does not set prefixMatchInfoProducerName, so it reads the "
-                f"approximate producer, not the precise producer {precise[0]!r}; set "
-                f"prefixMatchInfoProducerName: {precise[0]} to use KV-event data"
-            )
-        approx = next(
-            (p for p in loaded.producers if getattr(p, "type_name", "") == APPROXIMATE_PRODUCER_TYPE), None
-        )
-        if approx is None:
-            if APPROXIMATE_PRODUCER_TYPE not in registered_types():
-                raise ConfigError(
-                    f"plugins[{list(loaded.plugins).index(name)}].parameters.prefixMatchInfoProducerName",
-                    "must name a producer (the approximate producer is not available)",
-                )
-            approx = create_plugin(
-                APPROXIMATE_PRODUCER_TYPE, APPROXIMATE_PRODUCER_TYPE,
-                Section({}, APPROXIMATE_PRODUCER_TYPE), loaded.services,
-            )
-            loaded.plugins[APPROXIMATE_PRODUCER_TYPE] = approx
-            loaded.producers.append(approx)
-            producers[APPROXIMATE_PRODUCER_TYPE] = approx
-        plugin.attribute_key = match_info_key(approx.name)

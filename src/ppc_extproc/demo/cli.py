@@ -7,6 +7,14 @@ import json
 import sys
 from typing import TYPE_CHECKING
 
+from ppc_extproc.demo.defaults import (
+    DEFAULT_DRAIN_S,
+    DEFAULT_DURATION_S,
+    DEFAULT_ENGINES,
+    DEFAULT_NUM_BLOCKS,
+    DEFAULT_POLICIES,
+    DEFAULT_RATE_PER_S,
+)
 from ppc_extproc.workload.policies import ALL_POLICIES
 from ppc_extproc.workload.spec import EngineProfile, WorkloadSpec
 
@@ -26,14 +34,6 @@ def _policies(text: str) -> tuple[str, ...]:
     return names
 
 
-#: Defaults (``run.DemoOptions`` uses them), here so building the CLI parser imports nothing heavy.
-DEFAULT_POLICIES: tuple[str, ...] = ("default", "round-robin")
-DEFAULT_ENGINES = 4
-DEFAULT_RATE_PER_S = 10.0
-DEFAULT_DURATION_S = 40.0
-DEFAULT_DRAIN_S = 30.0
-#: 160 blocks × 64 tokens = 10,240 tokens per engine: fewer than the 8 tenants' contexts (16,384).
-DEFAULT_NUM_BLOCKS = 160
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -1,17 +1,19 @@
-"""``file-discovery``: endpoints from a YAML file, watched for changes.
+"""``file-discovery``: endpoints from a YAML file, read once or watched for changes.
 
 Type        ``file-discovery`` (discovery; reference it from ``dataLayer.discovery.pluginRef``)
 File        a list of ``{name?, address, port, rank?, labels?}`` (``{endpoints: [...]}`` works too;
             llm-d's ``namespace`` is accepted); ``address`` must be an IP, ``port`` an int or string
-Behaviour   re-read when the file's modification time or size changes; endpoints added, updated
-            (e.g. a new rank) or deleted become events for the producers (KV-event subscribers,
-            index clearing); a broken edit is logged and the previous list stays in force; an
-            unreadable file at startup is an error
-Parameters  ``path`` (required), ``pollInterval`` ["1s"]
+Behaviour   read at start (an unreadable file is an error); with ``watchFile: true``, re-read when
+            the file's modification time or size changes (edits, atomic renames, ConfigMap symlink
+            swaps): endpoints added, updated (e.g. a new rank) or deleted become endpoint events
+            (KV-event subscribers, index clearing); a broken edit is logged and the previous list
+            stays in force
+Parameters  ``path`` (required), ``watchFile`` [false, as llm-d], ``pollInterval`` ["1s"; how
+            often a watched file is checked]
 
     plugins:
     - type: file-discovery
-      parameters: {path: /etc/ppc-extproc/endpoints.yaml, pollInterval: 1s}
+      parameters: {path: /etc/ppc-extproc/endpoints.yaml, watchFile: true}
     dataLayer:
       discovery: {pluginRef: file-discovery}
 
@@ -31,11 +33,10 @@ from typing import Any
 import structlog
 import yaml
 
-from ppc_extproc.config.strict import Section
 from ppc_extproc.errors import ConfigError
+from ppc_extproc.framework import Discovery, Endpoint, EndpointRegistry
+from ppc_extproc.framework.params import Section
 from ppc_extproc.plugins.registry import Services, register
-from ppc_extproc.scheduling.pool import EndpointPool
-from ppc_extproc.scheduling.types import Endpoint
 
 __all__ = ["FileDiscovery", "parse_endpoints_document"]
 
@@ -97,13 +98,12 @@ def parse_endpoints_document(text: str, source: str = "<text>") -> list[Endpoint
 
 
 @register("file-discovery")
-class FileDiscovery:
-    type_name: str
-
-    def __init__(self, name: str, path: str, poll_interval_seconds: float = 1.0) -> None:
+class FileDiscovery(Discovery):
+    def __init__(self, name: str, path: str, poll_interval_seconds: float = 1.0, *, watch: bool = False) -> None:
         self.name = name
         self.path = Path(path)
         self.poll_interval_seconds = poll_interval_seconds
+        self.watch = watch
         self._stamp: tuple[int, int] | None = None
 
     @classmethod
@@ -114,7 +114,7 @@ class FileDiscovery:
         interval = params.duration("pollInterval", "1s")
         if interval <= 0:
             raise ConfigError(params.child_path("pollInterval"), "must be positive")
-        return cls(name, path, interval)
+        return cls(name, path, interval, watch=params.boolean("watchFile", False))
 
     def load(self) -> list[Endpoint] | None:
         """The endpoints, if the file changed since the last load (None when unchanged)."""
@@ -126,13 +126,16 @@ class FileDiscovery:
         self._stamp = stamp
         return endpoints
 
-    async def run(self, pool: EndpointPool, stop: asyncio.Event) -> None:
+    async def run(self, registry: EndpointRegistry, stop: asyncio.Event) -> None:
         """Load the file (errors propagate: the service cannot start without endpoints), then poll."""
         try:
             endpoints = self.load()
         except OSError as exc:
             raise ConfigError(f"{self.name}.path", f"cannot read {self.path}: {exc.strerror or exc}") from None
-        pool.replace(endpoints or [])
+        registry.replace(endpoints or [])
+        if not self.watch:
+            await stop.wait()
+            return
         while not stop.is_set():
             try:
                 await asyncio.wait_for(stop.wait(), self.poll_interval_seconds)
@@ -145,4 +148,4 @@ class FileDiscovery:
                 log.error("discovery_file_invalid", path=str(self.path), error=str(exc))
                 continue
             if changed is not None:
-                pool.replace(changed)
+                registry.replace(changed)

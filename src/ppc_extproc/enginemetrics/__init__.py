@@ -1,21 +1,40 @@
-"""Engine metrics: vLLM load gauges per endpoint, scraped in the background for the load scorers.
+"""Engine metrics: engines' load as the data layer polled it, for the load scorers.
 
-``EngineMetricsSource`` scrapes; ``EngineMetrics`` is one snapshot; ``EngineMetricsReader`` is what
-scorers depend on (``StaticEngineMetrics`` for tests); ``parse_vllm_metrics`` reads an exposition.
-Importing this package starts nothing.
+``EngineMetrics`` is one endpoint's load; ``EngineMetricsStore`` holds the latest per endpoint
+(extractors write it, scorers read it through ``EngineMetricsReader``); ``parse_engine_metrics``
+reads an exposition with an ``EngineMapping`` (llm-d's engine configs). The polling itself is the
+``metrics-data-source`` plugin, the parsing the ``core-metrics-extractor`` plugin. Importing this
+package starts nothing.
 """
 
 from __future__ import annotations
 
-from ppc_extproc.enginemetrics.parse import parse_vllm_metrics
-from ppc_extproc.enginemetrics.source import EngineMetricsOptions, EngineMetricsSource
-from ppc_extproc.enginemetrics.types import EngineMetrics, EngineMetricsReader, StaticEngineMetrics
+from ppc_extproc.enginemetrics.parse import (
+    BUILTIN_ENGINES,
+    VLLM,
+    EngineMapping,
+    MetricSpec,
+    ParsedMetrics,
+    parse_engine_metrics,
+    parse_vllm_metrics,
+)
+from ppc_extproc.enginemetrics.types import (
+    DEFAULT_STALE_AFTER_SECONDS,
+    EngineMetrics,
+    EngineMetricsReader,
+    EngineMetricsStore,
+)
 
 __all__ = [
+    "BUILTIN_ENGINES",
+    "DEFAULT_STALE_AFTER_SECONDS",
+    "VLLM",
+    "EngineMapping",
     "EngineMetrics",
-    "EngineMetricsOptions",
     "EngineMetricsReader",
-    "EngineMetricsSource",
-    "StaticEngineMetrics",
+    "EngineMetricsStore",
+    "MetricSpec",
+    "ParsedMetrics",
+    "parse_engine_metrics",
     "parse_vllm_metrics",
 ]

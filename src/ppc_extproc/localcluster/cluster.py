@@ -41,12 +41,8 @@ import yaml
 from ppc_extproc.localcluster._errors import LocalClusterError
 from ppc_extproc.localcluster.envoy_config import DEFAULT_VARIANT, find_envoy, render_envoy_config
 from ppc_extproc.localcluster.layout import ClusterLayout
-from ppc_extproc.localcluster.processes import (
-    ManagedProcess,
-    ProcessGroup,
-    wait_for_grpc_health,
-    wait_for_http,
-)
+from ppc_extproc.localcluster.processes import ManagedProcess, ProcessGroup
+from ppc_extproc.localcluster.readiness import wait_for_grpc_health, wait_for_http
 from ppc_extproc.localcluster.service_config import default_service_config, patch_service_config
 
 __all__ = ["DEFAULT_ENGINE_COMMAND", "DEFAULT_SERVICE_COMMAND", "LocalCluster"]
@@ -89,6 +85,9 @@ class LocalCluster(ClusterLayout):
         stop_timeout: seconds between SIGTERM and SIGKILL.
         service_health_service: gRPC health service name that must be SERVING.
         replay: give engines a replay endpoint and set ``replaySocketPort``.
+        tokenizer: a HF model directory: the engines tokenize text, chat and messages with it
+            (``--tokenizer``) and the service config gains a local ``token-producer`` on it (unless
+            it has a token producer), so chat traffic is routed by the engines' own token ids.
     """
 
     def __init__(
@@ -119,6 +118,7 @@ class LocalCluster(ClusterLayout):
         first_engine_ip: int = 2,
         service_health_service: str = "readiness",
         replay: bool = True,
+        tokenizer: str | os.PathLike[str] | None = None,
     ) -> None:
         super().__init__(
             num_engines, service_replicas=service_replicas, first_engine_ip=first_engine_ip
@@ -148,6 +148,7 @@ class LocalCluster(ClusterLayout):
         self.stop_timeout = stop_timeout
         self.service_health_service = service_health_service
         self.replay = replay
+        self.tokenizer = str(tokenizer) if tokenizer is not None else None
 
         self._requested_log_dir = Path(log_dir) if log_dir is not None else None
         self._owns_log_dir = False
@@ -332,6 +333,7 @@ class LocalCluster(ClusterLayout):
             socket_port=self.kv_events_port,
             replay_socket_port=self.replay_port if self.replay else 0,
             block_size=self.block_size,
+            tokenizer=self.tokenizer,
         )
         self.service_config_path = self.log_dir / "service-config.yaml"
         self.service_config_path.write_text(
@@ -362,6 +364,8 @@ class LocalCluster(ClusterLayout):
             argv += ["--block-size", str(self.block_size)]
         if self.num_blocks is not None:
             argv += ["--num-blocks", str(self.num_blocks)]
+        if self.tokenizer is not None:
+            argv += ["--tokenizer", self.tokenizer]
         argv += self.engine_args
         if self.per_engine_args is not None:
             argv += self.per_engine_args[index]

@@ -21,6 +21,7 @@ __all__ = ["PRECISE_PRODUCER", "default_service_config", "patch_service_config"]
 log = structlog.get_logger(__name__)
 
 PRECISE_PRODUCER = "precise-prefix-cache-producer"
+TOKEN_PRODUCER_TYPES = ("token-producer", "tokenizer")
 
 
 def default_service_config(*, block_size: int | None = None) -> dict[str, Any]:
@@ -41,14 +42,19 @@ def patch_service_config(
     socket_port: int,
     replay_socket_port: int,
     block_size: int | None = None,
+    tokenizer: str | None = None,
 ) -> dict[str, Any]:
     """A copy of ``config`` whose KV-event subscribers dial the local engines' ports.
 
     Sets ``kvEventsConfig.podDiscoveryConfig.socketPort`` / ``replaySocketPort`` in every
-    ``precise-prefix-cache-producer`` plugin (and in a top-level ``kvEventsConfig``, if any), and
-    ``tokenProcessorConfig.blockSizeTokens`` when ``block_size`` is given.
+    ``precise-prefix-cache-producer`` plugin (and in a top-level ``kvEventsConfig``, if any),
+    ``tokenProcessorConfig.blockSizeTokens`` when ``block_size`` is given, and — with a
+    ``tokenizer`` directory and no token producer configured — a local ``token-producer`` on it.
     """
     out: dict[str, Any] = copy.deepcopy(dict(config))
+    plugins = out.get("plugins") or []
+    if tokenizer is not None and not any(isinstance(p, dict) and p.get("type") in TOKEN_PRODUCER_TYPES for p in plugins):
+        out["plugins"] = [{"type": "token-producer", "parameters": {"local": {"tokenizerPath": tokenizer}}}, *plugins]
     targets: list[dict[str, Any]] = []
     for plugin in out.get("plugins") or []:
         if isinstance(plugin, dict) and plugin.get("type") == PRECISE_PRODUCER:

@@ -120,6 +120,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="engines to serve, on consecutive ports (HTTP, KV events and replay +i) (default %(default)s)",
     )
     parser.add_argument(
+        "--tokenizer",
+        default=None,
+        metavar="DIR",
+        help="HF model directory (tokenizer.json, chat template): tokenize text, chat and messages with it "
+        "and serve /tokenize and the render routes (default: UTF-8 bytes as ids)",
+    )
+    parser.add_argument(
         "--log-level",
         default="info",
         choices=("debug", "info", "warning", "error"),
@@ -148,6 +155,7 @@ def options_from_args(args: argparse.Namespace) -> MockVllmOptions:
         buffer_steps=args.buffer_steps,
         hwm=args.hwm,
         count=args.count,
+        tokenizer=args.tokenizer,
     )
 
 

@@ -2,9 +2,11 @@
 
 vLLM routes: ``POST /v1/completions``, ``POST /inference/v1/generate``, ``GET /v1/models``,
 ``GET /health``, ``GET /version``, ``GET /metrics``, ``GET /kv_event_sources``,
-``POST /reset_prefix_cache``, ``POST /tokenize`` (:mod:`~ppc_extproc.mock_vllm.peer_probes`). Mock routes: ``POST /mock/restart``, ``POST /mock/match``
-(``{"prompt", "cache_salt"?}`` → ``{"cached_tokens", "matched_tokens", "block_size"}``, no side
-effects) and ``GET /mock/state``. Every response carries ``x-mock-vllm-endpoint``.
+``POST /reset_prefix_cache``, ``POST /tokenize`` (UTF-8 bytes, :mod:`~ppc_extproc.mock_vllm.peer_probes`;
+with ``--tokenizer`` the text routes of :mod:`~ppc_extproc.mock_vllm.text`). Mock routes:
+``POST /mock/restart``, ``POST /mock/match`` (``{"prompt" | "messages", "cache_salt"?}`` →
+``{"cached_tokens", "matched_tokens", "block_size"}``, no side effects; ``messages`` need
+``--tokenizer``) and ``GET /mock/state``. Every response carries ``x-mock-vllm-endpoint``.
 
 Streaming: one SSE ``data: <json>\\n\\n`` chunk per output token, each sent no earlier than the
 token's simulated time; chunks due together are written together and the writer wakes at
@@ -19,17 +21,20 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, Final
 
+import numpy as np
 import orjson
 import structlog
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from ppc_extproc.mock_vllm import protocol as p
+import ppc_extproc.mock_vllm.protocol as p
+from ppc_extproc.errors import BadRequestError
 from ppc_extproc.mock_vllm.engine import EngineAborted, EngineRequest, MockEngine, RequestRejected
 from ppc_extproc.mock_vllm.metrics import engine_registry
 from ppc_extproc.mock_vllm.peer_probes import add_peer_probe_routes
+from ppc_extproc.tokenizer.local import LocalTokenizer
 
-__all__ = ["ENDPOINT_HEADER", "STREAM_MIN_INTERVAL_S", "create_app"]
+__all__ = ["ENDPOINT_HEADER", "ENGINE", "STREAM_MIN_INTERVAL_S", "TOKENIZER", "create_app", "sse_stream"]
 
 logger = structlog.get_logger()
 
@@ -40,6 +45,10 @@ STREAM_MIN_INTERVAL_S: Final = 0.02
 
 _ENGINE: Final = web.AppKey("engine", MockEngine)
 _INFO: Final = web.AppKey("info", dict)
+#: The engine of an app (for route modules).
+ENGINE: Final = _ENGINE
+#: The tokenizer of an app started with ``--tokenizer`` (absent otherwise).
+TOKENIZER: Final = web.AppKey("tokenizer", LocalTokenizer)
 
 
 def _json(body: Any, status: int = 200) -> web.Response:
@@ -54,6 +63,21 @@ def _rejected(e: RequestRejected) -> web.Response:
     if isinstance(e, p.NotFound):
         return _error(str(e), 404, "NotFoundError")
     return _error(str(e))
+
+
+def _encoder(request: web.Request, body: object) -> p.Encoder | None:
+    """Text → ids with the app's tokenizer (``--tokenizer``); None keeps UTF-8 bytes as ids."""
+    tok = request.app.get(TOKENIZER)
+    if tok is None:
+        return None
+    special = body.get("add_special_tokens", True) if isinstance(body, dict) else True
+    if not isinstance(special, bool):
+        raise RequestRejected("add_special_tokens must be a boolean.")
+
+    def encode(text: str) -> list[int]:
+        return np.frombuffer(tok.encode(text, add_special_tokens=special), dtype="<u4").tolist()  # type: ignore[no-any-return]
+
+    return encode
 
 
 async def _read_json(request: web.Request) -> object:
@@ -125,7 +149,7 @@ async def _tokens(reqs: Sequence[EngineRequest]) -> AsyncIterator[list[tuple[int
             await asyncio.sleep(timeout or 0.0)
 
 
-async def _sse(
+async def sse_stream(
     request: web.Request,
     reqs: list[EngineRequest],
     chunk_for: Callable[[int, int], dict[str, Any]],
@@ -173,7 +197,8 @@ async def _wait_done(engine: MockEngine, reqs: list[EngineRequest]) -> None:
 async def completions(request: web.Request) -> web.StreamResponse:
     engine = request.app[_ENGINE]
     try:
-        params = p.parse_completion(await _read_json(request), engine.config.model)
+        body = await _read_json(request)
+        params = p.parse_completion(body, engine.config.model, _encoder(request, body))
         reqs = _submit_all(engine, params.prompts, params.max_tokens, params.cache_salt)
     except RequestRejected as e:
         return _rejected(e)
@@ -187,7 +212,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
             choice = p.completion_stream_choice(i, reqs[i], pos, params.return_token_ids)
             return p.completion_chunk(cid, created, params.model, [choice])
 
-        return await _sse(request, reqs, chunk, usage_chunk if params.include_usage else None)
+        return await sse_stream(request, reqs, chunk, usage_chunk if params.include_usage else None)
     try:
         await _wait_done(engine, reqs)
     except EngineAborted as e:
@@ -213,7 +238,7 @@ async def generate(request: web.Request) -> web.StreamResponse:
         def chunk(i: int, pos: int) -> dict[str, Any]:
             return p.generate_chunk(params, reqs[i], pos)
 
-        return await _sse(request, reqs, chunk, usage_chunk if params.include_usage else None)
+        return await sse_stream(request, reqs, chunk, usage_chunk if params.include_usage else None)
     try:
         await _wait_done(engine, reqs)
     except EngineAborted as e:
@@ -286,13 +311,28 @@ async def mock_restart(request: web.Request) -> web.Response:
     return _json({"status": "restarted", "seq": engine.publisher.next_seq})
 
 
+def _chat_ids(request: web.Request, body: dict[str, Any]) -> list[int]:
+    tok = request.app.get(TOKENIZER)
+    if tok is None:
+        raise RequestRejected("`messages` need an engine started with --tokenizer.")
+    from ppc_extproc.mock_vllm.text import chat_ids  # text routes import this module
+
+    try:
+        return chat_ids(tok, body)
+    except BadRequestError as e:
+        raise RequestRejected(str(e)) from None
+
+
 async def mock_match(request: web.Request) -> web.Response:
     engine = request.app[_ENGINE]
     try:
         body = await _read_json(request)
-        if not isinstance(body, dict) or "prompt" not in body:
-            raise RequestRejected("Body must be an object with `prompt`.")
-        prompts = p.parse_prompt(body["prompt"])
+        if not isinstance(body, dict) or ("prompt" not in body and "messages" not in body):
+            raise RequestRejected("Body must be an object with `prompt` or `messages`.")
+        if "messages" in body:  # a chat body, tokenized as /v1/chat/completions would
+            prompts = [_chat_ids(request, body)]
+        else:
+            prompts = p.parse_prompt(body["prompt"], _encoder(request, body))
         if len(prompts) != 1:
             raise RequestRejected("`prompt` must be a single prompt.")
         salt = body.get("cache_salt")
@@ -326,6 +366,7 @@ def create_app(
     event_encoding: str = "map",
     kv_events_config: dict[str, Any] | None = None,
     engine_index: int = 0,
+    tokenizer: LocalTokenizer | None = None,
 ) -> web.Application:
     """The aiohttp application serving ``engine`` as ``advertised_endpoint`` (``ip:port``)."""
     app = web.Application(client_max_size=64 * 1024 * 1024)
@@ -354,6 +395,11 @@ def create_app(
     app.router.add_post("/mock/restart", mock_restart)
     app.router.add_post("/mock/match", mock_match)
     app.router.add_get("/mock/state", mock_state)
-    # What the peer routers probe beyond inference (routing benchmark); kept in its own module.
-    add_peer_probe_routes(app, engine)
+    if tokenizer is not None:
+        from ppc_extproc.mock_vllm.text import add_text_routes  # text routes import this module
+
+        add_text_routes(app, tokenizer)  # /tokenize with the real tokenizer among them
+    else:
+        # What the peer routers probe beyond inference (routing benchmark); kept in its own module.
+        add_peer_probe_routes(app, engine)
     return app

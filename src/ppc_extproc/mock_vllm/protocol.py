@@ -1,4 +1,5 @@
-"""Request parsing and response shapes of vLLM's OpenAI server, for token prompts (§8.3).
+"""Request parsing and response shapes of vLLM's OpenAI server, for token prompts
+(``vllm-project/vllm: vllm/entrypoints/openai/``).
 
 Shapes follow vLLM's pydantic models field for field (``CompletionResponse``,
 ``CompletionStreamResponse``, ``GenerateResponse``, ``GenerateStreamResponse``, ``UsageInfo``,
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +19,7 @@ from ppc_extproc.mock_vllm.engine import EngineRequest, RequestRejected
 
 __all__ = [
     "CompletionParams",
+    "Encoder",
     "GenerateParams",
     "NotFound",
     "completion_chunk",
@@ -50,15 +52,24 @@ def _is_int(x: object) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
 
-def parse_prompt(prompt: object) -> list[list[int]]:
+#: Text → token ids (the ``--tokenizer``); without one, text is "tokenised" as its UTF-8 bytes.
+Encoder = Callable[[str], list[int]]
+
+
+def _utf8(text: str) -> list[int]:
+    return list(text.encode("utf-8"))
+
+
+def parse_prompt(prompt: object, encode: Encoder | None = None) -> list[list[int]]:
     """``str | [str] | [int] | [[int]]`` → one token list per prompt (ids used verbatim)."""
+    enc = encode or _utf8
     if isinstance(prompt, str):
-        return [list(prompt.encode("utf-8"))]
+        return [enc(prompt)]
     if isinstance(prompt, list) and prompt:
         if all(_is_int(t) for t in prompt):
             return [list(prompt)]
         if all(isinstance(p, str) for p in prompt):
-            return [list(p.encode("utf-8")) for p in prompt]
+            return [enc(p) for p in prompt]
         if all(isinstance(p, list) for p in prompt):
             if not all(all(_is_int(t) for t in p) for p in prompt):
                 raise RequestRejected("Token prompts must contain only integers.")
@@ -128,7 +139,7 @@ class GenerateParams:
     cache_salt: str | None
 
 
-def parse_completion(body: object, served_model: str) -> CompletionParams:
+def parse_completion(body: object, served_model: str, encode: Encoder | None = None) -> CompletionParams:
     """Validate a completions body; raises :class:`RequestRejected` / :class:`NotFound`."""
     if not isinstance(body, dict):
         raise RequestRejected("The request body must be a JSON object.")
@@ -138,7 +149,7 @@ def parse_completion(body: object, served_model: str) -> CompletionParams:
     stream = bool(body.get("stream") or False)
     return CompletionParams(
         model=model,
-        prompts=parse_prompt(body["prompt"]),
+        prompts=parse_prompt(body["prompt"], encode),
         max_tokens=_max_tokens(body.get("max_tokens")),
         stream=stream,
         include_usage=_include_usage(stream, body.get("stream_options")),

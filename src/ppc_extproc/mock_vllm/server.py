@@ -27,6 +27,7 @@ from ppc_extproc.mock_vllm.publisher import (
     ZmqEventPublisher,
     default_topic,
 )
+from ppc_extproc.tokenizer.local import LocalTokenizer
 
 __all__ = [
     "MockVllmFleet",
@@ -64,6 +65,9 @@ class MockVllmOptions:
     buffer_steps: int = 10_000
     hwm: int = 100_000
     count: int = 1
+    #: HF model directory (``tokenizer.json`` + chat template): text, chat and messages are
+    #: tokenized with it and the render/tokenize routes are served; None ⇒ UTF-8 bytes as ids.
+    tokenizer: str | None = None
 
 
 def offset_endpoint(endpoint: str | None, index: int) -> str | None:
@@ -142,7 +146,7 @@ class MockVllmFleet:
         self.engines.clear()
 
 
-async def _start_engine(options: MockVllmOptions, index: int) -> RunningEngine:
+async def _start_engine(options: MockVllmOptions, index: int, tokenizer: LocalTokenizer | None = None) -> RunningEngine:
     sock = _listen(options.host, options.port + index if options.port else 0)
     publisher: EventPublisher | None = None
     try:
@@ -204,6 +208,7 @@ async def _start_engine(options: MockVllmOptions, index: int) -> RunningEngine:
             event_encoding=options.event_encoding,
             kv_events_config=kv_config,
             engine_index=index,
+            tokenizer=tokenizer,
         )
         runner = web.AppRunner(app, shutdown_timeout=0.5, access_log=None)
         await runner.setup()
@@ -238,9 +243,10 @@ async def start_fleet(options: MockVllmOptions) -> MockVllmFleet:
     if options.count < 1:
         raise ValueError("count must be at least 1")
     fleet = MockVllmFleet()
+    tokenizer = LocalTokenizer.from_dir(options.tokenizer) if options.tokenizer else None
     try:
         for i in range(options.count):
-            fleet.engines.append(await _start_engine(options, i))
+            fleet.engines.append(await _start_engine(options, i, tokenizer))
     except BaseException:
         await fleet.stop()
         raise

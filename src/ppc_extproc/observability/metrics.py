@@ -17,18 +17,23 @@ Read at scrape time (``StateCollector``):
     ppc_extproc_kv_transport_total{endpoint,name}, ppc_extproc_kv_source_last_seq{endpoint}
     ppc_extproc_kv_source_lag_seconds{endpoint}, ppc_extproc_kv_source_queue_depth{endpoint}
     ppc_extproc_endpoints
+    ppc_extproc_tokenize_total{producer,backend,outcome}       token producers: ok / passthrough / why not
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-__all__ = ["DECISION_BUCKETS", "Metrics", "StateCollector"]
+if TYPE_CHECKING:
+    from ppc_extproc.framework import PluginState
+
+__all__ = ["DECISION_BUCKETS", "Metrics", "ServiceState", "StateCollector"]
 
 #: 50 µs … 100 ms: the decision is sub-millisecond to a few milliseconds.
 DECISION_BUCKETS = (5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2e-3, 3e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 1e-1)
@@ -102,10 +107,20 @@ class Metrics:
         self.cached_error.observe(reported - predicted)
 
 
+@dataclass(frozen=True, slots=True)
+class ServiceState:
+    """What the scrape-time collector reads from the running service."""
+
+    #: endpoint → {"requests": n, "tokens": n}
+    inflight: Mapping[str, Mapping[str, int]]
+    endpoints: int
+    plugins: Sequence[PluginState]
+
+
 class StateCollector(Collector):
     """Gauges and counters read from live objects at scrape time (index, transport, in-flight)."""
 
-    def __init__(self, state: Callable[[], dict[str, Any]]) -> None:
+    def __init__(self, state: Callable[[], ServiceState]) -> None:
         self._state = state
 
     def collect(self) -> Iterator[Any]:
@@ -114,21 +129,31 @@ class StateCollector(Collector):
         inflight_tokens = GaugeMetricFamily(
             "ppc_extproc_inflight_tokens", "Uncached prompt tokens of in-flight requests.", labels=["endpoint"]
         )
-        for endpoint, counts in state.get("inflight", {}).items():
+        for endpoint, counts in state.inflight.items():
             inflight.add_metric([endpoint], counts["requests"])
             inflight_tokens.add_metric([endpoint], counts["tokens"])
         yield inflight
         yield inflight_tokens
-        yield GaugeMetricFamily("ppc_extproc_endpoints", "Endpoints in the pool.", value=state.get("endpoints", 0))
-        for producer in state.get("producers", []):
-            labels = {"producer": producer["name"]}
-            yield from self._producer(labels, producer)
+        yield GaugeMetricFamily("ppc_extproc_endpoints", "Endpoints in the pool.", value=state.endpoints)
+        tokenize = CounterMetricFamily(
+            "ppc_extproc_tokenize", "Text requests by token producer backend and outcome (ok, or why no ids).",
+            labels=["producer", "backend", "outcome"],
+        )
+        for plugin in state.plugins:
+            if plugin.index is not None:
+                yield from self._producer(plugin)
+            if plugin.tokenize is not None:
+                backend, outcomes = plugin.tokenize
+                for outcome, n in outcomes.items():
+                    tokenize.add_metric([plugin.name, backend, outcome], n)
+        yield tokenize
 
     @staticmethod
-    def _producer(labels: dict[str, str], producer: dict[str, Any]) -> Iterator[Any]:
-        names = list(labels)
-        values = list(labels.values())
-        index = producer["index"]
+    def _producer(plugin: PluginState) -> Iterator[Any]:
+        names = ["producer"]
+        values = [plugin.name]
+        index = plugin.index
+        assert index is not None
         keys = GaugeMetricFamily("ppc_extproc_index_request_keys", "Request keys in the index.", labels=names)
         keys.add_metric(values, index.request_keys)
         yield keys
@@ -144,9 +169,11 @@ class StateCollector(Collector):
         speculative = GaugeMetricFamily(
             "ppc_extproc_speculative_pending_requests", "Requests whose speculative entries await expiry.", labels=names
         )
-        speculative.add_metric(values, producer["speculative_pending"])
+        speculative.add_metric(values, plugin.speculative_pending or 0)
         yield speculative
-        stats = producer["stats"]
+        stats = plugin.kv_events
+        if stats is None:
+            return
         events = CounterMetricFamily("ppc_extproc_kv_events", "KV events applied.", labels=["endpoint", "kind"])
         for (endpoint, kind), n in list(stats.events.items()):
             events.add_metric([endpoint, kind], n)

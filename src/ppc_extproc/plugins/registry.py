@@ -1,12 +1,13 @@
 """Plugin types registered by name, like llm-d's ``Register(pluginType, factory)``.
 
     @register("prefix-cache-scorer")
-    class PrefixCacheScorer:
+    class PrefixCacheScorer(Scorer, DataConsumer):
         @classmethod
         def from_parameters(cls, name: str, params: Section, services: Services) -> PrefixCacheScorer: ...
 
 The factory reads its parameters from a strict ``Section`` (unknown keys are errors naming the
-plugin and the key) and gets shared services (clock, in-flight tracker, engine metrics).
+plugin and the key) and gets the shared services (clock, in-flight tracker, engine-metrics store).
+A type llm-d has but ppc-extproc does not is an error that says what the type does.
 """
 
 from __future__ import annotations
@@ -17,14 +18,14 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
-from ppc_extproc.config.strict import Section
+from ppc_extproc.enginemetrics import EngineMetricsStore
 from ppc_extproc.errors import ConfigError
-
-if TYPE_CHECKING:
-    from ppc_extproc.enginemetrics import EngineMetricsReader
-    from ppc_extproc.scheduling.inflight import InflightTracker
+from ppc_extproc.framework import Plugin
+from ppc_extproc.framework.params import Section
+from ppc_extproc.plugins.unsupported import unsupported_message
+from ppc_extproc.scheduling.inflight import InflightTracker
 
 __all__ = ["PluginFactory", "Services", "create_plugin", "plugin_doc", "register", "registered_types"]
 
@@ -34,42 +35,20 @@ class Services:
     """Shared, process-wide things plugins may need. Tests inject their own."""
 
     clock: Callable[[], float] = time.monotonic
-    #: Other plugins by name, filled in by the loader in config order (for references by name).
-    plugins: dict[str, Any] = field(default_factory=dict)
-    #: Set by the server: in-flight requests/tokens per endpoint (see ``scheduling.inflight``).
-    inflight: Any = None
-    #: Engine metrics per endpoint (an ``enginemetrics.EngineMetricsReader``). The server may set
-    #: its own ``EngineMetricsSource`` before loading the config; otherwise the first plugin that
-    #: asks through ``engine_metrics_source()`` creates one with default options. Either way the
-    #: server starts it: ``attach(pool)``, ``await start()``; ``await stop()`` on shutdown.
-    engine_metrics: EngineMetricsReader | None = None
-
-    def engine_metrics_source(self) -> EngineMetricsReader:
-        """The one shared engine metrics reader, created (not started) on first use."""
-        if self.engine_metrics is None:
-            from ppc_extproc.enginemetrics import EngineMetricsSource
-
-            self.engine_metrics = EngineMetricsSource(clock=self.clock)
-        return self.engine_metrics
-
-    def inflight_tracker(self) -> InflightTracker:
-        """The one shared ``InflightTracker``, created on first use."""
-        if self.inflight is None:
-            from ppc_extproc.scheduling.inflight import InflightTracker
-
-            self.inflight = InflightTracker(clock=self.clock)
-        tracker: InflightTracker = self.inflight
-        return tracker
+    #: Requests routed and not finished, per endpoint (llm-d's in-flight load).
+    inflight: InflightTracker = field(default_factory=InflightTracker)
+    #: Engine metrics per endpoint: metrics extractors write it, load scorers read it.
+    engine_metrics: EngineMetricsStore = field(default_factory=EngineMetricsStore)
 
 
 class PluginFactory(Protocol):
     type_name: str
 
     @classmethod
-    def from_parameters(cls, name: str, params: Section, services: Services) -> Any: ...
+    def from_parameters(cls, name: str, params: Section, services: Services) -> Plugin: ...
 
 
-_REGISTRY: dict[str, type[Any]] = {}
+_REGISTRY: dict[str, type[PluginFactory]] = {}
 _T = TypeVar("_T")
 
 # Modules that register the built-in plugin types when imported.
@@ -78,6 +57,9 @@ _BUILTIN_MODULES = (
     "ppc_extproc.plugins.scorers",
     "ppc_extproc.plugins.pickers",
     "ppc_extproc.plugins.filters",
+    "ppc_extproc.plugins.profile_handlers",
+    "ppc_extproc.plugins.datalayer",
+    "ppc_extproc.plugins.parsers",
     "ppc_extproc.discovery",
 )
 
@@ -90,7 +72,7 @@ def register(type_name: str) -> Callable[[type[_T]], type[_T]]:
         if existing is not None and existing is not cls:
             raise RuntimeError(f"plugin type {type_name!r} registered twice")
         cls.type_name = type_name  # type: ignore[attr-defined]
-        _REGISTRY[type_name] = cls
+        _REGISTRY[type_name] = cls  # type: ignore[assignment]
         return cls
 
     return decorate
@@ -108,22 +90,30 @@ def registered_types() -> list[str]:
 
 
 def plugin_doc(type_name: str) -> str:
-    """The documentation of a plugin type: its module's docstring (type, formula, parameters, YAML)."""
+    """The documentation of a plugin type: its module's docstring (type, formula, parameters, YAML),
+    or the class's own when one module registers several types."""
     _load_builtins()
     cls = _REGISTRY[type_name]
+    own = inspect.cleandoc(cls.__doc__ or "")
+    if own.startswith(f"``{type_name}``"):
+        return own
     module = sys.modules[cls.__module__]
-    return inspect.cleandoc(module.__doc__ or cls.__doc__ or "")
+    return inspect.cleandoc(module.__doc__ or own)
 
 
-def create_plugin(type_name: str, name: str, params: Section, services: Services) -> Any:
-    """Build a plugin from its configuration; ``ConfigError`` for unknown types or parameters."""
+def create_plugin(type_name: str, name: str, params: Section, services: Services, *, path: str = "") -> Plugin:
+    """Build a plugin from its configuration; ``ConfigError`` (at ``path``) for types ppc-extproc
+    does not have and for bad parameters."""
     _load_builtins()
     cls = _REGISTRY.get(type_name)
     if cls is None:
-        raise ConfigError(
-            params.path.rsplit(".", 1)[0] + ".type",
-            f"unsupported plugin type {type_name!r}; supported types: {', '.join(sorted(_REGISTRY))}",
-        )
+        where = path or params.path.rsplit(".", 1)[0] + ".type"
+        message = unsupported_message(type_name)
+        if message is None:
+            message = (
+                f"plugin type {type_name!r} is not registered; supported types: {', '.join(sorted(_REGISTRY))}"
+            )
+        raise ConfigError(where, message)
     plugin = cls.from_parameters(name, params, services)
     params.finish()
     return plugin

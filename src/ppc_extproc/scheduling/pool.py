@@ -1,8 +1,11 @@
-"""The endpoint pool: the current set of serving endpoints, fed by discovery.
+"""The endpoint pool: the current set of serving endpoints, and the one owner of their lifecycle.
 
-Discovery sources call ``replace(endpoints)``; the pool turns the difference into add / update /
-delete events for the extractors (producers with KV-event subscribers). The request path asks for
-``candidates(subset)``: every endpoint, or those matching the data plane's subset hint.
+Discovery (static, file, Kubernetes) calls ``replace(endpoints)`` with the complete list; the pool
+turns the difference into add / update / delete events and hands them to its subscribers — the
+data layer's sources (``endpoint-notification-source`` → its extractors, such as the precise
+producer's KV-event subscribers; ``metrics-data-source`` → its polls). Nothing else adds or
+removes an endpoint. The request path asks for ``candidates(subset)``: every endpoint, or those
+matching the data plane's subset hint.
 """
 
 from __future__ import annotations
@@ -12,8 +15,8 @@ from collections.abc import Callable, Iterable, Sequence
 
 import structlog
 
+from ppc_extproc.framework import Endpoint, EndpointEvent, EndpointEventKind
 from ppc_extproc.ids import EndpointId
-from ppc_extproc.scheduling.types import Endpoint, EndpointEvent, EndpointEventKind
 
 __all__ = ["EndpointPool", "parse_endpoint_list"]
 
@@ -103,6 +106,9 @@ class EndpointPool:
 
     def endpoints(self) -> list[Endpoint]:
         return list(self._endpoints.values())
+
+    def get(self, endpoint_id: EndpointId) -> Endpoint | None:
+        return self._endpoints.get(endpoint_id)
 
     def candidates(self, subset: Sequence[str] | None = None) -> list[Endpoint]:
         """All endpoints, or those the subset hint names (None = no hint; [] = nothing)."""

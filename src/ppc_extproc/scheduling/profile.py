@@ -8,43 +8,30 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import structlog
 
 from ppc_extproc.errors import SaturatedError
+from ppc_extproc.framework import Endpoint, Filter, Picker, ProfileResult, SchedulingContext, Scorer
 from ppc_extproc.ids import EndpointId
-from ppc_extproc.scheduling.types import Endpoint, SchedulingContext
 
-__all__ = ["ProfileResult", "SchedulingProfile", "WeightedScorer"]
+__all__ = ["SchedulingProfile", "WeightedScorer"]
 
 log = structlog.get_logger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
 class WeightedScorer:
-    scorer: Any  # plugins.base.Scorer
+    scorer: Scorer
     weight: float = 1.0
-
-
-@dataclass(slots=True)
-class ProfileResult:
-    """Targets in preference order, with the numbers behind the choice."""
-
-    targets: list[Endpoint]
-    #: scorer name → endpoint → raw score (after clamping)
-    scores: dict[str, dict[EndpointId, float]] = field(default_factory=dict)
-    totals: dict[EndpointId, float] = field(default_factory=dict)
-    #: stage → seconds (filter, score, pick)
-    timings: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
 class SchedulingProfile:
     name: str
-    filters: list[Any] = field(default_factory=list)
+    picker: Picker
+    filters: list[Filter] = field(default_factory=list)
     scorers: list[WeightedScorer] = field(default_factory=list)
-    picker: Any = None
 
     def run(self, ctx: SchedulingContext, candidates: Sequence[Endpoint]) -> ProfileResult:
         """Filter, score and pick. Raises ``SaturatedError`` when filters leave nothing."""
@@ -54,9 +41,9 @@ class SchedulingProfile:
         for flt in self.filters:
             endpoints = flt.filter(ctx, endpoints)
             if not endpoints:
-                raise SaturatedError(f"filter {flt.name} removed every endpoint")
+                raise SaturatedError(f"no endpoints available for the given request (filter {flt.name} left none)")
         t1 = time.perf_counter()
-        totals = {e.id: 0.0 for e in endpoints}
+        totals: dict[EndpointId, float] = {e.id: 0.0 for e in endpoints}
         for weighted in self.scorers:
             scorer = weighted.scorer
             try:

@@ -1,32 +1,76 @@
 """The router: one request in, a decision out — the pure core the ext_proc servicer adapts.
 
-    candidates (pool ∩ subset hint) → producers → profile (filters, scorers, picker)
-    → destination ``ip:port[,ip:port]`` → pre_request hooks (speculative seeding, in-flight, LRU)
+    candidates (pool ∩ subset hint)
+    → producers, in data-dependency order (token ids, then match info)
+    → scheduler (profile handler → profiles: filters, scorers, picker)
+    → destination header value → pre-request hooks (speculative entries, LRUs)
+    … response_complete hooks when the response ends
 """
 
 from __future__ import annotations
 
+import asyncio
 import random
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import structlog
 
-from ppc_extproc.blockkeys import TokenProcessor
-from ppc_extproc.errors import NoEndpointsError
-from ppc_extproc.ids import EndpointId, destination_host_port
-from ppc_extproc.plugins.base import ResponseInfo
+from ppc_extproc.errors import NoEndpointsError, RequestError
+from ppc_extproc.framework import (
+    AsyncDataProducer,
+    DataKey,
+    DataProducer,
+    Endpoint,
+    LLMRequest,
+    PreRequest,
+    RequestParser,
+    ResponseComplete,
+    ResponseInfo,
+    SchedulingContext,
+    SchedulingResult,
+    StreamingKeyProducer,
+)
+from ppc_extproc.ids import destination_host_port
 from ppc_extproc.scheduling.inflight import InflightTracker
 from ppc_extproc.scheduling.pool import EndpointPool
-from ppc_extproc.scheduling.profile import ProfileResult, SchedulingProfile
-from ppc_extproc.scheduling.types import Endpoint, LLMRequest, SchedulingContext
-from ppc_extproc.tokens import TokenField, token_field_for_path
+from ppc_extproc.scheduling.scheduler import Scheduler
 
-__all__ = ["Decision", "Router"]
+__all__ = ["AsyncProducerStep", "Decision", "Pipeline", "ProducerStep", "Router"]
 
 log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerStep:
+    """One producer in run order, with the data it must not run without."""
+
+    producer: DataProducer
+    #: Required inputs: when the producer of one of them failed for this request, skip this one.
+    requires: frozenset[DataKey] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class AsyncProducerStep:
+    """A producer that waits on I/O, awaited under its own timeout."""
+
+    producer: AsyncDataProducer
+    requires: frozenset[DataKey] = frozenset()
+
+
+@dataclass
+class Pipeline:
+    """Everything the router runs, typed by role (built by the configuration loader)."""
+
+    producers: list[ProducerStep | AsyncProducerStep]
+    scheduler: Scheduler
+    pre_request: list[PreRequest] = field(default_factory=list)
+    response_complete: list[ResponseComplete] = field(default_factory=list)
+    #: The producer whose block keys are computed while a large body streams in.
+    streaming: StreamingKeyProducer | None = None
+    #: ``requestHandler.parsers``; None: every path is handled.
+    parsers: list[RequestParser] | None = None
 
 
 @dataclass(slots=True)
@@ -37,7 +81,7 @@ class Decision:
     #: ``x-gateway-destination-endpoint`` value: ``ip:port`` or a comma-separated fallback list.
     destination: str
     ctx: SchedulingContext
-    result: ProfileResult
+    result: SchedulingResult
     #: stage → seconds: produce, filter, score, pick, pre_request
     timings: dict[str, float] = field(default_factory=dict)
 
@@ -47,55 +91,64 @@ class Decision:
 
 
 class Router:
-    """Runs the scheduling pipeline over the endpoint pool."""
+    """Runs the pipeline over the endpoint pool."""
 
-    def __init__(
-        self,
-        pool: EndpointPool,
-        producers: Sequence[Any],
-        profile: SchedulingProfile,
-        hooks: Sequence[Any] = (),
-        inflight: InflightTracker | None = None,
-    ) -> None:
+    def __init__(self, pool: EndpointPool, pipeline: Pipeline, inflight: InflightTracker | None = None) -> None:
         self.pool = pool
-        self.producers = list(producers)
-        self.profile = profile
-        #: Plugins with ``pre_request`` / ``response_complete`` (producers and stateful scorers).
-        self.hooks = list(hooks)
+        self.pipeline = pipeline
         #: Requests routed and not yet answered, per endpoint (read by load scorers).
         self.inflight = inflight if inflight is not None else InflightTracker()
 
-    def route(
+    async def route(
         self, request: LLMRequest, subset: Sequence[str] | None = None, *, dry_run: bool = False
     ) -> Decision:
-        """Pick the destination for ``request``. Raises ``NoEndpointsError`` / ``SaturatedError``."""
+        """Pick the destination for ``request``. Raises ``NoEndpointsError`` / ``SaturatedError`` /
+        ``SchedulingError``; producer failures never fail the request."""
         candidates = self.pool.candidates(subset)
         if not candidates:
             raise NoEndpointsError("failed to find endpoint candidates for serving the request")
         ctx = SchedulingContext(request, candidates, dry_run=dry_run)
         t0 = time.perf_counter()
-        for producer in self.producers:
-            try:
-                producer.produce(ctx)
-            except Exception:  # producer errors never fail the request (prefix score becomes 0)
-                log.exception("producer_failed", producer=producer.name, request_id=request.request_id)
+        await self._produce(ctx)
         t1 = time.perf_counter()
-        result = self.profile.run(ctx, candidates)
-        destination = ",".join(destination_host_port(e.id) for e in result.targets)
+        result = self.pipeline.scheduler.schedule(ctx, candidates)
+        destination = ",".join(destination_host_port(d) for d in result.destinations)
         t2 = time.perf_counter()
         if not dry_run:
             primary = result.targets[0]
             self.inflight.start(request.request_id, primary.id, ctx.uncached_tokens(primary.id))
-            for hook in self.hooks:
-                if hasattr(hook, "pre_request"):
-                    try:
-                        hook.pre_request(ctx, result.targets)
-                    except Exception:
-                        log.exception("pre_request_failed", plugin=hook.name)
-        timings = {"produce": t1 - t0, **result.timings, "pre_request": time.perf_counter() - t2}
+            for hook in self.pipeline.pre_request:
+                try:
+                    hook.pre_request(ctx, result)
+                except Exception:
+                    log.exception("pre_request_failed", plugin=hook.name)
+        timings = {"produce": t1 - t0, **result.primary.timings, "pre_request": time.perf_counter() - t2}
         return Decision(result.targets, destination, ctx, result, timings)
 
-    def route_header_only(self, request: LLMRequest, subset: Sequence[str] | None = None) -> Endpoint:
+    async def _produce(self, ctx: SchedulingContext) -> None:
+        """Run the producers in order; a failed one's outputs are missing for this request, and the
+        producers that require them are skipped (llm-d stops at the first failure)."""
+        failed: set[DataKey] = set()
+        for step in self.pipeline.producers:
+            if failed and not failed.isdisjoint(step.requires):
+                continue
+            try:
+                if isinstance(step, AsyncProducerStep):
+                    timeout = step.producer.produce_timeout_seconds
+                    if timeout is None:
+                        await step.producer.produce_async(ctx)
+                    else:
+                        async with asyncio.timeout(timeout):
+                            await step.producer.produce_async(ctx)
+                else:
+                    step.producer.produce(ctx)
+            except RequestError:  # the client's mistake (a malformed chat body): a 4xx naming the field
+                raise
+            except Exception:  # producer errors never fail the request (prefix score becomes 0)
+                log.exception("producer_failed", producer=step.producer.name, request_id=ctx.request.request_id)
+                failed.update(step.producer.produces())
+
+    def route_header_only(self, subset: Sequence[str] | None = None) -> Endpoint:
         """A request without a body (``GET /v1/models``): any candidate, at random."""
         candidates = self.pool.candidates(subset)
         if not candidates:
@@ -105,25 +158,8 @@ class Router:
     def response_complete(self, ctx: SchedulingContext, info: ResponseInfo) -> None:
         """The response ended (or the stream died): release per-request state in the plugins."""
         self.inflight.finish(ctx.request.request_id)
-        for hook in self.hooks:
-            if hasattr(hook, "response_complete"):
-                try:
-                    hook.response_complete(ctx, info)
-                except Exception:
-                    log.exception("response_complete_failed", plugin=hook.name)
-
-    def streaming_token_field(self, path: str) -> TokenField | None:
-        """The body field carrying token ids for ``path`` (None: no tokens to extract early)."""
-        return token_field_for_path(path)
-
-    def streaming_processor(self) -> tuple[str, TokenProcessor] | None:
-        """The (producer name, token processor) whose block keys can be computed while the body
-        streams in: the first producer that computes request keys from tokens."""
-        for producer in self.producers:
-            processor = getattr(producer, "processor", None)
-            if isinstance(processor, TokenProcessor):
-                return producer.name, processor
-        return None
-
-    def endpoint(self, endpoint_id: EndpointId) -> Endpoint | None:
-        return next((e for e in self.pool.endpoints() if e.id == endpoint_id), None)
+        for hook in self.pipeline.response_complete:
+            try:
+                hook.response_complete(ctx, info)
+            except Exception:
+                log.exception("response_complete_failed", plugin=hook.name)

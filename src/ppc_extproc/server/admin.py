@@ -22,11 +22,28 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from ppc_extproc.errors import RequestError
+from ppc_extproc.framework import LLMRequest, PluginState
 from ppc_extproc.scheduling.router import Router
-from ppc_extproc.scheduling.types import LLMRequest
 from ppc_extproc.tokens import parse_body
 
-__all__ = ["build_admin_app"]
+__all__ = ["build_admin_app", "plugin_state_json"]
+
+
+def plugin_state_json(state: PluginState) -> dict[str, Any]:
+    """A plugin's state as ``/debug/state`` shows it."""
+    out: dict[str, Any] = {"type": state.type_name}
+    if state.index is not None:
+        index = state.index
+        out["index"] = {
+            "requestKeys": index.request_keys, "engineKeys": index.engine_keys, "entries": index.entries,
+            "evictedRequestKeys": index.evicted_request_keys, "evictedEngineKeys": index.evicted_engine_keys,
+        }
+        if state.entries_per_endpoint is not None:
+            out["index"]["entriesPerEndpoint"] = dict(state.entries_per_endpoint)
+    if state.speculative_pending is not None:
+        out["speculativePendingRequests"] = state.speculative_pending
+    out.update(state.details)
+    return out
 
 
 def _json(data: Any, status: int = 200) -> web.Response:
@@ -62,16 +79,12 @@ def build_admin_app(
         path = request.query.get("path", "/v1/completions")
         try:
             parsed = parse_body(path, body, model_override=request.headers.get("x-llm-d-model-name-rewrite"))
-            tokenized = parsed.tokenized
-            llm_request = LLMRequest(
-                f"debug-{uuid.uuid4()}", parsed.model, tokenized, path,
-                prompt_tokens=tokenized.num_tokens() if tokenized else 0,
-            )
-            decision = router.route(llm_request, dry_run=True)
+            llm_request = LLMRequest(f"debug-{uuid.uuid4()}", parsed.model, parsed.tokenized, path, body=body)
+            decision = await router.route(llm_request, dry_run=True)
         except RequestError as error:
             return _json({"error": {"message": error.message, "code": error.status}}, status=error.status)
-        result = decision.result
-        endpoints = []
+        result = decision.result.primary
+        endpoints: list[dict[str, Any]] = []
         for endpoint in decision.ctx.candidates:
             info = decision.ctx.match_info(endpoint.id)
             endpoints.append({
@@ -84,7 +97,12 @@ def build_admin_app(
                 "total": result.totals.get(endpoint.id, 0.0),
             })
         endpoints.sort(key=lambda e: (-e["total"], e["endpoint"]))
-        return _json({"endpoints": endpoints, "picked": decision.destination})
+        return _json({
+            "endpoints": endpoints,
+            "picked": decision.destination,
+            "promptTokens": llm_request.prompt_tokens,
+            "tokenizeOutcome": llm_request.tokenize_outcome,
+        })
 
     app = web.Application(client_max_size=64 * 1024 * 1024)
     app.add_routes([

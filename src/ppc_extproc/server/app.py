@@ -26,12 +26,12 @@ from prometheus_client import CollectorRegistry
 from ppc_extproc.config.epp import LoadedConfig, load_config
 from ppc_extproc.discovery import StaticDiscovery
 from ppc_extproc.errors import ConfigError
-from ppc_extproc.observability.metrics import Metrics, StateCollector
+from ppc_extproc.framework import Discovery, Endpoint, Lifecycle, PluginState
+from ppc_extproc.observability.metrics import Metrics, ServiceState, StateCollector
 from ppc_extproc.plugins.registry import Services
 from ppc_extproc.scheduling.pool import EndpointPool
 from ppc_extproc.scheduling.router import Router
-from ppc_extproc.scheduling.types import Endpoint
-from ppc_extproc.server.admin import build_admin_app
+from ppc_extproc.server.admin import build_admin_app, plugin_state_json
 from ppc_extproc.server.extproc import ExternalProcessor
 from ppc_extproc.server.health import Health
 from ppc_extproc.server.stream import BodyMode, StreamOptions
@@ -62,9 +62,9 @@ class ServeOptions:
     #: Bound on waiting for open streams at shutdown.
     drain_seconds: float = 10.0
     services: Services = field(default_factory=Services)
-    #: A discovery source object (``async run(pool, stop)``) overriding ``endpoints`` and the
-    #: configuration's discovery — for embedding ppc-extproc with another endpoint source.
-    discovery: Any = None
+    #: A discovery source overriding ``endpoints`` and the configuration's discovery (Kubernetes,
+    #: or an embedding application's own endpoint source).
+    discovery: Discovery | None = None
 
 
 class Service:
@@ -74,11 +74,9 @@ class Service:
         self.options = options
         self.loaded = loaded
         self.pool = EndpointPool()
-        engine_metrics = loaded.services.engine_metrics
-        if engine_metrics is not None and hasattr(engine_metrics, "attach"):
-            engine_metrics.attach(self.pool)  # scrapes follow the endpoint set
-        hooks = [p for p in loaded.plugins.values() if hasattr(p, "pre_request") or hasattr(p, "response_complete")]
-        self.router = Router(self.pool, loaded.producers, loaded.profile, hooks, inflight=loaded.services.inflight)
+        # The data layer's sources (and through them the extractors) follow the endpoint set.
+        self.pool.subscribe(loaded.data_layer.notify)
+        self.router = Router(self.pool, loaded.pipeline, inflight=loaded.services.inflight)
         self.registry = CollectorRegistry()
         self.metrics = Metrics(self.registry)
         self.registry.register(StateCollector(self.state_for_metrics))
@@ -88,18 +86,16 @@ class Service:
         self.grpc_port = 0
         self.admin_port = 0
         self._stop: tuple[asyncio.AbstractEventLoop, asyncio.Event] | None = None
-        self.discovery: Any = options.discovery or (
+        discovery = options.discovery or (
             StaticDiscovery(options.endpoints) if options.endpoints is not None else loaded.discovery
         )
-        if self.discovery is None:
+        if discovery is None:
             raise ConfigError(
                 "dataLayer.discovery",
                 "no endpoints: pass --endpoints ip:port,… or configure a discovery plugin "
                 "(e.g. file-discovery) under dataLayer.discovery",
             )
-        for plugin in loaded.plugins.values():
-            if callable(getattr(plugin, "extract", None)):
-                self.pool.subscribe(plugin.extract)
+        self.discovery: Discovery = discovery
 
     @property
     def ready(self) -> bool:
@@ -112,41 +108,21 @@ class Service:
             with contextlib.suppress(RuntimeError):  # the loop already finished: nothing to stop
                 loop.call_soon_threadsafe(stop.set)
 
-    def state_for_metrics(self) -> dict[str, Any]:
-        producers = []
-        for producer in self.loaded.producers:
-            index = getattr(producer, "index", None)
-            if index is None or not hasattr(index, "stats"):
-                continue
-            producers.append({
-                "name": producer.name, "index": index.stats(), "stats": producer.stats,
-                "speculative_pending": producer.speculative.pending(),
-            })
-        return {"inflight": self.router.inflight.snapshot(), "endpoints": len(self.pool), "producers": producers}
+    def plugin_states(self, *, detailed: bool = False) -> list[PluginState]:
+        return [plugin.state(detailed=detailed) for plugin in self.loaded.roles.state_reporters]
+
+    def state_for_metrics(self) -> ServiceState:
+        return ServiceState(self.router.inflight.snapshot(), len(self.pool), self.plugin_states())
 
     def debug_state(self) -> dict[str, Any]:
-        producers = {}
-        for producer in self.loaded.producers:
-            entry: dict[str, Any] = {"type": producer.type_name}
-            index = getattr(producer, "index", None)
-            if index is not None and hasattr(index, "entries_per_endpoint"):
-                stats = index.stats()
-                entry["index"] = {
-                    "requestKeys": stats.request_keys, "engineKeys": stats.engine_keys,
-                    "entries": stats.entries, "entriesPerEndpoint": index.entries_per_endpoint(),
-                    "evictedRequestKeys": stats.evicted_request_keys,
-                }
-                entry["speculativePendingRequests"] = producer.speculative.pending()
-                entry["kvEvents"] = producer.stats.snapshot()
-            producers[producer.name] = entry
         return {
             "ready": self.ready,
             "endpoints": [
                 {"endpoint": e.id, "name": e.name, "rank": e.rank, "labels": dict(e.labels)} for e in self.pool.endpoints()
             ],
             "inflight": self.router.inflight.snapshot(),
-            "producers": producers,
-            "config": {"source": self.loaded.source, "warnings": self.loaded.warnings},
+            "plugins": {state.name: plugin_state_json(state) for state in self.plugin_states(detailed=True)},
+            "config": {"source": self.loaded.source, "warnings": self.loaded.warnings, "injected": self.loaded.injected},
         }
 
 
@@ -195,15 +171,13 @@ async def serve(
     else:
         service.grpc_port = server.add_insecure_port(address)
 
-    started: list[Any] = []
+    started: list[Lifecycle] = []
     runner: web.AppRunner | None = None
     tasks: list[asyncio.Task[Any]] = []
     try:
-        for plugin in loaded.plugins.values():
-            if callable(getattr(plugin, "start", None)):
-                plugin.start()
-                started.append(plugin)
-        await _start_services(loaded.services)
+        for plugin in loaded.roles.lifecycle:
+            await plugin.start()
+            started.append(plugin)
         await service.health.start()
         await server.start()
         if options.admin_port is not None:
@@ -243,10 +217,11 @@ async def serve(
                 await task
         if runner is not None:
             await runner.cleanup()
-        await _stop_services(loaded.services)
         for plugin in reversed(started):
-            with contextlib.suppress(Exception):
-                plugin.stop(5.0)
+            try:
+                await asyncio.wait_for(plugin.stop(), 10.0)
+            except Exception:
+                log.exception("plugin_stop_failed", plugin=plugin.name)
         log.info("service_stopped")
 
 
@@ -260,34 +235,18 @@ async def _wait_synced(service: Service, discovery: asyncio.Task[Any], stop: asy
 
 
 async def _housekeeping(service: Service) -> None:
-    """Speculative-entry expiry, and a safety sweep of in-flight requests never finished."""
+    """Plugins' periodic housekeeping (speculative-entry expiry), and a safety sweep of in-flight
+    requests never finished."""
     ticks = 0
+    clock = service.loaded.services.clock
     while True:
         await asyncio.sleep(_TICK_SECONDS)
         ticks += 1
-        for producer in service.loaded.producers:
-            tick = getattr(producer, "tick", None)
-            if tick is not None:
-                try:
-                    tick()
-                except Exception:
-                    log.exception("producer_tick_failed", producer=producer.name)
+        now = clock()
+        for plugin in service.loaded.roles.tickers:
+            try:
+                plugin.tick(now)
+            except Exception:
+                log.exception("plugin_tick_failed", plugin=plugin.name)
         if ticks % 600 == 0:
             service.router.inflight.expire()
-
-
-async def _start_services(services: Services) -> None:
-    source = services.engine_metrics
-    if source is not None and hasattr(source, "start"):
-        result = source.start()
-        if asyncio.iscoroutine(result):
-            await result
-
-
-async def _stop_services(services: Services) -> None:
-    source = services.engine_metrics
-    if source is not None and hasattr(source, "stop"):
-        with contextlib.suppress(Exception):
-            result = source.stop()
-            if asyncio.iscoroutine(result):
-                await result

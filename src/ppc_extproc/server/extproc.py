@@ -44,7 +44,7 @@ class ExternalProcessor(external_processor_pb2_grpc.ExternalProcessorServicer): 
         cancelled = True
         try:
             async for message in request_iterator:
-                replies, close = stream.handle(message)
+                replies, close = await stream.handle(message)
                 for reply in replies:
                     yield reply
                 if close:

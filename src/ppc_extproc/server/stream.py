@@ -1,11 +1,13 @@
 """One ext_proc stream (one HTTP request) as a state machine: ProcessingRequest in, replies out.
 
-FULL_DUPLEX_STREAMED (``ext_proc_protocol.md`` §4): request headers are held until the body's end
-of stream; then one headers reply routes (destination header, ``Content-Length``,
-``clear_route_cache``, ``envoy.lb`` metadata) and the body goes back in ≤ 62,000-byte chunks.
-BUFFERED (§6): headers are answered at once; the body reply carries the destination.
-Header-only requests are routed at once (§5). Errors are immediate responses (§9), after which the
-stream closes cleanly. The response path echoes the body and records usage (§7).
+FULL_DUPLEX_STREAMED: request headers are held until the body's end of stream; then one headers
+reply routes (destination header, ``Content-Length``, ``clear_route_cache``, ``envoy.lb``
+metadata) and the body goes back in ≤ 62,000-byte chunks. BUFFERED: headers are answered at once;
+the body reply carries the destination. Header-only requests are routed at once. Errors are
+immediate responses, after which the stream closes cleanly. The response path echoes the body and
+records usage. This is the Gateway API Inference Extension's endpoint picker protocol
+(``kubernetes-sigs/gateway-api-inference-extension: docs/proposals/004-endpoint-picker-protocol``)
+as llm-d's EPP implements it (``llm-d/llm-d-router: pkg/epp/handlers/``).
 
 No I/O here: the gRPC servicer feeds messages and sends what comes back, so the whole protocol is
 testable without a network.
@@ -24,15 +26,15 @@ import orjson
 import structlog
 from envoy.service.ext_proc.v3.external_processor_pb2 import ProcessingRequest, ProcessingResponse
 
-from ppc_extproc.errors import PayloadTooLargeError, RequestError
+from ppc_extproc.errors import BadRequestError, PayloadTooLargeError, RequestError
+from ppc_extproc.framework import LLMRequest, ResponseInfo, StreamedKeys
 from ppc_extproc.ids import EndpointId, destination_host_port
 from ppc_extproc.observability.metrics import Metrics
-from ppc_extproc.plugins.base import ResponseInfo
+from ppc_extproc.plugins.parsers import claims_path
 from ppc_extproc.scheduling.router import Decision, Router
-from ppc_extproc.scheduling.types import LLMRequest
 from ppc_extproc.server import messages
 from ppc_extproc.server.usage import UsageParser
-from ppc_extproc.tokens import ParsedBody, parse_body
+from ppc_extproc.tokens import ParsedBody, parse_body, token_field_for_path
 from ppc_extproc.tokens.streaming import StreamingPrompt
 
 __all__ = ["BodyMode", "ExtProcStream", "StreamOptions"]
@@ -129,7 +131,7 @@ class ExtProcStream:
 
     # --- entry points ----------------------------------------------------------------------------
 
-    def handle(self, message: ProcessingRequest) -> tuple[list[ProcessingResponse], bool]:
+    async def handle(self, message: ProcessingRequest) -> tuple[list[ProcessingResponse], bool]:
         """Replies for one inbound message, and True when the stream should now close."""
         if not self._mode_known:
             self._learn_mode(message)
@@ -140,9 +142,9 @@ class ExtProcStream:
             if kind == "request_headers":
                 return self._request_headers(message.request_headers)
             if kind == "request_body":
-                return self._request_body(message.request_body)
+                return await self._request_body(message.request_body)
             if kind == "request_trailers":
-                return self._request_trailers()
+                return await self._request_trailers()
             if kind == "response_headers":
                 return self._response_headers(message.response_headers), False
             if kind == "response_body":
@@ -200,7 +202,7 @@ class ExtProcStream:
 
     def _route_header_only(self) -> list[ProcessingResponse]:
         self.phase = _Phase.ROUTED
-        endpoint = self.router.route_header_only(LLMRequest(self.request_id, "", path=self.path), self._subset())
+        endpoint = self.router.route_header_only(self._subset())
         self.metrics.count_request("header_only", 200)
         destination = destination_host_port(endpoint.id)
         return [messages.route_headers_response(destination, self._id_header())]
@@ -214,7 +216,7 @@ class ExtProcStream:
             return None
         return [value] if isinstance(value, str) else list(value)
 
-    def _request_body(self, body: Any) -> tuple[list[ProcessingResponse], bool]:
+    async def _request_body(self, body: Any) -> tuple[list[ProcessingResponse], bool]:
         if self.phase is _Phase.START:  # body without headers: route it with default headers
             self.metrics.anomalies.labels("out_of_order").inc()
             self.phase = _Phase.BODY
@@ -230,53 +232,57 @@ class ExtProcStream:
         self.body += chunk
         if not body.end_of_stream and len(self.body) >= STREAMING_THRESHOLD_BYTES:
             if self.prompt is None:
-                field = self.router.streaming_token_field(self.path)
+                field = token_field_for_path(self.path)
+                streaming = self.router.pipeline.streaming
                 if field is not None:
-                    self.prompt = StreamingPrompt(field, self.router.streaming_processor())
+                    producer = (streaming.name, streaming.streaming_processor) if streaming is not None else None
+                    self.prompt = StreamingPrompt(field, producer)
             if self.prompt is not None:
                 self.prompt.feed(self.body)
         if body.end_of_stream:
-            return self._route_body(end_of_stream=True), False
+            return await self._route_body(end_of_stream=True), False
         if self._full_duplex:
             return [], False
         return [messages.continue_body()], False  # BUFFERED_PARTIAL / STREAMED: one reply per chunk
 
-    def _request_trailers(self) -> tuple[list[ProcessingResponse], bool]:
+    async def _request_trailers(self) -> tuple[list[ProcessingResponse], bool]:
         if self.phase is _Phase.BODY:  # trailers end the body (llm-d ignores them and times out)
-            replies = self._route_body(end_of_stream=False)
+            replies = await self._route_body(end_of_stream=False)
             return [*replies, messages.continue_trailers()], False
         return [messages.continue_trailers()], False
 
-    def _route_body(self, *, end_of_stream: bool) -> list[ProcessingResponse]:
+    async def _route_body(self, *, end_of_stream: bool) -> list[ProcessingResponse]:
         started = time.perf_counter()
+        parsers = self.router.pipeline.parsers
+        if parsers is not None and not claims_path(parsers, self.path):
+            raise BadRequestError(f"no configured parser handles the request path {self.path.split('?', 1)[0]}")
         body = bytes(self.body)
         rewrite = next((self.headers[h] for h in _REWRITE_HEADERS if self.headers.get(h)), None)
         parsed = None
-        precomputed = None
+        streamed_keys: StreamedKeys | None = None
         if self.prompt is not None:
             streamed = self.prompt.finish(body, rewrite)
             if streamed is not None:
                 parsed, precomputed = streamed
+                for producer, keys in precomputed.items():
+                    streamed_keys = StreamedKeys(producer, parsed.model, keys[0])  # type: ignore[arg-type]
         if parsed is None:
             if body:
                 parsed = parse_body(self.path, body, model_override=rewrite)
-            else:  # an empty body is routed like a header-only request, then echoed (spec §4.4)
+            else:  # an empty body is routed like a header-only request, then echoed (as llm-d does)
                 parsed = ParsedBody(rewrite or "", False, None, rewrite or "")
         parse_done = time.perf_counter()
         self.stream_flag = parsed.stream
-        tokenized = parsed.tokenized
-        request = LLMRequest(
-            self.request_id, parsed.model, tokenized, self.path, self.headers,
-            prompt_tokens=tokenized.num_tokens() if tokenized else 0,
-        )
-        if precomputed is not None:
-            request.precomputed_keys.update(precomputed)
-        self.decision = self.router.route(request, self._subset())
-        self.phase = _Phase.ROUTED
         forwarded = body
         if parsed.model != parsed.body_model:
             forwarded = self._rewritten(body, parsed.model)
-        extra = [*self._id_header()]
+        request = LLMRequest(
+            self.request_id, parsed.model, parsed.tokenized, self.path, self.headers,
+            body=forwarded, streamed_keys=streamed_keys,
+        )
+        self.decision = await self.router.route(request, self._subset())
+        self.phase = _Phase.ROUTED
+        extra = [*self._id_header(), *self.decision.result.headers]
         if self._full_duplex:
             if forwarded:
                 extra.append(("Content-Length", str(len(forwarded))))
@@ -318,10 +324,11 @@ class ExtProcStream:
                 "destination": decision.destination,
                 "model": decision.ctx.request.model,
                 "promptTokens": decision.ctx.request.prompt_tokens,
+                "tokenizeOutcome": decision.ctx.request.tokenize_outcome,
                 "matchBlocks": info.match_blocks if info else None,
                 "totalBlocks": info.total_blocks if info else None,
                 "cachedTokensPredicted": info.cached_tokens if info else None,
-                "totals": {ep: round(v, 6) for ep, v in decision.result.totals.items()},
+                "totals": {ep: round(v, 6) for ep, v in decision.result.primary.totals.items()},
                 "decisionMs": round(elapsed * 1e3, 3),
             })
 

@@ -32,6 +32,9 @@ class TokenizedPrompt:
     features: tuple[MultimodalFeature, ...] = ()
     #: vLLM's ``cache_salt``; folded into block 0's extras when non-empty.
     cache_salt: str | None = None
+    #: False for estimated ids (llm-d's byte-packing backend): locality keys only, which can never
+    #: match the engine's blocks, so the precise producer ignores them.
+    exact: bool = True
 
     def num_tokens(self) -> int:
         return sum(len(p) for p in self.prompts) // 4

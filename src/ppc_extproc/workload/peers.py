@@ -42,7 +42,8 @@ from typing import Self
 
 from ppc_extproc.localcluster.balancer import start_balancer
 from ppc_extproc.localcluster.ports import PortAllocator
-from ppc_extproc.localcluster.processes import ManagedProcess, ProcessGroup, wait_for_http
+from ppc_extproc.localcluster.processes import ManagedProcess, ProcessGroup
+from ppc_extproc.localcluster.readiness import wait_for_http
 
 __all__ = ["PEERS", "KvEventSources", "PeerDeployment", "PeerRouter", "peer"]
 

@@ -75,12 +75,18 @@ class Policy:
 
 
 def _config(plugins: Sequence[Mapping[str, Any]], profile: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    return {
+    config: dict[str, Any] = {
         "apiVersion": "llm-d.ai/v1alpha1",
         "kind": "EndpointPickerConfig",
         "plugins": [dict(p) for p in plugins],
         "schedulingProfiles": [{"name": "default", "plugins": [dict(p) for p in profile]}],
     }
+    if any(p["type"] == _PRECISE for p in plugins):  # its KV-event subscribers follow the endpoints
+        config["plugins"].insert(0, {"type": "endpoint-notification-source"})
+        config["dataLayer"] = {"sources": [
+            {"pluginRef": "endpoint-notification-source", "extractors": [{"pluginRef": _PRECISE}]},
+        ]}
+    return config
 
 
 def _picker_only(picker: str) -> dict[str, Any]:

@@ -67,7 +67,7 @@ def test_admin_endpoints(tmp_path: Path) -> None:
         base = f"http://127.0.0.1:{svc.admin_port}"
         assert http("GET", base + "/healthz")[0] == 200
         assert http("GET", base + "/readyz")[0] == 200
-        producer = svc.loaded.producers[0]
+        producer = svc.loaded.roles.producers[0]
         tokens = list(range(640))
         keys = producer.block_keys(TokenizedPrompt("m", (tokens_to_le32(tokens),)))[0]
         producer.index.add(None, keys[:30], [PodEntry("10.2.0.2:8000", "gpu")])
@@ -105,9 +105,9 @@ def test_admin_endpoints(tmp_path: Path) -> None:
 
         state = json.loads(http("GET", base + "/debug/state")[1])
         assert [e["endpoint"] for e in state["endpoints"]] == ["10.2.0.1:8000", "10.2.0.2:8000"]
-        index = state["producers"]["precise-prefix-cache-producer"]["index"]
+        index = state["plugins"]["precise-prefix-cache-producer"]["index"]
         assert index["entriesPerEndpoint"]["10.2.0.2:8000"] == 40  # 30 confirmed + speculative on all 40
-        assert state["producers"]["precise-prefix-cache-producer"]["speculativePendingRequests"] == 1
+        assert state["plugins"]["precise-prefix-cache-producer"]["speculativePendingRequests"] == 1
 
 
 def test_health_services(tmp_path: Path) -> None:

@@ -1,5 +1,6 @@
 """Endpoint-picker protocol conformance over a real gRPC channel (no Envoy): every row of the
-test-case table of ext_proc_protocol.md §14, in FULL_DUPLEX_STREAMED and BUFFERED."""
+test cases of llm-d's EPP handlers (llm-d/llm-d-router: pkg/epp/handlers/*_test.go), in
+FULL_DUPLEX_STREAMED and BUFFERED."""
 
 from __future__ import annotations
 
@@ -70,7 +71,7 @@ def client(service):
 
 
 def producer(service):
-    return service.loaded.producers[0]
+    return service.loaded.roles.producers[0]
 
 
 def cache_on(service, endpoint: str, tokens: list[int]) -> None:

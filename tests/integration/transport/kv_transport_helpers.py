@@ -20,7 +20,7 @@ import zmq
 
 from ppc_extproc.events.apply import EventApplier
 from ppc_extproc.events.transport import ReplayPolicy, TransportTuning
-from ppc_extproc.scheduling.types import Endpoint
+from ppc_extproc.framework import Endpoint
 
 MODEL = "my-model"
 POD_PORT = 8000

@@ -18,7 +18,7 @@ from kv_transport_wire import MAP_STORED_H0_H1, TOKENS_1_32, chain
 
 from ppc_extproc.events.apply import EventApplier
 from ppc_extproc.events.config import KVEventsConfig, PodDiscoveryConfig
-from ppc_extproc.scheduling.types import Endpoint, EndpointEvent, EndpointEventKind
+from ppc_extproc.framework import Endpoint, EndpointEvent, EndpointEventKind
 
 
 def test_remove_closes_the_subscriber_and_clears_the_index(
@@ -138,7 +138,7 @@ def test_producer_drives_the_transport_from_discovery_events(zctx: zmq.Context[A
         kv_events=KVEventsConfig(pod_discovery=PodDiscoveryConfig(socket_port=pub.port or 0))
     )
     producer = PrecisePrefixCacheProducer(config=config)
-    producer.start()
+    producer.start_transport()
     try:
         producer.extract(EndpointEvent(EndpointEventKind.ADDED, pub.endpoint))
         pub.wait_subscribed()
@@ -148,5 +148,5 @@ def test_producer_drives_the_transport_from_discovery_events(zctx: zmq.Context[A
         producer.extract(EndpointEvent(EndpointEventKind.DELETED, pub.endpoint))
         wait_until(lambda: holds(applier, pub.endpoint_id, TOKENS_1_32) == 0, what="cleared on delete")
     finally:
-        producer.stop(5.0)
+        producer.stop_transport(5.0)
         pub.close()

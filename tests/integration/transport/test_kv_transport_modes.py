@@ -74,7 +74,7 @@ def test_per_endpoint_attributes_events_to_the_endpoint_not_the_topic(
 def test_per_endpoint_uses_socket_port_plus_rank(
     zctx: zmq.Context[Any], applier: EventApplier, make_transport: Any
 ) -> None:
-    from ppc_extproc.scheduling.types import Endpoint
+    from ppc_extproc.framework import Endpoint
 
     base = free_port("127.0.0.4")
     rank1 = Publisher(zctx, "127.0.0.4", base + 1, topic=f"kv@127.0.0.4:8001@{MODEL}".encode())
@@ -140,7 +140,7 @@ def test_central_mode_takes_the_endpoint_from_the_topic(
 def test_central_mode_remove_clears_and_ignores_the_pod_until_re_added(
     zctx: zmq.Context[Any], applier: EventApplier, make_transport: Any
 ) -> None:
-    from ppc_extproc.scheduling.types import Endpoint
+    from ppc_extproc.framework import Endpoint
 
     port = free_port()
     transport = make_transport(central=f"tcp://127.0.0.1:{port}")

@@ -17,7 +17,7 @@ from ppc_extproc.events.transport.policy import ReplayPolicy, TransportTuning
 from ppc_extproc.events.transport.zmq_transport import ZmqTransport
 
 if TYPE_CHECKING:
-    from ppc_extproc.scheduling.types import Endpoint
+    from ppc_extproc.framework import Endpoint
 
 __all__ = [
     "EventTransport",

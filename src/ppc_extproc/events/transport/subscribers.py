@@ -31,7 +31,7 @@ from ppc_extproc.events.transport.sockets import (
 from ppc_extproc.events.transport.source import Source
 
 if TYPE_CHECKING:
-    from ppc_extproc.scheduling.types import Endpoint
+    from ppc_extproc.framework import Endpoint
 
 __all__ = ["UNATTRIBUTED", "Subscribers"]
 

@@ -44,7 +44,7 @@ from ppc_extproc.events.transport.sockets import close_socket
 from ppc_extproc.events.transport.subscribers import UNATTRIBUTED, Subscribers
 
 if TYPE_CHECKING:
-    from ppc_extproc.scheduling.types import Endpoint
+    from ppc_extproc.framework import Endpoint
 
 __all__ = ["ZmqTransport"]
 

@@ -3,5 +3,6 @@
 from __future__ import annotations
 
 from ppc_extproc.plugins.filters.prefix_cache_affinity import PrefixCacheAffinityFilter
+from ppc_extproc.plugins.filters.role import DecodeFilter
 
-__all__ = ["PrefixCacheAffinityFilter"]
+__all__ = ["DecodeFilter", "PrefixCacheAffinityFilter"]

@@ -38,13 +38,20 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
-from ppc_extproc.config.strict import Section
 from ppc_extproc.errors import ConfigError
+from ppc_extproc.framework import (
+    PREFIX_CACHE_MATCH_INFO,
+    Consumes,
+    DataConsumer,
+    Endpoint,
+    Filter,
+    SchedulingContext,
+)
+from ppc_extproc.framework.params import Section
 from ppc_extproc.matchinfo import match_info_key
 from ppc_extproc.plugins.registry import Services, register
 from ppc_extproc.plugins.scorers.prefix_cache import APPROXIMATE_PRODUCER
 from ppc_extproc.scheduling.inflight import InflightTracker
-from ppc_extproc.scheduling.types import Endpoint, SchedulingContext
 
 __all__ = ["PrefixCacheAffinityFilter"]
 
@@ -52,9 +59,7 @@ _CALIBRATION_KEYS = ("prefillCalibrationFile", "prefillCalibrationFingerprint", 
 
 
 @register("prefix-cache-affinity-filter")
-class PrefixCacheAffinityFilter:
-    type_name: str
-
+class PrefixCacheAffinityFilter(Filter, DataConsumer):
     def __init__(
         self,
         name: str,
@@ -74,8 +79,16 @@ class PrefixCacheAffinityFilter:
         self.max_ttft_penalty_ms = max_ttft_penalty_ms
         self.peak_prefill_throughput = peak_prefill_throughput
         self.producer_name = producer_name
-        self.attribute_key = match_info_key(producer_name or APPROXIMATE_PRODUCER)
+        self.attribute_key = match_info_key(self.reads)
         self.rng = rng or random.Random()
+
+    @property
+    def reads(self) -> str:
+        """The producer whose match info this filter reads."""
+        return self.producer_name or APPROXIMATE_PRODUCER
+
+    def consumes(self) -> tuple[Consumes, ...]:
+        return (Consumes(PREFIX_CACHE_MATCH_INFO, self.reads),)
 
     @classmethod
     def from_parameters(cls, name: str, params: Section, services: Services) -> PrefixCacheAffinityFilter:
@@ -94,7 +107,7 @@ class PrefixCacheAffinityFilter:
         params.string("latencyPredictionInfoProducerName", "")
         return cls(
             name,
-            services.inflight_tracker(),
+            services.inflight,
             affinity_threshold=threshold,
             exploration_probability=exploration,
             max_ttft_penalty_ms=penalty,

@@ -4,16 +4,25 @@ from __future__ import annotations
 
 import random
 import threading
+from typing import Self
 
-from ppc_extproc.config.strict import Section
+from ppc_extproc.framework import Picker
+from ppc_extproc.framework.params import Section
 from ppc_extproc.plugins.registry import Services
 
-__all__ = ["BasePicker"]
+__all__ = ["BasePicker", "max_num_of_endpoints"]
 
 
-class BasePicker:
-    type_name: str
+def max_num_of_endpoints(name: str, params: Section) -> int:
+    """``maxNumOfEndpoints`` (default 1); ≤ 0 becomes 1 with a warning, as llm-d silently does."""
+    value = params.integer("maxNumOfEndpoints", 1)
+    if value <= 0:
+        params.warn("maxNumOfEndpoints", f"{value} is replaced by 1 (llm-d does the same silently)")
+        return 1
+    return value
 
+
+class BasePicker(Picker):
     def __init__(self, name: str, max_endpoints: int = 1, rng: random.Random | None = None) -> None:
         self.name = name
         self.max_endpoints = max_endpoints
@@ -21,5 +30,5 @@ class BasePicker:
         self._lock = threading.Lock()
 
     @classmethod
-    def from_parameters(cls, name: str, params: Section, services: Services) -> BasePicker:
-        return cls(name, params.integer("maxNumOfEndpoints", 1, minimum=1))
+    def from_parameters(cls, name: str, params: Section, services: Services) -> Self:
+        return cls(name, max_num_of_endpoints(name, params))

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ppc_extproc.framework import Endpoint, SchedulingContext
 from ppc_extproc.plugins.pickers._base import BasePicker
 from ppc_extproc.plugins.registry import register
-from ppc_extproc.scheduling.types import Endpoint, SchedulingContext
 
 __all__ = ["MaxScorePicker"]
 

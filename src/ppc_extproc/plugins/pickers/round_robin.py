@@ -22,18 +22,17 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 
-from ppc_extproc.config.strict import Section
+from ppc_extproc.framework import Endpoint, Picker, SchedulingContext
+from ppc_extproc.framework.params import Section
+from ppc_extproc.plugins.pickers._base import max_num_of_endpoints
 from ppc_extproc.plugins.registry import Services, register
-from ppc_extproc.scheduling.types import Endpoint, SchedulingContext
 
 __all__ = ["RoundRobinPicker"]
 
 
 @register("round-robin-picker")
-class RoundRobinPicker:
+class RoundRobinPicker(Picker):
     """Cycles through the candidates in endpoint-id order, ignoring scores."""
-
-    type_name: str
 
     def __init__(self, name: str, max_endpoints: int = 1) -> None:
         self.name = name
@@ -43,7 +42,7 @@ class RoundRobinPicker:
 
     @classmethod
     def from_parameters(cls, name: str, params: Section, services: Services) -> RoundRobinPicker:
-        return cls(name, params.integer("maxNumOfEndpoints", 1, minimum=1))
+        return cls(name, max_num_of_endpoints(name, params))
 
     def pick(self, ctx: SchedulingContext, scored: Sequence[tuple[Endpoint, float]]) -> list[Endpoint]:
         endpoints = sorted((e for e, _ in scored), key=lambda e: e.id)

@@ -1,16 +1,17 @@
 """``approx-prefix-cache-producer``: prefix match per endpoint from this router's own routing history.
 
-Type        ``approx-prefix-cache-producer`` (producer, with ``pre_request`` and ``extract``)
+Type        ``approx-prefix-cache-producer`` (producer, with ``pre_request`` and ``extract``;
+            created with defaults when a scorer reads it and it is not configured, as in llm-d)
 produce     token ids → block hashes → per candidate, the longest run of the request's blocks from
             block 0 held in that endpoint's LRU ⇒ ``PrefixCacheMatchInfo`` under
             ``PrefixCacheMatchInfoDataKey/<name>`` (summed over prompts) for every candidate
 pre_request record the request's block hashes in the primary target's LRU (not on dry runs)
 extract     a deleted endpoint's LRU is dropped
-Inputs      ``ctx.request.tokenized`` (little-endian uint32 token ids); none ⇒ no attribute
-            engine metrics (``autoTune``): ``cache_config_info`` block size and GPU blocks
+Consumes    ``TokenizedPrompt`` (exact or estimated ids: only locality matters here); none ⇒ no
+            attribute. Engine metrics (``autoTune``, optional): ``cache_config_info`` block size
+            and GPU blocks, when a metrics data source is configured
 
-Hashes (llm-d ``prefixhash``, xxh64): ``parent = xxh64(model ‖ cache_salt)``; for each block of
-``blockSize`` tokens (the last one may be partial) ``h = xxh64(le64(xxh64(token bytes)) ‖ le64(parent))``.
+Hashes: llm-d's ``prefixhash`` chain (``blockkeys.prefixhash``; the last block may be partial).
 
 Parameters (llm-d names and defaults)
     autoTune               true   block size and LRU capacity from engine metrics when known
@@ -35,28 +36,38 @@ re-reads it from the first candidate per request, so it can change between reque
 
 from __future__ import annotations
 
-import struct
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 
 import structlog
-import xxhash
 
-from ppc_extproc.config.strict import Section
+from ppc_extproc.blockkeys.prefixhash import prefix_block_hashes
 from ppc_extproc.enginemetrics import EngineMetricsReader
-from ppc_extproc.ids import EndpointId
-from ppc_extproc.matchinfo import PrefixCacheMatchInfo, match_info_key
-from ppc_extproc.plugins.registry import Services, register
-from ppc_extproc.scheduling.types import (
+from ppc_extproc.framework import (
+    ENGINE_METRICS,
+    PREFIX_CACHE_MATCH_INFO,
+    TOKENIZED_PROMPT,
+    Consumes,
+    DataKey,
+    DataProducer,
     Endpoint,
     EndpointEvent,
     EndpointEventKind,
+    EndpointExtractor,
+    PluginState,
+    PreRequest,
     SchedulingContext,
+    SchedulingResult,
+    StateReporter,
 )
+from ppc_extproc.framework.params import Section
+from ppc_extproc.ids import EndpointId
+from ppc_extproc.matchinfo import PrefixCacheMatchInfo, match_info_key
+from ppc_extproc.plugins.registry import Services, register
 from ppc_extproc.tokens import TokenizedPrompt
 
-__all__ = ["ApproxPrefixCacheProducer", "block_hashes"]
+__all__ = ["ApproxPrefixCacheProducer"]
 
 log = structlog.get_logger(__name__)
 
@@ -66,23 +77,6 @@ DEFAULT_MAX_PREFIX_BLOCKS = 2048
 DEFAULT_MAX_PREFIX_TOKENS = 131072
 DEFAULT_LRU_CAPACITY_PER_SERVER = 31250
 MAX_LRU_CAPACITY = 1 << 20
-
-_PAIR = struct.Struct("<QQ")
-
-
-def block_hashes(tokens: bytes, model: str, cache_salt: str | None, block_size: int, max_blocks: int) -> list[int]:
-    """llm-d's approximate-prefix block hashes of one prompt (``tokens``: LE uint32 bytes)."""
-    parent = xxhash.xxh64_intdigest(model.encode() + (cache_salt or "").encode())
-    step = block_size * 4
-    view = memoryview(tokens)
-    out: list[int] = []
-    digest = xxhash.xxh64_intdigest
-    pack = _PAIR.pack
-    for start in range(0, min(len(tokens), max_blocks * step), step):
-        parent = digest(pack(digest(view[start : start + step]), parent))
-        out.append(parent)
-    return out
-
 
 class _EndpointBlocks:
     """One endpoint's routing history: block hashes, least recently routed first."""
@@ -112,10 +106,8 @@ class _EndpointBlocks:
 
 
 @register("approx-prefix-cache-producer")
-class ApproxPrefixCacheProducer:
+class ApproxPrefixCacheProducer(DataProducer, PreRequest, EndpointExtractor, StateReporter):
     """Writes ``PrefixCacheMatchInfoDataKey/<name>`` for every candidate endpoint."""
-
-    type_name: str
 
     def __init__(
         self,
@@ -164,8 +156,17 @@ class ApproxPrefixCacheProducer:
             lru_capacity_per_server=params.integer(
                 "lruCapacityPerServer", DEFAULT_LRU_CAPACITY_PER_SERVER, minimum=0
             ),
-            metrics=services.engine_metrics_source() if auto_tune else None,
+            metrics=services.engine_metrics if auto_tune else None,
         )
+
+    def produces(self) -> frozenset[DataKey]:
+        return frozenset({DataKey(PREFIX_CACHE_MATCH_INFO, self.name)})
+
+    def consumes(self) -> tuple[Consumes, ...]:
+        needs = [Consumes(TOKENIZED_PROMPT)]
+        if self.auto_tune:
+            needs.append(Consumes(ENGINE_METRICS, required=False))
+        return tuple(needs)
 
     # --- sizes ---------------------------------------------------------------------------------
 
@@ -200,7 +201,7 @@ class ApproxPrefixCacheProducer:
     def hashes(self, tokenized: TokenizedPrompt, block_size: int) -> list[list[int]]:
         """Block hashes of each prompt (empty prompts give an empty list)."""
         cap = self.max_blocks(block_size)
-        return [block_hashes(p, tokenized.model, tokenized.cache_salt, block_size, cap) for p in tokenized.prompts]
+        return [prefix_block_hashes(p, tokenized.model, tokenized.cache_salt, block_size, cap) for p in tokenized.prompts]
 
     def produce(self, ctx: SchedulingContext) -> None:
         """Write match info for every candidate; nothing when the request has no tokens."""
@@ -230,13 +231,13 @@ class ApproxPrefixCacheProducer:
 
     # --- after the pick ------------------------------------------------------------------------
 
-    def pre_request(self, ctx: SchedulingContext, targets: Sequence[Endpoint]) -> None:
+    def pre_request(self, ctx: SchedulingContext, result: SchedulingResult) -> None:
         """Remember that the primary target now holds this request's blocks."""
         state = ctx.plugin_data.get(self.name)
-        if state is None or ctx.dry_run or not targets:
+        if state is None or not result.targets:
             return
         block_size, per_prompt = state
-        endpoint_id = targets[0].id
+        endpoint_id = result.targets[0].id
         capacity = self.capacity(endpoint_id, block_size)
         with self._lock:
             blocks = self._endpoints.get(endpoint_id)
@@ -261,3 +262,6 @@ class ApproxPrefixCacheProducer:
         """Remembered blocks per endpoint (debug state; never the hashes themselves)."""
         with self._lock:
             return {ep: len(b.blocks) for ep, b in self._endpoints.items()}
+
+    def state(self, *, detailed: bool = False) -> PluginState:
+        return PluginState(self.name, self.type_name, details={"blocksPerEndpoint": self.blocks_per_endpoint()})

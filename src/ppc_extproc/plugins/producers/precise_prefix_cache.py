@@ -1,6 +1,9 @@
 """``precise-prefix-cache-producer``: prefix match per endpoint from the KV-event-fed index.
 
-Type        ``precise-prefix-cache-producer`` (producer, with ``pre_request`` and ``extract``)
+Type        ``precise-prefix-cache-producer`` (producer; also an endpoint extractor and a
+            pre-request hook)
+Consumes    ``TokenizedPrompt`` — exact token ids only (from the body or an exact token producer;
+            estimated ids are ignored: they could never match a KV event)
 produce     tokens → request keys → index lookup → ``PrefixCacheMatchInfo`` for every candidate
             under ``PrefixCacheMatchInfoDataKey/<name>``: matchBlocks = int(tier-weighted longest
             consecutive prefix), totalBlocks, blockSizeTokens, cachedBlockCount,
@@ -19,6 +22,8 @@ Parameters  (llm-d's names; defaults in brackets)
               ``podDiscoveryConfig.socketPort`` [5557], ``replaySocketPort`` [0 = off],
               ``queueSize`` [10000 messages per source]
             ``speculativeIndexing`` [false], ``speculativeTTL`` ["2s"]
+Streaming   for token-id bodies of 64 KiB or more, block keys are computed while the body streams
+            in (``streaming_processor``); ``produce`` then only looks them up
 
     plugins:
     - type: precise-prefix-cache-producer
@@ -28,21 +33,39 @@ Parameters  (llm-d's names; defaults in brackets)
         kvEventsConfig:
           podDiscoveryConfig: {socketPort: 5556, replaySocketPort: 5559}
 
-Spec: ``block_keys_and_index.md`` §5.2, §6, §7.1.
+Follows ``llm-d/llm-d-router: pkg/epp/framework/plugins/requestcontrol/dataproducer/preciseprefixcache/``
+and the indexer in ``pkg/kvcache/``.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 import structlog
 
 from ppc_extproc.blockkeys import TokenProcessor, compute_block_extras, fold_cache_salt
-from ppc_extproc.config.strict import Section
 from ppc_extproc.events.apply import EventApplier
 from ppc_extproc.events.stats import IngestStats
+from ppc_extproc.framework import (
+    PREFIX_CACHE_MATCH_INFO,
+    TOKENIZED_PROMPT,
+    Consumes,
+    DataKey,
+    DataProducer,
+    EndpointEvent,
+    EndpointEventKind,
+    EndpointExtractor,
+    Lifecycle,
+    PluginState,
+    PreRequest,
+    SchedulingContext,
+    SchedulingResult,
+    StateReporter,
+    StreamingKeyProducer,
+    Ticker,
+)
+from ppc_extproc.framework.params import Section
 from ppc_extproc.ids import EndpointId, RequestKey
 from ppc_extproc.index import InMemoryIndex, SpeculativeIndexer
 from ppc_extproc.matchinfo import PrefixCacheMatchInfo, PrefixScore, match_info_key, score_prefix_runs
@@ -51,8 +74,10 @@ from ppc_extproc.plugins.producers.precise_prefix_cache_config import (
     parse_producer_config,
 )
 from ppc_extproc.plugins.registry import Services, register
-from ppc_extproc.scheduling.types import Endpoint, EndpointEvent, EndpointEventKind, SchedulingContext
 from ppc_extproc.tokens import TokenizedPrompt
+
+if TYPE_CHECKING:
+    from ppc_extproc.events.transport import EventTransport
 
 __all__ = ["PrecisePrefixCacheProducer"]
 
@@ -60,10 +85,10 @@ log = structlog.get_logger(__name__)
 
 
 @register("precise-prefix-cache-producer")
-class PrecisePrefixCacheProducer:
+class PrecisePrefixCacheProducer(
+    DataProducer, PreRequest, EndpointExtractor, Lifecycle, Ticker, StateReporter, StreamingKeyProducer
+):
     """Writes ``PrefixCacheMatchInfoDataKey/<name>`` for every candidate endpoint."""
-
-    type_name: str
 
     def __init__(
         self,
@@ -87,7 +112,7 @@ class PrecisePrefixCacheProducer:
             self.index, self.config.speculative_ttl_seconds, clock=services.clock
         )
         #: The KV-event transport (ZMQ subscribers); created in ``start``.
-        self.transport: Any = None
+        self.transport: EventTransport | None = None
 
     @classmethod
     def from_parameters(
@@ -99,24 +124,50 @@ class PrecisePrefixCacheProducer:
     def block_size(self) -> int:
         return self.processor.block_size
 
+    @property
+    def streaming_processor(self) -> TokenProcessor:
+        return self.processor
+
+    def produces(self) -> frozenset[DataKey]:
+        return frozenset({DataKey(PREFIX_CACHE_MATCH_INFO, self.name)})
+
+    def consumes(self) -> tuple[Consumes, ...]:
+        return (Consumes(TOKENIZED_PROMPT, exact_tokens=True),)
+
     # --- lifecycle -----------------------------------------------------------------------------
 
-    def start(self) -> None:
-        """Start the KV-event transport (subscriber thread)."""
-        from ppc_extproc.events.transport import create_transport
+    async def start(self) -> None:
+        """Start the KV-event transport (its own subscriber thread)."""
+        self.start_transport()
+
+    def start_transport(self) -> None:
+        from ppc_extproc.events.transport import create_transport  # ZMQ is loaded only when used
 
         if self.transport is None:
             self.transport = create_transport(self.config.kv_events, self.applier, self.stats)
             self.transport.start()
 
-    def stop(self, timeout: float = 5.0) -> None:
+    async def stop(self) -> None:
+        self.stop_transport()
+
+    def stop_transport(self, timeout: float = 5.0) -> None:
         if self.transport is not None:
             self.transport.stop(timeout)
             self.transport = None
 
-    def tick(self, now: float | None = None) -> None:
+    def tick(self, now: float) -> None:
         """Periodic housekeeping: expire speculative entries."""
         self.speculative.expire(now)
+
+    def state(self, *, detailed: bool = False) -> PluginState:
+        return PluginState(
+            self.name, self.type_name,
+            index=self.index.stats(),
+            entries_per_endpoint=self.index.entries_per_endpoint() if detailed else None,
+            speculative_pending=self.speculative.pending(),
+            kv_events=self.stats,
+            details={"kvEvents": self.stats.snapshot()} if detailed else {},
+        )
 
     # --- keys ----------------------------------------------------------------------------------
 
@@ -138,13 +189,14 @@ class PrecisePrefixCacheProducer:
     def produce(self, ctx: SchedulingContext) -> None:
         """Write match info for every candidate; nothing when the request has no full block."""
         tokenized = ctx.request.tokenized
-        if tokenized is None:
+        if tokenized is None or not tokenized.exact:
             return
         started = time.perf_counter()
-        precomputed = ctx.request.precomputed_keys.get(self.name)
-        keys_per_prompt: list[list[RequestKey]] = (
-            self.block_keys(tokenized) if precomputed is None else precomputed  # type: ignore[assignment]
-        )
+        streamed = ctx.request.streamed_keys
+        if streamed is not None and streamed.producer == self.name and streamed.model == tokenized.model:
+            keys_per_prompt = [streamed.keys]
+        else:
+            keys_per_prompt = self.block_keys(tokenized)
         keyed = time.perf_counter()
         ctx.timings["keys"] = ctx.timings.get("keys", 0.0) + keyed - started
         total_blocks = sum(len(k) for k in keys_per_prompt)
@@ -197,13 +249,13 @@ class PrecisePrefixCacheProducer:
 
     # --- after the pick ------------------------------------------------------------------------
 
-    def pre_request(self, ctx: SchedulingContext, targets: Sequence[Endpoint]) -> None:
+    def pre_request(self, ctx: SchedulingContext, result: SchedulingResult) -> None:
         """Seed speculative entries for the primary target (all keys of every prompt)."""
-        if not self.config.speculative_indexing or ctx.dry_run or not targets:
+        if not self.config.speculative_indexing or not result.targets:
             return
         keys_per_prompt = ctx.plugin_data.get(self.name)
         if keys_per_prompt:
-            self.speculative.seed(targets[0].id, keys_per_prompt)
+            self.speculative.seed(result.targets[0].id, keys_per_prompt)
 
     # --- endpoint lifecycle --------------------------------------------------------------------
 

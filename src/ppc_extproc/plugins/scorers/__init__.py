@@ -6,6 +6,7 @@ from ppc_extproc.plugins.scorers.active_request import ActiveRequestScorer
 from ppc_extproc.plugins.scorers.kv_cache_utilization import KVCacheUtilizationScorer
 from ppc_extproc.plugins.scorers.load_aware import LoadAwareScorer
 from ppc_extproc.plugins.scorers.no_hit_lru import NoHitLRUScorer
+from ppc_extproc.plugins.scorers.precise_prefix_cache import PrecisePrefixCacheScorer
 from ppc_extproc.plugins.scorers.prefix_cache import PrefixCacheScorer
 from ppc_extproc.plugins.scorers.queue_depth import QueueScorer
 from ppc_extproc.plugins.scorers.running_requests import RunningRequestsScorer
@@ -16,6 +17,7 @@ __all__ = [
     "KVCacheUtilizationScorer",
     "LoadAwareScorer",
     "NoHitLRUScorer",
+    "PrecisePrefixCacheScorer",
     "PrefixCacheScorer",
     "QueueScorer",
     "RunningRequestsScorer",

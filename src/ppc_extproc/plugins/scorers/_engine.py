@@ -1,7 +1,7 @@
-"""Helpers shared by the scorers that read engine metrics (not a plugin).
+"""Shared parts of the scorers that read engine metrics (not a plugin).
 
-Policy for every metrics-based scorer: an endpoint whose metrics are missing (no successful scrape
-yet) or stale (no successful scrape within the staleness window) is **not scored**. The profile
+Policy for every metrics-based scorer: an endpoint whose metrics are missing (no successful poll
+yet) or stale (no successful poll within the staleness window) is **not scored**. The profile
 then counts 0 for it — the worst value of every load scorer — so an engine that stopped answering
 can never look attractive, and a fleet with no metrics at all scores 0 everywhere (the scorer does
 not influence the pick). Min-max scorers also leave such endpoints out of the min and max.
@@ -10,12 +10,15 @@ not influence the pick). Min-max scorers also leave such endpoints out of the mi
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Self
 
 from ppc_extproc.enginemetrics import EngineMetrics, EngineMetricsReader
+from ppc_extproc.framework import ENGINE_METRICS, Consumes, DataConsumer, Endpoint, Scorer
+from ppc_extproc.framework.params import Section
 from ppc_extproc.ids import EndpointId
-from ppc_extproc.scheduling.types import Endpoint
+from ppc_extproc.plugins.registry import Services
 
-__all__ = ["fresh_metrics", "min_max_inverse"]
+__all__ = ["EngineMetricsScorer", "fresh_metrics", "min_max_inverse"]
 
 
 def fresh_metrics(reader: EngineMetricsReader, endpoint_id: str) -> EngineMetrics | None:
@@ -43,3 +46,18 @@ def min_max_inverse(
     if high == low:
         return dict.fromkeys(values, 1.0)
     return {ep: (high - v) / (high - low) for ep, v in values.items()}
+
+
+class EngineMetricsScorer(Scorer, DataConsumer):
+    """Base of the scorers that read the engine-metrics store (and nothing else)."""
+
+    def __init__(self, name: str, metrics: EngineMetricsReader) -> None:
+        self.name = name
+        self.metrics = metrics
+
+    @classmethod
+    def from_parameters(cls, name: str, params: Section, services: Services) -> Self:
+        return cls(name, services.engine_metrics)
+
+    def consumes(self) -> tuple[Consumes, ...]:
+        return (Consumes(ENGINE_METRICS),)

@@ -16,19 +16,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ppc_extproc.config.strict import Section
+from ppc_extproc.framework import Endpoint, SchedulingContext, Scorer
+from ppc_extproc.framework.params import Section
 from ppc_extproc.ids import EndpointId
 from ppc_extproc.plugins.registry import Services, register
 from ppc_extproc.scheduling.inflight import InflightTracker
-from ppc_extproc.scheduling.types import Endpoint, SchedulingContext
 
 __all__ = ["ActiveRequestScorer"]
 
 
 @register("active-request-scorer")
-class ActiveRequestScorer:
-    type_name: str
-
+class ActiveRequestScorer(Scorer):
     def __init__(
         self,
         name: str,
@@ -44,11 +42,12 @@ class ActiveRequestScorer:
     @classmethod
     def from_parameters(cls, name: str, params: Section, services: Services) -> ActiveRequestScorer:
         params.string("inFlightLoadProducerName", "")  # accepted: in-flight load is tracked here
-        inflight = services.inflight if services.inflight is not None else InflightTracker()
-        services.inflight = inflight
+        if params.has("requestTimeout"):
+            params.string("requestTimeout", "")
+            params.warn("requestTimeout", "deprecated and ignored: in-flight tracking ends with each response")
         return cls(
             name,
-            inflight,
+            services.inflight,
             params.integer("idleThreshold", 0, minimum=0),
             params.number("maxBusyScore", 1.0, minimum=0.0, maximum=1.0),
         )

@@ -17,28 +17,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ppc_extproc.config.strict import Section
-from ppc_extproc.enginemetrics import EngineMetricsReader
+from ppc_extproc.framework import Endpoint, SchedulingContext
 from ppc_extproc.ids import EndpointId
-from ppc_extproc.plugins.registry import Services, register
-from ppc_extproc.plugins.scorers._engine import fresh_metrics
-from ppc_extproc.scheduling.types import Endpoint, SchedulingContext
+from ppc_extproc.plugins.registry import register
+from ppc_extproc.plugins.scorers._engine import EngineMetricsScorer, fresh_metrics
 
 __all__ = ["KVCacheUtilizationScorer"]
 
 
 @register("kv-cache-utilization-scorer")
-class KVCacheUtilizationScorer:
-    type_name: str
-
-    def __init__(self, name: str, metrics: EngineMetricsReader) -> None:
-        self.name = name
-        self.metrics = metrics
-
-    @classmethod
-    def from_parameters(cls, name: str, params: Section, services: Services) -> KVCacheUtilizationScorer:
-        return cls(name, services.engine_metrics_source())
-
+class KVCacheUtilizationScorer(EngineMetricsScorer):
     def score(self, ctx: SchedulingContext, endpoints: Sequence[Endpoint]) -> dict[EndpointId, float]:
         scores: dict[EndpointId, float] = {}
         for endpoint in endpoints:

@@ -17,29 +17,26 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ppc_extproc.config.strict import Section
 from ppc_extproc.enginemetrics import EngineMetricsReader
+from ppc_extproc.framework import Endpoint, SchedulingContext
+from ppc_extproc.framework.params import Section
 from ppc_extproc.ids import EndpointId
 from ppc_extproc.plugins.registry import Services, register
-from ppc_extproc.plugins.scorers._engine import fresh_metrics
-from ppc_extproc.scheduling.types import Endpoint, SchedulingContext
+from ppc_extproc.plugins.scorers._engine import EngineMetricsScorer, fresh_metrics
 
 __all__ = ["LoadAwareScorer"]
 
 
 @register("load-aware-scorer")
-class LoadAwareScorer:
-    type_name: str
-
+class LoadAwareScorer(EngineMetricsScorer):
     def __init__(self, name: str, metrics: EngineMetricsReader, threshold: int = 128) -> None:
-        self.name = name
-        self.metrics = metrics
+        super().__init__(name, metrics)
         self.threshold = threshold
 
     @classmethod
     def from_parameters(cls, name: str, params: Section, services: Services) -> LoadAwareScorer:
         threshold = params.integer("threshold", 128, minimum=1)
-        return cls(name, services.engine_metrics_source(), threshold)
+        return cls(name, services.engine_metrics, threshold)
 
     def score(self, ctx: SchedulingContext, endpoints: Sequence[Endpoint]) -> dict[EndpointId, float]:
         scores: dict[EndpointId, float] = {}

@@ -24,25 +24,32 @@ import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 
-from ppc_extproc.config.strict import Section
+from ppc_extproc.framework import (
+    PREFIX_CACHE_MATCH_INFO,
+    Consumes,
+    DataConsumer,
+    Endpoint,
+    PreRequest,
+    SchedulingContext,
+    SchedulingResult,
+    Scorer,
+)
+from ppc_extproc.framework.params import Section
 from ppc_extproc.ids import EndpointId
 from ppc_extproc.matchinfo import match_info_key
 from ppc_extproc.plugins.registry import Services, register
 from ppc_extproc.plugins.scorers.prefix_cache import APPROXIMATE_PRODUCER
-from ppc_extproc.scheduling.types import Endpoint, SchedulingContext
 
 __all__ = ["NoHitLRUScorer"]
 
 
 @register("no-hit-lru-scorer")
-class NoHitLRUScorer:
-    type_name: str
-
+class NoHitLRUScorer(Scorer, DataConsumer, PreRequest):
     def __init__(self, name: str = "no-hit-lru-scorer", lru_size: int = 1024, producer_name: str = "") -> None:
         self.name = name
         self.lru_size = lru_size
         self.producer_name = producer_name
-        self.attribute_key = match_info_key(producer_name or APPROXIMATE_PRODUCER)
+        self.attribute_key = match_info_key(self.reads)
         #: endpoint id → None, least recently used first.
         self._lru: OrderedDict[EndpointId, None] = OrderedDict()
         self._lock = threading.Lock()
@@ -56,6 +63,14 @@ class NoHitLRUScorer:
             params.integer("lruSize", 1024, minimum=1),
             params.string("prefixMatchInfoProducerName", ""),
         )
+
+    @property
+    def reads(self) -> str:
+        """The producer whose match info this scorer reads."""
+        return self.producer_name or APPROXIMATE_PRODUCER
+
+    def consumes(self) -> tuple[Consumes, ...]:
+        return (Consumes(PREFIX_CACHE_MATCH_INFO, self.reads),)
 
     def is_cold(self, ctx: SchedulingContext, endpoints: Sequence[Endpoint]) -> bool:
         for endpoint in endpoints:
@@ -82,14 +97,15 @@ class NoHitLRUScorer:
                 scores[endpoint.id] = max(0.0, 1.0 - (len(never_used) + pos) / (n - 1))
         return scores
 
-    def pre_request(self, ctx: SchedulingContext, targets: Sequence[Endpoint]) -> None:
+    def pre_request(self, ctx: SchedulingContext, result: SchedulingResult) -> None:
         """A cold request was routed: its primary target becomes the most recently used."""
         cold = ctx.plugin_data.pop(self.name, False)
-        if not cold or ctx.dry_run or not targets:
+        if not cold or not result.targets:
             return
+        primary = result.targets[0].id
         with self._lock:
-            self._lru[targets[0].id] = None
-            self._lru.move_to_end(targets[0].id)
+            self._lru[primary] = None
+            self._lru.move_to_end(primary)
             while len(self._lru) > self.lru_size:
                 self._lru.popitem(last=False)
 

@@ -24,12 +24,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ppc_extproc.config.strict import Section
 from ppc_extproc.errors import ConfigError
+from ppc_extproc.framework import (
+    PREFIX_CACHE_MATCH_INFO,
+    Consumes,
+    DataConsumer,
+    Endpoint,
+    SchedulingContext,
+    Scorer,
+)
+from ppc_extproc.framework.params import Section
 from ppc_extproc.ids import EndpointId
 from ppc_extproc.matchinfo import PrefixCacheMatchInfo, match_info_key
 from ppc_extproc.plugins.registry import Services, register
-from ppc_extproc.scheduling.types import Endpoint, SchedulingContext
 
 __all__ = ["APPROXIMATE_PRODUCER", "PrefixCacheScorer", "prefix_score"]
 
@@ -49,9 +56,7 @@ def prefix_score(info: PrefixCacheMatchInfo | None, weight: float = 0.0, scale_t
 
 
 @register("prefix-cache-scorer")
-class PrefixCacheScorer:
-    type_name: str
-
+class PrefixCacheScorer(Scorer, DataConsumer):
     def __init__(
         self,
         name: str = "prefix-cache-scorer",
@@ -64,7 +69,7 @@ class PrefixCacheScorer:
         self.producer_name = producer_name
         self.match_length_weight = match_length_weight
         self.match_length_scale_tokens = match_length_scale_tokens
-        self.attribute_key = match_info_key(producer_name or APPROXIMATE_PRODUCER)
+        self.attribute_key = match_info_key(self.reads)
 
     @classmethod
     def from_parameters(cls, name: str, params: Section, services: Services) -> PrefixCacheScorer:
@@ -76,6 +81,14 @@ class PrefixCacheScorer:
                 "must be greater than 0 when matchLengthWeight > 0",
             )
         return cls(name, params.string("prefixMatchInfoProducerName", ""), weight, scale)
+
+    @property
+    def reads(self) -> str:
+        """The producer whose match info this scorer reads."""
+        return self.producer_name or APPROXIMATE_PRODUCER
+
+    def consumes(self) -> tuple[Consumes, ...]:
+        return (Consumes(PREFIX_CACHE_MATCH_INFO, self.reads),)
 
     def score(self, ctx: SchedulingContext, endpoints: Sequence[Endpoint]) -> dict[EndpointId, float]:
         return {

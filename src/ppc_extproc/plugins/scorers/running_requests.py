@@ -15,27 +15,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ppc_extproc.config.strict import Section
-from ppc_extproc.enginemetrics import EngineMetricsReader
+from ppc_extproc.framework import Endpoint, SchedulingContext
 from ppc_extproc.ids import EndpointId
-from ppc_extproc.plugins.registry import Services, register
-from ppc_extproc.plugins.scorers._engine import min_max_inverse
-from ppc_extproc.scheduling.types import Endpoint, SchedulingContext
+from ppc_extproc.plugins.registry import register
+from ppc_extproc.plugins.scorers._engine import EngineMetricsScorer, min_max_inverse
 
 __all__ = ["RunningRequestsScorer"]
 
 
 @register("running-requests-size-scorer")
-class RunningRequestsScorer:
-    type_name: str
-
-    def __init__(self, name: str, metrics: EngineMetricsReader) -> None:
-        self.name = name
-        self.metrics = metrics
-
-    @classmethod
-    def from_parameters(cls, name: str, params: Section, services: Services) -> RunningRequestsScorer:
-        return cls(name, services.engine_metrics_source())
-
+class RunningRequestsScorer(EngineMetricsScorer):
     def score(self, ctx: SchedulingContext, endpoints: Sequence[Endpoint]) -> dict[EndpointId, float]:
         return min_max_inverse(self.metrics, endpoints, lambda m: m.running)

@@ -29,12 +29,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ppc_extproc.config.strict import Section
+from ppc_extproc.framework import (
+    PREFIX_CACHE_MATCH_INFO,
+    Consumes,
+    DataConsumer,
+    Endpoint,
+    SchedulingContext,
+    Scorer,
+)
+from ppc_extproc.framework.params import Section
 from ppc_extproc.ids import EndpointId
 from ppc_extproc.matchinfo import match_info_key
 from ppc_extproc.plugins.registry import Services, register
 from ppc_extproc.scheduling.inflight import InflightTracker
-from ppc_extproc.scheduling.types import Endpoint, SchedulingContext
 
 __all__ = ["TokenLoadScorer", "request_token_load"]
 
@@ -48,9 +55,7 @@ def request_token_load(ctx: SchedulingContext, endpoint_id: str, attribute_key: 
 
 
 @register("token-load-scorer")
-class TokenLoadScorer:
-    type_name: str
-
+class TokenLoadScorer(Scorer, DataConsumer):
     def __init__(
         self,
         name: str,
@@ -61,13 +66,14 @@ class TokenLoadScorer:
         self.name = name
         self.inflight = inflight
         self.queue_threshold_tokens = queue_threshold_tokens
-        #: None: the best cached prefix over all producers' match info.
-        self.attribute_key: str | None = None
-        if producer_name:
-            # Only a named producer is exposed to the loader, which checks that it exists (an
-            # unnamed one would be bound to the approximate producer, created if missing).
-            self.producer_name = producer_name
-            self.attribute_key = match_info_key(producer_name)
+        #: "" ⇒ the best cached prefix over all producers' match info (no producer is required).
+        self.producer_name = producer_name
+        self.attribute_key: str | None = match_info_key(producer_name) if producer_name else None
+
+    def consumes(self) -> tuple[Consumes, ...]:
+        if not self.producer_name:
+            return ()
+        return (Consumes(PREFIX_CACHE_MATCH_INFO, self.producer_name),)
 
     @classmethod
     def from_parameters(cls, name: str, params: Section, services: Services) -> TokenLoadScorer:
@@ -75,7 +81,7 @@ class TokenLoadScorer:
         params.string("inFlightLoadProducerName", "")
         params.number("nonTextTokenWeight", 1.0)
         producer = params.string("prefixMatchInfoProducerName", "")
-        return cls(name, services.inflight_tracker(), threshold, producer)
+        return cls(name, services.inflight, threshold, producer)
 
     def score(self, ctx: SchedulingContext, endpoints: Sequence[Endpoint]) -> dict[EndpointId, float]:
         threshold = self.queue_threshold_tokens

@@ -3,6 +3,7 @@
     section = Section(params, "plugins[1].parameters", owner="precise-prefix-cache-producer")
     size = section.integer("size", 100, minimum=1)
     section.finish()   # unknown keys are an error naming the key and the owner
+    section.warn("blockSize", "deprecated; use blockSizeTokens")   # collected for the loader
 """
 
 from __future__ import annotations
@@ -10,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from ppc_extproc.config.durations import parse_go_duration
 from ppc_extproc.errors import ConfigError
+from ppc_extproc.framework.durations import parse_go_duration
 
 __all__ = ["Section"]
 
@@ -25,7 +26,7 @@ def _type_name(value: Any) -> str:
 class Section:
     """One mapping of a configuration document, read field by field."""
 
-    def __init__(self, data: Any, path: str, owner: str | None = None) -> None:
+    def __init__(self, data: Any, path: str, owner: str | None = None, warnings: list[str] | None = None) -> None:
         if data is None:
             data = {}
         if not isinstance(data, dict):
@@ -33,7 +34,18 @@ class Section:
         self.data: dict[str, Any] = data
         self.path = path
         self.owner = owner
+        #: Shared by every section of one document: accepted-but-questionable inputs.
+        self.warnings: list[str] = warnings if warnings is not None else []
         self._seen: set[str] = set()
+
+    def warn(self, key: str, message: str) -> None:
+        """Record a warning about ``key`` (deprecated, ignored or replaced values)."""
+        where = self.child_path(key) if key else self.path
+        self.warnings.append(f"{where}: {message}" if where else message)
+
+    def sub(self, data: Any, path: str, owner: str | None = None) -> Section:
+        """Another mapping of the same document (warnings go to the same list)."""
+        return Section(data, path, owner or self.owner, self.warnings)
 
     def child_path(self, key: str) -> str:
         return f"{self.path}.{key}" if self.path else key
@@ -92,7 +104,7 @@ class Section:
             raise ConfigError(self.child_path(key), str(exc)) from None
 
     def section(self, key: str) -> Section:
-        return Section(self.raw(key, {}), self.child_path(key), self.owner)
+        return Section(self.raw(key, {}), self.child_path(key), self.owner, self.warnings)
 
     def items(self, key: str) -> Iterator[tuple[str, Any]]:
         """Elements of a list field with their paths (``key[i]``)."""

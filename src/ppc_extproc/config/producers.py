@@ -1,0 +1,201 @@
+"""Producers of the data consumers need: default producers, metrics defaults, run order.
+
+llm-d's ``CreateMissingDataProducers`` and producer DAG (``llm-d/llm-d-router:
+pkg/epp/datalayer/data_graph.go``), with ppc-extproc's differences:
+
+* ``TokenizedPrompt``: a body that carries token ids is exact tokens already. The estimate
+  ``token-producer`` is created only when some consumer accepts estimated ids (approximate and
+  burst producers); a precise producer never would use them.
+* ``PrefixCacheMatchInfoDataKey/approx-prefix-cache-producer``: created with defaults when a
+  scorer reads it (a ``prefix-cache-scorer`` without ``prefixMatchInfoProducerName``), with a
+  warning when a precise producer is configured — that silent misconfiguration costs llm-d users
+  their precise routing.
+* Engine metrics: ``metrics-data-source`` + ``core-metrics-extractor`` are injected (unless
+  ``dataLayer.injectDefaults: false``) when a configured plugin requires engine metrics; llm-d
+  injects them always, which costs a poll per endpoint every 50 ms that nobody reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Protocol
+
+from ppc_extproc.config.datalayer import DataLayer
+from ppc_extproc.errors import ConfigError
+from ppc_extproc.framework import (
+    ENGINE_METRICS,
+    PREFIX_CACHE_MATCH_INFO,
+    TOKENIZED_PROMPT,
+    AsyncDataProducer,
+    Consumes,
+    DataConsumer,
+    DataKey,
+    DataProducer,
+    MetricsExtractor,
+    Plugin,
+    PollingSource,
+    classify,
+    plays,
+)
+from ppc_extproc.scheduling.router import AsyncProducerStep, ProducerStep
+
+__all__ = ["APPROXIMATE_PRODUCER", "order_producers", "resolve_producers"]
+
+APPROXIMATE_PRODUCER = "approx-prefix-cache-producer"
+PRECISE_PRODUCER = "precise-prefix-cache-producer"
+TOKEN_PRODUCER = "token-producer"
+METRICS_SOURCE = "metrics-data-source"
+METRICS_EXTRACTOR = "core-metrics-extractor"
+
+Producer = DataProducer | AsyncDataProducer
+
+
+class LoaderState(Protocol):
+    """What resolving producers reads and extends of a load in progress (``epp._Builder``)."""
+
+    plugins: dict[str, Plugin]
+    paths: dict[str, str]
+    warnings: list[str]
+    injected: list[str]
+
+    def inject(self, type_name: str, name: str, why: str) -> Plugin: ...
+
+
+def _produced(producers: Sequence[Producer]) -> set[DataKey]:
+    keys: set[DataKey] = set()
+    for producer in producers:
+        keys.update(producer.produces())
+    return keys
+
+
+def _needs(consumers: Sequence[DataConsumer], data_type: str) -> list[tuple[DataConsumer, Consumes]]:
+    return [(c, need) for c in consumers for need in c.consumes() if need.data_type == data_type]
+
+
+def resolve_producers(builder: LoaderState, layer: DataLayer, inject_defaults: bool) -> None:
+    """Create the default producers of required data nobody produces (transitively); raise
+    ``ConfigError`` naming the consumer when there is none."""
+    configured_approx = any(p.type_name == APPROXIMATE_PRODUCER for p in builder.plugins.values())
+    warned: set[str] = set()
+    while True:
+        roles = classify(builder.plugins.values())
+        produced = _produced(roles.producers)
+        precise = [p.name for p in roles.producers if p.type_name == PRECISE_PRODUCER]
+        missing: tuple[DataConsumer, Consumes] | None = None
+        for consumer, need in _needs(roles.consumers, PREFIX_CACHE_MATCH_INFO):
+            if need.producer == APPROXIMATE_PRODUCER and precise and not configured_approx and consumer.name not in warned:
+                warned.add(consumer.name)
+                builder.warnings.append(
+                    f"{builder.paths.get(consumer.name, consumer.name)}: {consumer.type_name} '{consumer.name}' does "
+                    f"not set prefixMatchInfoProducerName, so it reads the approximate producer, not the precise "
+                    f"producer '{precise[0]}'; set prefixMatchInfoProducerName: {precise[0]} to use KV-event data"
+                )
+            if need.required and not any(need.satisfied_by(k) for k in produced):
+                missing = (consumer, need)
+                break
+        if missing is not None:
+            consumer, need = missing
+            if need.producer != APPROXIMATE_PRODUCER:
+                producers = ", ".join(p.name for p in roles.producers) or "none"
+                raise ConfigError(
+                    f"{builder.paths.get(consumer.name, consumer.name)}.parameters.prefixMatchInfoProducerName",
+                    f"no producer named '{need.producer}' (producers: {producers}); {need}, consumed by "
+                    f"{consumer.name}",
+                )
+            builder.inject(APPROXIMATE_PRODUCER, APPROXIMATE_PRODUCER, f"{need}, consumed by {consumer.name}")
+            continue
+        if not any(k.data_type == TOKENIZED_PROMPT for k in produced):
+            estimating = [c for c, need in _needs(roles.consumers, TOKENIZED_PROMPT) if need.required and not need.exact_tokens]
+            if estimating:
+                builder.inject(
+                    TOKEN_PRODUCER, TOKEN_PRODUCER,
+                    f"TokenizedPrompt (estimate backend), consumed by {', '.join(c.name for c in estimating)}",
+                )
+                continue
+        break
+    _warn_unread(builder)
+    _resolve_engine_metrics(builder, layer, inject_defaults)
+
+
+def _warn_unread(builder: LoaderState) -> None:
+    """A match-info producer no consumer names is wasted work (a common misnaming)."""
+    roles = classify(builder.plugins.values())
+    needs = [need for _, need in _needs(roles.consumers, PREFIX_CACHE_MATCH_INFO)]
+    for producer in roles.producers:
+        for key in producer.produces():
+            if key.data_type == PREFIX_CACHE_MATCH_INFO and not any(n.satisfied_by(key) for n in needs):
+                builder.warnings.append(
+                    f"{builder.paths.get(producer.name, producer.name)}: {producer.type_name} '{producer.name}' "
+                    f"produces {key} but nothing reads it (a scorer names its producer with "
+                    "prefixMatchInfoProducerName; unnamed ones read approx-prefix-cache-producer)"
+                )
+
+
+def _resolve_engine_metrics(builder: LoaderState, layer: DataLayer, inject_defaults: bool) -> None:
+    roles = classify(builder.plugins.values())
+    readers = [c.name for c, need in _needs(roles.consumers, ENGINE_METRICS) if need.required]
+    if not readers or layer.metrics_extractors():
+        return
+    if not inject_defaults:
+        builder.warnings.append(
+            f"{', '.join(readers)} read engine metrics, but no metrics data source is configured and "
+            "dataLayer.injectDefaults is false: they score every endpoint 0"
+        )
+        return
+    existing_source = builder.plugins.get(METRICS_SOURCE)
+    source = existing_source if plays(existing_source, PollingSource) else None
+    if source is None:
+        created = builder.inject(METRICS_SOURCE, METRICS_SOURCE, f"engine metrics, read by {', '.join(readers)}")
+        assert plays(created, PollingSource)
+        source = created
+    existing_extractor = builder.plugins.get(METRICS_EXTRACTOR)
+    extractor = existing_extractor if plays(existing_extractor, MetricsExtractor) else None
+    if extractor is None:
+        made = builder.inject(METRICS_EXTRACTOR, METRICS_EXTRACTOR, f"parses {METRICS_SOURCE}'s polls")
+        assert plays(made, MetricsExtractor)
+        extractor = made
+    source.attach([extractor])
+    if source not in layer.polling_sources:
+        layer.polling_sources.append(source)
+    builder.injected.append(f"dataLayer.sources += {{{source.name} → [{extractor.name}]}}")
+
+
+def order_producers(
+    producers: Sequence[Producer], paths: Mapping[str, str]
+) -> list[ProducerStep | AsyncProducerStep]:
+    """Producers in dependency order (a consumer after the producers of its data), ties in
+    configuration order. Raises ``ConfigError`` on a cycle."""
+    keys = {p.name: p.produces() for p in producers}
+    deps: dict[str, set[str]] = {}
+    requires: dict[str, set[DataKey]] = {}
+    for producer in producers:
+        deps[producer.name] = set()
+        requires[producer.name] = set()
+        for need in producer.consumes():
+            for other in producers:
+                if other is producer:
+                    continue
+                matched = [k for k in keys[other.name] if need.satisfied_by(k)]
+                if matched:
+                    deps[producer.name].add(other.name)
+                    if need.required:
+                        requires[producer.name].update(matched)
+    ordered: list[Producer] = []
+    done: set[str] = set()
+    pending = list(producers)
+    while pending:
+        ready = next((p for p in pending if deps[p.name] <= done), None)
+        if ready is None:
+            cycle = " → ".join(p.name for p in pending)
+            raise ConfigError(paths.get(pending[0].name, "plugins"), f"producer dependency cycle among: {cycle}")
+        ordered.append(ready)
+        done.add(ready.name)
+        pending.remove(ready)
+    steps: list[ProducerStep | AsyncProducerStep] = []
+    for producer in ordered:
+        needed = frozenset(requires[producer.name])
+        if plays(producer, AsyncDataProducer):
+            steps.append(AsyncProducerStep(producer, needed))
+        elif plays(producer, DataProducer):
+            steps.append(ProducerStep(producer, needed))
+    return steps

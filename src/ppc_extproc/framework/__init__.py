@@ -1,0 +1,90 @@
+"""The plugin framework: the domain ``Endpoint``, the request and its scheduling context, data
+keys, and the plugin roles as typed protocols. Scheduling, plugins, the server and discovery all
+build on it; it depends only on the token, block-key and match-info layers below it."""
+
+from __future__ import annotations
+
+from ppc_extproc.framework.classify import PluginRoles, classify, plays, role_names
+from ppc_extproc.framework.context import (
+    LLMRequest,
+    ProfileResult,
+    ResponseInfo,
+    SchedulingContext,
+    SchedulingResult,
+    StreamedKeys,
+)
+from ppc_extproc.framework.datakeys import (
+    ENGINE_METRICS,
+    PREFIX_CACHE_MATCH_INFO,
+    TOKENIZED_PROMPT,
+    Consumes,
+    DataKey,
+)
+from ppc_extproc.framework.endpoint import Endpoint, EndpointEvent, EndpointEventKind
+from ppc_extproc.framework.roles import (
+    AsyncDataProducer,
+    DataConsumer,
+    DataProducer,
+    Discovery,
+    EndpointExtractor,
+    EndpointRegistry,
+    EndpointSource,
+    Filter,
+    Lifecycle,
+    MetricsExtractor,
+    Picker,
+    Plugin,
+    PluginState,
+    PollingSource,
+    PreRequest,
+    ProfileHandler,
+    RequestParser,
+    ResponseComplete,
+    Scorer,
+    StateReporter,
+    StreamingKeyProducer,
+    Ticker,
+)
+
+__all__ = [
+    "ENGINE_METRICS",
+    "PREFIX_CACHE_MATCH_INFO",
+    "TOKENIZED_PROMPT",
+    "AsyncDataProducer",
+    "Consumes",
+    "DataConsumer",
+    "DataKey",
+    "DataProducer",
+    "Discovery",
+    "Endpoint",
+    "EndpointEvent",
+    "EndpointEventKind",
+    "EndpointExtractor",
+    "EndpointRegistry",
+    "EndpointSource",
+    "Filter",
+    "LLMRequest",
+    "Lifecycle",
+    "MetricsExtractor",
+    "Picker",
+    "Plugin",
+    "PluginRoles",
+    "PluginState",
+    "PollingSource",
+    "PreRequest",
+    "ProfileHandler",
+    "ProfileResult",
+    "RequestParser",
+    "ResponseComplete",
+    "ResponseInfo",
+    "SchedulingContext",
+    "SchedulingResult",
+    "Scorer",
+    "StateReporter",
+    "StreamedKeys",
+    "StreamingKeyProducer",
+    "Ticker",
+    "classify",
+    "plays",
+    "role_names",
+]

@@ -1,0 +1,150 @@
+"""What one scheduling cycle works on: the request, per-request state, and the results.
+
+    LLMRequest         the request as routing sees it (model, path, headers, body, token ids)
+    SchedulingContext  per-request state the plugins share: candidates, per-endpoint attributes
+    ProfileResult      one scheduling profile's targets and the numbers behind them
+    SchedulingResult   the profile handler's verdict: targets, wire destinations, extra headers
+    ResponseInfo       what the response path learned about a routed request
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ppc_extproc.framework.endpoint import Endpoint
+from ppc_extproc.ids import EndpointId, RequestKey
+from ppc_extproc.matchinfo import PrefixCacheMatchInfo, best_match_info
+from ppc_extproc.tokens import TokenizedPrompt
+
+__all__ = [
+    "LLMRequest",
+    "ProfileResult",
+    "ResponseInfo",
+    "SchedulingContext",
+    "SchedulingResult",
+    "StreamedKeys",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class StreamedKeys:
+    """Block keys computed while a large body streamed in, by ``producer``'s token processor."""
+
+    producer: str
+    model: str
+    #: Request keys of the (single) prompt's full blocks.
+    keys: list[RequestKey]
+
+
+@dataclass(slots=True)
+class LLMRequest:
+    """One inference request as the scheduler sees it."""
+
+    request_id: str
+    #: Model after any rewrite; hashing uses it.
+    model: str
+    #: Token ids: from the body (token-id prompts) or from a token producer; None until known.
+    tokenized: TokenizedPrompt | None = None
+    path: str = "/v1/completions"
+    headers: dict[str, str] = field(default_factory=dict)
+    #: The body as the engine will receive it (after any model rewrite); token producers read it.
+    body: bytes = b""
+    #: Keys computed ahead of scheduling while the body streamed in (see ``StreamingKeyProducer``).
+    streamed_keys: StreamedKeys | None = None
+    #: ``<backend>:<outcome>`` of the token producer, when one ran (``/debug/decisions``).
+    tokenize_outcome: str | None = None
+
+    @property
+    def prompt_tokens(self) -> int:
+        """Prompt tokens, when known (0 otherwise)."""
+        return self.tokenized.num_tokens() if self.tokenized is not None else 0
+
+
+@dataclass(slots=True)
+class SchedulingContext:
+    """Per-request state shared by the plugins of one scheduling cycle."""
+
+    request: LLMRequest
+    candidates: list[Endpoint]
+    #: endpoint id → data key → value (e.g. ``PrefixCacheMatchInfoDataKey/<producer>``)
+    attributes: dict[EndpointId, dict[str, Any]] = field(default_factory=dict)
+    #: plugin name → private per-request data (e.g. the producer's block keys for pre_request)
+    plugin_data: dict[str, Any] = field(default_factory=dict)
+    #: True for a dry run (debug scoring): no speculative seeding, no in-flight accounting.
+    dry_run: bool = False
+    #: stage → seconds, recorded by plugins that want their stages measured (keys, lookup)
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def attribute(self, endpoint: EndpointId, key: str) -> Any:
+        return self.attributes.get(endpoint, {}).get(key)
+
+    def set_attribute(self, endpoint: EndpointId, key: str, value: Any) -> None:
+        self.attributes.setdefault(endpoint, {})[key] = value
+
+    @property
+    def prompt_tokens(self) -> int:
+        return self.request.prompt_tokens
+
+    def match_info(self, endpoint: EndpointId, attribute_key: str | None = None) -> PrefixCacheMatchInfo | None:
+        """The named producer's match info for ``endpoint``, or (no key) the best any producer wrote."""
+        if attribute_key is not None:
+            info = self.attribute(endpoint, attribute_key)
+            return info if isinstance(info, PrefixCacheMatchInfo) else None
+        return best_match_info(self.attributes.get(endpoint, {}).values())
+
+    def uncached_tokens(self, endpoint: EndpointId, attribute_key: str | None = None) -> int:
+        """Prompt tokens ``endpoint`` would have to prefill: the prompt minus its cached prefix."""
+        info = self.match_info(endpoint, attribute_key)
+        return max(0, self.prompt_tokens - (info.cached_tokens if info is not None else 0))
+
+
+@dataclass(slots=True)
+class ProfileResult:
+    """One profile's targets in preference order, with the numbers behind the choice."""
+
+    targets: list[Endpoint]
+    #: scorer name → endpoint → score (after clamping to [0, 1])
+    scores: dict[str, dict[EndpointId, float]] = field(default_factory=dict)
+    totals: dict[EndpointId, float] = field(default_factory=dict)
+    #: stage → seconds (filter, score, pick)
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class SchedulingResult:
+    """What the profile handler makes of the profiles' results."""
+
+    primary_profile: str
+    profile_results: Mapping[str, ProfileResult]
+    #: Endpoints in preference order, by their index ids (``ip:rankPort``): match info,
+    #: speculative entries and in-flight accounting use these.
+    targets: list[Endpoint]
+    #: ``ip:port`` per target as the data plane must dial it (a DP handler rewrites the port).
+    destinations: list[EndpointId]
+    #: Request headers to add for the data plane (e.g. ``x-data-parallel-host-port``).
+    headers: list[tuple[str, str]] = field(default_factory=list)
+
+    @property
+    def primary(self) -> ProfileResult:
+        return self.profile_results[self.primary_profile]
+
+    @classmethod
+    def of(cls, targets: list[Endpoint], profile: str = "default") -> SchedulingResult:
+        """A one-profile result whose destinations are the targets themselves."""
+        return cls(profile, {profile: ProfileResult(targets)}, targets, [e.id for e in targets])
+
+
+@dataclass(frozen=True, slots=True)
+class ResponseInfo:
+    """What the response path learned about a routed request."""
+
+    request_id: str
+    #: Endpoint that served (the served-endpoint metadata), or the first target.
+    endpoint: EndpointId
+    #: HTTP status of the upstream response; 0 when the stream ended before response headers.
+    status: int = 200
+    prompt_tokens: int | None = None
+    cached_tokens: int | None = None
+    completion_tokens: int | None = None

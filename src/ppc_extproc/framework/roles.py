@@ -1,0 +1,256 @@
+"""Plugin roles, as typed protocols (llm-d's framework interfaces).
+
+Every plugin class names the roles it plays by subclassing them; the loader classifies each
+plugin once (``framework.classify``) and wires it by role. Roles:
+
+    DataProducer / AsyncDataProducer   write request data before scheduling (token ids, match info)
+    Filter, Scorer, Picker             one scheduling profile: filters in order, weighted scorers, a picker
+    ProfileHandler                     which profiles run, and what their results mean
+    EndpointSource, PollingSource      data sources: endpoint notifications, periodic polls
+    EndpointExtractor, MetricsExtractor  what those sources feed
+    RequestParser                      claims request paths (``requestHandler.parsers``)
+    PreRequest, ResponseComplete       hooks after the pick and when the response ends
+    Lifecycle, Ticker, StateReporter   start/stop with the service, periodic housekeeping, state view
+    StreamingKeyProducer               computes block keys while a large body streams in
+    Discovery                          keeps the endpoint set current (the edge of the data layer)
+
+Consumers (producers, scorers, filters) declare the data they read with ``consumes()``; producers
+declare what they write with ``produces()``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+from ppc_extproc.framework.context import (
+    ProfileResult,
+    ResponseInfo,
+    SchedulingContext,
+    SchedulingResult,
+)
+from ppc_extproc.framework.datakeys import Consumes, DataKey
+from ppc_extproc.framework.endpoint import Endpoint, EndpointEvent
+from ppc_extproc.ids import EndpointId
+
+if TYPE_CHECKING:
+    from ppc_extproc.blockkeys import TokenProcessor
+    from ppc_extproc.events.stats import IngestStats
+    from ppc_extproc.index.memory import IndexStats
+
+__all__ = [
+    "AsyncDataProducer",
+    "DataConsumer",
+    "DataProducer",
+    "Discovery",
+    "EndpointExtractor",
+    "EndpointRegistry",
+    "EndpointSource",
+    "Filter",
+    "Lifecycle",
+    "MetricsExtractor",
+    "Picker",
+    "Plugin",
+    "PluginState",
+    "PollingSource",
+    "PreRequest",
+    "ProfileHandler",
+    "RequestParser",
+    "ResponseComplete",
+    "Scorer",
+    "StateReporter",
+    "StreamingKeyProducer",
+    "Ticker",
+]
+
+
+@runtime_checkable
+class Plugin(Protocol):
+    #: Instance name (``name`` in the config, defaulting to the type).
+    name: str
+    #: Registered type name, e.g. ``prefix-cache-scorer`` (set by ``plugins.registry.register``).
+    type_name: str = ""
+
+
+@runtime_checkable
+class DataConsumer(Plugin, Protocol):
+    def consumes(self) -> tuple[Consumes, ...]:
+        """The data this plugin reads; the loader checks each required one has a producer."""
+        ...
+
+
+@runtime_checkable
+class DataProducer(DataConsumer, Protocol):
+    def produces(self) -> frozenset[DataKey]: ...
+
+    def produce(self, ctx: SchedulingContext) -> None:
+        """Write this producer's data for the request (never raises for a request's content:
+        the router logs and continues without it)."""
+        ...
+
+
+@runtime_checkable
+class AsyncDataProducer(DataConsumer, Protocol):
+    """A producer that may wait on I/O (a render service); the router awaits it."""
+
+    #: Bound on one call (llm-d's ``ProduceTimeout()``); None: the producer bounds itself.
+    produce_timeout_seconds: float | None
+
+    def produces(self) -> frozenset[DataKey]: ...
+
+    async def produce_async(self, ctx: SchedulingContext) -> None: ...
+
+
+@runtime_checkable
+class Filter(Plugin, Protocol):
+    def filter(self, ctx: SchedulingContext, endpoints: Sequence[Endpoint]) -> list[Endpoint]: ...
+
+
+@runtime_checkable
+class Scorer(Plugin, Protocol):
+    def score(self, ctx: SchedulingContext, endpoints: Sequence[Endpoint]) -> dict[EndpointId, float]:
+        """Scores in [0, 1] (higher is better); an endpoint left out counts 0."""
+        ...
+
+
+@runtime_checkable
+class Picker(Plugin, Protocol):
+    def pick(self, ctx: SchedulingContext, scored: Sequence[tuple[Endpoint, float]]) -> list[Endpoint]:
+        """Endpoints in preference order (the first is the destination)."""
+        ...
+
+
+@runtime_checkable
+class ProfileHandler(Plugin, Protocol):
+    def pick_profiles(
+        self, ctx: SchedulingContext, profiles: Sequence[str], results: Mapping[str, ProfileResult]
+    ) -> list[str]:
+        """Profiles to run next, given the results so far; empty ends the cycle."""
+        ...
+
+    def process_results(self, ctx: SchedulingContext, results: Mapping[str, ProfileResult]) -> SchedulingResult: ...
+
+
+@runtime_checkable
+class EndpointExtractor(Plugin, Protocol):
+    def extract(self, event: EndpointEvent) -> None:
+        """React to an endpoint being added, updated or deleted."""
+        ...
+
+
+@runtime_checkable
+class MetricsExtractor(Plugin, Protocol):
+    def extract_metrics(self, endpoint: Endpoint, payload: bytes, now: float) -> None:
+        """Turn one polled ``/metrics`` body into endpoint data; raise ValueError when the
+        payload lacks what this extractor needs (counted as an extract error)."""
+        ...
+
+    def forget_endpoint(self, endpoint_id: str) -> None:
+        """The endpoint is gone: drop what was extracted for it."""
+        ...
+
+
+@runtime_checkable
+class EndpointSource(Plugin, Protocol):
+    """Forwards endpoint lifecycle events to its extractors (``endpoint-notification-source``)."""
+
+    extractors: list[EndpointExtractor]
+
+    def attach(self, extractors: Sequence[EndpointExtractor]) -> None: ...
+
+    def on_endpoint_event(self, event: EndpointEvent) -> None: ...
+
+
+@runtime_checkable
+class PollingSource(Plugin, Protocol):
+    """Polls every endpoint and hands each payload to its extractors (``metrics-data-source``)."""
+
+    extractors: list[MetricsExtractor]
+
+    def attach(self, extractors: Sequence[MetricsExtractor]) -> None: ...
+
+    def on_endpoint_event(self, event: EndpointEvent) -> None: ...
+
+
+@runtime_checkable
+class RequestParser(Plugin, Protocol):
+    def claims(self) -> tuple[str, ...] | None:
+        """Request-path suffixes this parser handles; None: every path (passthrough)."""
+        ...
+
+
+@runtime_checkable
+class PreRequest(Plugin, Protocol):
+    def pre_request(self, ctx: SchedulingContext, result: SchedulingResult) -> None:
+        """After the pick, before the request is forwarded (not called on dry runs)."""
+        ...
+
+
+@runtime_checkable
+class ResponseComplete(Plugin, Protocol):
+    def response_complete(self, ctx: SchedulingContext, info: ResponseInfo) -> None:
+        """The response ended, failed or the stream was cancelled: release per-request state."""
+        ...
+
+
+@runtime_checkable
+class Lifecycle(Plugin, Protocol):
+    """Plugins that own threads, sockets or tasks start with the service and stop with it."""
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+@runtime_checkable
+class Ticker(Plugin, Protocol):
+    def tick(self, now: float) -> None:
+        """Periodic housekeeping on the service's clock (e.g. expiring speculative entries)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class PluginState:
+    """A plugin's state for ``/debug/state`` and the scrape-time metrics."""
+
+    name: str
+    type_name: str
+    index: IndexStats | None = None
+    #: Request keys each endpoint holds an entry for (only in a detailed view: O(index)).
+    entries_per_endpoint: Mapping[str, int] | None = None
+    speculative_pending: int | None = None
+    kv_events: IngestStats | None = None
+    #: A token producer's (backend, outcome → requests): ``ppc_extproc_tokenize_total``.
+    tokenize: tuple[str, Mapping[str, int]] | None = None
+    #: Anything else worth showing, JSON-ready.
+    details: Mapping[str, object] = field(default_factory=dict)
+
+
+@runtime_checkable
+class StateReporter(Plugin, Protocol):
+    def state(self, *, detailed: bool = False) -> PluginState: ...
+
+
+@runtime_checkable
+class StreamingKeyProducer(Plugin, Protocol):
+    """A producer whose block keys can be computed while a large token-id body streams in; it
+    uses ``LLMRequest.streamed_keys`` when they carry its name and the request's model."""
+
+    @property
+    def streaming_processor(self) -> TokenProcessor: ...
+
+
+class EndpointRegistry(Protocol):
+    """What discovery writes to: the endpoint pool, the one owner of the endpoint lifecycle."""
+
+    def replace(self, endpoints: Iterable[Endpoint]) -> list[EndpointEvent]: ...
+
+
+@runtime_checkable
+class Discovery(Plugin, Protocol):
+    async def run(self, registry: EndpointRegistry, stop: asyncio.Event) -> None:
+        """Publish the first complete endpoint list (readiness waits for it), then keep it
+        current until ``stop`` is set. Errors before the first list are fatal."""
+        ...

@@ -1,0 +1,390 @@
+"""``metrics-data-source``: poll every endpoint's ``/metrics`` and hand the body to its extractors.
+
+Type        ``metrics-data-source`` (polling data source; wire it with ``dataLayer.sources``)
+Behaviour   one task per endpoint polls ``<scheme>://<ip>:<port><path>`` every ``interval``; each
+            200 body goes to the source's extractors (``core-metrics-extractor``). A semaphore bounds
+            concurrent polls and each poll has a timeout, so a slow or dead engine only delays its
+            own task; failing endpoints back off (doubling, up to 1 s). Endpoints follow the pool:
+            added ones are polled at once, deleted ones stop and their metrics are forgotten.
+Parameters  (llm-d's names and defaults)
+            ``scheme`` [http|https], ``path`` ["/metrics"], ``port`` [the endpoint's port],
+            ``insecureSkipVerify`` [true], ``caCertPath``, ``clientCertPath``, ``clientKeyPath`` [""],
+            ``interval`` ["50ms"; rounded to a multiple of 50 ms, at least 50 ms]
+
+    plugins:
+    - type: metrics-data-source
+      parameters: {interval: 100ms}
+    - type: core-metrics-extractor
+    dataLayer:
+      sources:
+      - pluginRef: metrics-data-source
+        extractors: [{pluginRef: core-metrics-extractor}]
+
+Without a source in ``dataLayer.sources`` nothing is polled, unless a configured plugin reads
+engine metrics and ``dataLayer.injectDefaults`` is true (then this source and the extractor are
+added, as llm-d does).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import ssl
+import threading
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+
+import aiohttp
+import structlog
+
+from ppc_extproc.errors import ConfigError
+from ppc_extproc.framework import (
+    Endpoint,
+    EndpointEvent,
+    EndpointEventKind,
+    Lifecycle,
+    MetricsExtractor,
+    PluginState,
+    PollingSource,
+    StateReporter,
+)
+from ppc_extproc.framework.params import Section
+from ppc_extproc.plugins.registry import Services, register
+
+__all__ = ["BASE_TICK_SECONDS", "Fetch", "MetricsDataSource", "PollOptions"]
+
+log = structlog.get_logger(__name__)
+
+#: ``await fetch(url)`` → the body of a 200 response; raises on anything else. The test seam.
+Fetch = Callable[[str], Awaitable[bytes]]
+#: llm-d's ``--refresh-metrics-interval`` default and minimum.
+BASE_TICK_SECONDS = 0.05
+
+
+@dataclass(frozen=True, slots=True)
+class PollOptions:
+    """How the source polls."""
+
+    interval_seconds: float = BASE_TICK_SECONDS
+    #: Per poll, connect to end of body (llm-d bounds a poll by 1 s).
+    timeout_seconds: float = 0.5
+    #: Polls in flight at once, over all endpoints.
+    max_concurrency: int = 16
+    #: Upper bound of the retry delay of a failing endpoint.
+    max_backoff_seconds: float = 1.0
+    scheme: str = "http"
+    path: str = "/metrics"
+    #: None ⇒ the endpoint's own port (vLLM serves /metrics next to the API).
+    port: int | None = None
+    #: Larger bodies are a failure.
+    max_body_bytes: int = 16 * 1024 * 1024
+    insecure_skip_verify: bool = True
+    ca_cert_path: str = ""
+    client_cert_path: str = ""
+    client_key_path: str = ""
+
+    def __post_init__(self) -> None:
+        for name, value in (("interval_seconds", self.interval_seconds), ("timeout_seconds", self.timeout_seconds),
+                            ("max_backoff_seconds", self.max_backoff_seconds)):  # fmt: skip
+            if not value > 0:
+                raise ValueError(f"{name} must be > 0")
+        if self.max_concurrency < 1:
+            raise ValueError("max_concurrency must be >= 1")
+
+
+def _round_interval(seconds: float) -> float:
+    """llm-d rounds the interval to a multiple of the base tick, at least one tick."""
+    ticks = max(1, math.ceil(seconds / BASE_TICK_SECONDS - 1e-9))
+    return ticks * BASE_TICK_SECONDS
+
+
+class _Target:
+    __slots__ = ("endpoint", "failures", "last_duration", "last_error", "polls", "task", "url")
+
+    def __init__(self, endpoint: Endpoint, url: str) -> None:
+        self.endpoint = endpoint
+        self.url = url
+        self.task: asyncio.Task[None] | None = None
+        self.failures = 0
+        self.last_error = ""
+        self.polls = 0
+        self.last_duration = 0.0
+
+
+@register("metrics-data-source")
+class MetricsDataSource(PollingSource, Lifecycle, StateReporter):
+    """Polls endpoints' metrics for its extractors; see the module docstring."""
+
+    def __init__(
+        self,
+        name: str = "metrics-data-source",
+        options: PollOptions | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        fetch: Fetch | None = None,
+    ) -> None:
+        self.name = name
+        self.options = options or PollOptions()
+        self.clock = clock
+        self.extractors: list[MetricsExtractor] = []
+        #: None ⇒ aiohttp (a session is opened by ``start``).
+        self._custom_fetch = fetch
+        self._fetch: Fetch | None = None
+        self._targets: dict[str, _Target] = {}
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: int | None = None
+        self._session: aiohttp.ClientSession | None = None
+        self._semaphore: asyncio.Semaphore | None = None
+        self.poll_errors = 0
+        self.extract_errors = 0
+
+    @classmethod
+    def from_parameters(cls, name: str, params: Section, services: Services) -> MetricsDataSource:
+        scheme = params.string("scheme", "http", choices=("http", "https"))
+        port = params.integer("port", 0)
+        if params.has("port") and not 1 <= port <= 65535:
+            raise ConfigError(params.child_path("port"), f"invalid port {port}: must be between 1 and 65535")
+        client_cert = params.string("clientCertPath", "")
+        client_key = params.string("clientKeyPath", "")
+        if bool(client_cert) != bool(client_key):
+            raise ConfigError(params.child_path("clientCertPath"), "clientCertPath and clientKeyPath go together")
+        interval = params.duration("interval", "50ms")
+        if interval <= 0:
+            raise ConfigError(params.child_path("interval"), "must be positive")
+        options = PollOptions(
+            interval_seconds=_round_interval(interval),
+            scheme=scheme,
+            path=params.string("path", "/metrics") or "/metrics",
+            port=port or None,
+            insecure_skip_verify=params.boolean("insecureSkipVerify", True),
+            ca_cert_path=params.string("caCertPath", ""),
+            client_cert_path=client_cert,
+            client_key_path=client_key,
+        )
+        services.engine_metrics.expect_updates_every(options.interval_seconds)
+        return cls(name, options, clock=services.clock)
+
+    # --- wiring ---------------------------------------------------------------------------------
+
+    def attach(self, extractors: Sequence[MetricsExtractor]) -> None:
+        for extractor in extractors:
+            if extractor not in self.extractors:
+                self.extractors.append(extractor)
+
+    def on_endpoint_event(self, event: EndpointEvent) -> None:
+        """Pool listener; safe from any thread (hands over to the loop once started)."""
+        loop = self._loop
+        if loop is None or self._loop_thread == threading.get_ident():
+            self._apply(event)
+        elif not loop.is_closed():
+            loop.call_soon_threadsafe(self._apply, event)
+
+    def endpoints(self) -> list[str]:
+        return list(self._targets)
+
+    def _url(self, endpoint: Endpoint) -> str:
+        host = endpoint.address.strip("[]")
+        if ":" in host:
+            host = f"[{host}]"
+        port = self.options.port or endpoint.port
+        return f"{self.options.scheme}://{host}:{port}{self.options.path}"
+
+    def _apply(self, event: EndpointEvent) -> None:
+        endpoint = event.endpoint
+        if event.kind is EndpointEventKind.DELETED:
+            self._drop(endpoint.id)
+            return
+        if event.previous is not None and event.previous.id != endpoint.id:
+            self._drop(event.previous.id)
+        url = self._url(endpoint)
+        with self._lock:
+            target = self._targets.get(endpoint.id)
+            if target is not None and target.url == url:
+                target.endpoint = endpoint
+                return
+            if target is not None:
+                self._cancel(target)
+            target = self._targets[endpoint.id] = _Target(endpoint, url)
+        self._launch(target)
+
+    def _drop(self, endpoint_id: str) -> None:
+        with self._lock:
+            target = self._targets.pop(endpoint_id, None)
+        if target is not None:
+            self._cancel(target)
+        for extractor in self.extractors:
+            extractor.forget_endpoint(endpoint_id)
+
+    @staticmethod
+    def _cancel(target: _Target) -> None:
+        if target.task is not None:
+            target.task.cancel()
+            target.task = None
+
+    def _launch(self, target: _Target) -> None:
+        if self._fetch is not None and self._loop is not None and target.task is None:
+            target.task = self._loop.create_task(self._run(target), name=f"metrics-poll:{target.endpoint.id}")
+
+    # --- lifecycle ------------------------------------------------------------------------------
+
+    @property
+    def running(self) -> bool:
+        return self._fetch is not None
+
+    async def start(self) -> None:
+        """Start polling on the running loop (idempotent)."""
+        if self._fetch is not None:
+            return
+        self._loop = asyncio.get_running_loop()
+        self._loop_thread = threading.get_ident()
+        self._semaphore = asyncio.Semaphore(self.options.max_concurrency)
+        if self._custom_fetch is not None:
+            self._fetch = self._custom_fetch
+        else:
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(
+                    limit=self.options.max_concurrency, ttl_dns_cache=60, ssl=self._ssl_context()
+                ),
+                headers={"Accept": "text/plain;version=0.0.4", "Accept-Encoding": "identity"},
+                cookie_jar=aiohttp.DummyCookieJar(),
+            )
+            self._fetch = self._http_get
+        with self._lock:
+            targets = list(self._targets.values())
+        for target in targets:
+            self._launch(target)
+        log.info("metrics_source_started", source=self.name, endpoints=len(targets),
+                 interval_seconds=self.options.interval_seconds)  # fmt: skip
+
+    def _ssl_context(self) -> ssl.SSLContext | bool:
+        if self.options.scheme != "https":
+            return False
+        context = ssl.create_default_context(cafile=self.options.ca_cert_path or None)
+        if self.options.insecure_skip_verify:
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+        if self.options.client_cert_path:
+            context.load_cert_chain(self.options.client_cert_path, self.options.client_key_path)
+        return context
+
+    async def stop(self) -> None:
+        """Cancel every poll and close the HTTP session."""
+        session, self._session, self._fetch = self._session, None, None
+        with self._lock:
+            tasks = [t.task for t in self._targets.values() if t.task is not None]
+            for target in self._targets.values():
+                target.task = None
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if session is not None:
+            await session.close()
+        self._loop = None
+        self._loop_thread = None
+
+    # --- polling --------------------------------------------------------------------------------
+
+    async def _run(self, target: _Target) -> None:
+        loop = asyncio.get_running_loop()
+        interval = self.options.interval_seconds
+        next_at = loop.time()
+        while True:
+            ok = await self.poll(target.endpoint.id)
+            if ok:
+                next_at += interval
+            else:  # back off: interval × 2^failures, capped
+                delay = min(self.options.max_backoff_seconds, interval * 2 ** min(target.failures, 16))
+                next_at = loop.time() + delay
+            await asyncio.sleep(max(0.0, next_at - loop.time()))
+            next_at = max(next_at, loop.time())  # fell behind (slow engine): no catch-up burst
+
+    async def poll(self, endpoint_id: str) -> bool:
+        """Poll one endpoint now and feed the extractors. True when some extractor took the body."""
+        target = self._targets.get(endpoint_id)
+        fetch, semaphore = self._fetch, self._semaphore
+        if target is None or fetch is None or semaphore is None:
+            return False
+        async with semaphore:
+            started = time.perf_counter()
+            try:
+                async with asyncio.timeout(self.options.timeout_seconds):
+                    body = await fetch(target.url)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self.poll_errors += 1
+                self._failed(target, exc)
+                return False
+            finally:
+                target.last_duration = time.perf_counter() - started
+        if self._targets.get(endpoint_id) is not target:  # deleted or replaced meanwhile
+            return False
+        now = self.clock()
+        accepted = 0
+        error: Exception | None = None
+        for extractor in self.extractors:
+            try:
+                extractor.extract_metrics(target.endpoint, body, now)
+                accepted += 1
+            except ValueError as exc:
+                self.extract_errors += 1
+                error = exc
+        if self.extractors and not accepted:
+            self._failed(target, error or ValueError("no extractor accepted the body"))
+            return False
+        target.polls += 1
+        if target.failures:
+            log.info("metrics_poll_recovered", endpoint=endpoint_id, failures=target.failures)
+        target.failures = 0
+        return True
+
+    async def _http_get(self, url: str) -> bytes:
+        session = self._session
+        if session is None:
+            raise RuntimeError("metrics source is stopped")
+        async with session.get(url, allow_redirects=False) as response:
+            if response.status != 200:
+                raise ValueError(f"HTTP {response.status}")
+            if (response.content_length or 0) > self.options.max_body_bytes:
+                raise ValueError(f"body of {response.content_length} bytes is too large")
+            body = await response.content.read(self.options.max_body_bytes + 1)
+            if len(body) > self.options.max_body_bytes:
+                raise ValueError("body is too large")
+            return body
+
+    def _failed(self, target: _Target, exc: Exception) -> None:
+        error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        if target.failures == 0:
+            log.warning("metrics_poll_failed", endpoint=target.endpoint.id, url=target.url, error=error)
+        target.failures += 1
+        target.last_error = error
+
+    def consecutive_failures(self, endpoint_id: str) -> int:
+        target = self._targets.get(endpoint_id)
+        return target.failures if target is not None else 0
+
+    # --- state ----------------------------------------------------------------------------------
+
+    def state(self, *, detailed: bool = False) -> PluginState:
+        endpoints = {
+            endpoint_id: {
+                "url": target.url,
+                "polls": target.polls,
+                "consecutiveFailures": target.failures,
+                "lastError": target.last_error or None,
+                "lastPollSeconds": round(target.last_duration, 6),
+            }
+            for endpoint_id, target in list(self._targets.items())
+        }
+        return PluginState(
+            self.name, self.type_name,
+            details={
+                "intervalSeconds": self.options.interval_seconds,
+                "extractors": [e.name for e in self.extractors],
+                "pollErrors": self.poll_errors,
+                "extractErrors": self.extract_errors,
+                "endpoints": endpoints,
+            },
+        )

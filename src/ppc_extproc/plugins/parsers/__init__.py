@@ -1,0 +1,138 @@
+"""Request parsers (``requestHandler.parsers``): which request paths the service handles.
+
+Types       ``openai-parser`` (completions, chat completions, embeddings, responses,
+            conversations, the render paths, image generations), ``anthropic-parser``
+            (``messages``, ``messages/count_tokens``), ``vllmhttp-parser``
+            (``inference/v1/generate``), ``sglanghttp-parser`` (``generate``),
+            ``passthrough-parser`` (any path; no body type)
+Behaviour   ppc-extproc parses every body kind built in. Without ``requestHandler.parsers`` every
+            path is handled (llm-d's default list ends with the passthrough parser). With an
+            explicit list, a path no listed parser claims gets 400, as in llm-d. Paths match by
+            suffix (query string ignored), so ``/v1/chat/completions`` and a proxy prefix both match.
+Parameters  none
+
+    plugins:
+    - type: openai-parser
+    requestHandler:
+      parsers: [{pluginRef: openai-parser}]
+
+Claims follow ``llm-d/llm-d-router: pkg/epp/framework/plugins/requesthandling/parsers/*/``.
+"""
+
+from __future__ import annotations
+
+from ppc_extproc.framework import RequestParser
+from ppc_extproc.framework.params import Section
+from ppc_extproc.plugins.registry import Services, register
+
+__all__ = ["DEFAULT_PARSERS", "BuiltinParser", "claims_path"]
+
+#: llm-d's ``requestHandler.parsers`` default, each auto-instantiated by type name.
+DEFAULT_PARSERS = ("openai-parser", "anthropic-parser", "vllmhttp-parser", "passthrough-parser")
+
+
+class BuiltinParser(RequestParser):
+    #: Path suffixes; None claims every path.
+    PATHS: tuple[str, ...] | None = ()
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    @classmethod
+    def from_parameters(cls, name: str, params: Section, services: Services) -> BuiltinParser:
+        return cls(name)
+
+    def claims(self) -> tuple[str, ...] | None:
+        return self.PATHS
+
+
+@register("openai-parser")
+class OpenAIParser(BuiltinParser):
+    """``openai-parser``: claims completions, chat completions, embeddings, responses, conversations, the render paths,
+    image generations.
+
+    Type        ``openai-parser`` (request parser)
+    Parameters  none
+
+        plugins:
+        - type: openai-parser
+        requestHandler:
+          parsers: [{pluginRef: openai-parser}]
+    """
+
+    PATHS = ("/chat/completions", "/completions", "/embeddings", "/responses", "/conversations",
+             "/chat/completions/render", "/completions/render", "/images/generations")  # fmt: skip
+
+
+@register("anthropic-parser")
+class AnthropicParser(BuiltinParser):
+    """``anthropic-parser``: claims ``messages`` and ``messages/count_tokens``.
+
+    Type        ``anthropic-parser`` (request parser)
+    Parameters  none
+
+        plugins:
+        - type: anthropic-parser
+        requestHandler:
+          parsers: [{pluginRef: anthropic-parser}]
+    """
+
+    PATHS = ("/messages", "/messages/count_tokens")
+
+
+@register("vllmhttp-parser")
+class VllmHttpParser(BuiltinParser):
+    """``vllmhttp-parser``: claims vLLM's ``inference/v1/generate``.
+
+    Type        ``vllmhttp-parser`` (request parser)
+    Parameters  none
+
+        plugins:
+        - type: vllmhttp-parser
+        requestHandler:
+          parsers: [{pluginRef: vllmhttp-parser}]
+    """
+
+    PATHS = ("/inference/v1/generate",)
+
+
+@register("sglanghttp-parser")
+class SGLangHttpParser(BuiltinParser):
+    """``sglanghttp-parser``: claims SGLang's ``generate``.
+
+    Type        ``sglanghttp-parser`` (request parser)
+    Parameters  none
+
+        plugins:
+        - type: sglanghttp-parser
+        requestHandler:
+          parsers: [{pluginRef: sglanghttp-parser}]
+    """
+
+    PATHS = ("/generate",)
+
+
+@register("passthrough-parser")
+class PassthroughParser(BuiltinParser):
+    """``passthrough-parser``: claims every path, with no body type.
+
+    Type        ``passthrough-parser`` (request parser)
+    Parameters  none
+
+        plugins:
+        - type: passthrough-parser
+        requestHandler:
+          parsers: [{pluginRef: passthrough-parser}]
+    """
+
+    PATHS = None
+
+
+def claims_path(parsers: list[RequestParser], path: str) -> bool:
+    """Whether one of ``parsers`` handles ``path``."""
+    path = path.split("?", 1)[0].rstrip("/")
+    for parser in parsers:
+        paths = parser.claims()
+        if paths is None or any(path.endswith(suffix) for suffix in paths):
+            return True
+    return False

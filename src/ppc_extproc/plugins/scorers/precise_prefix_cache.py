@@ -1,0 +1,51 @@
+"""``precise-prefix-cache-scorer``: a precise producer and its scorer in one (deprecated in llm-d).
+
+Type        ``precise-prefix-cache-scorer`` (producer + scorer)
+Behaviour   with exactly one ``precise-prefix-cache-producer`` configured (anywhere in the file),
+            it becomes ``prefix-cache-scorer{prefixMatchInfoProducerName: <that producer>}`` and its
+            own parameters are ignored; with two, loading fails. With none, it hosts a producer
+            under its own name (parameters = the producer's; ``indexerConfig.tokenizersPoolConfig``
+            is accepted here and ignored — configure a ``token-producer``) and scores its match
+            info as ``prefix-cache-scorer`` does.
+Parameters  those of ``precise-prefix-cache-producer`` (used only when it hosts its own)
+
+    plugins:
+    - type: precise-prefix-cache-scorer       # deprecated; loads as the two plugins below
+      parameters: {tokenProcessorConfig: {blockSizeTokens: 64}}
+    # preferred:
+    - type: precise-prefix-cache-producer
+    - type: prefix-cache-scorer
+      parameters: {prefixMatchInfoProducerName: precise-prefix-cache-producer}
+
+Follows ``llm-d/llm-d-router: pkg/epp/framework/plugins/scheduling/scorer/preciseprefixcache/``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ppc_extproc.framework import Endpoint, SchedulingContext, Scorer
+from ppc_extproc.framework.params import Section
+from ppc_extproc.ids import EndpointId
+from ppc_extproc.plugins.producers.precise_prefix_cache import PrecisePrefixCacheProducer
+from ppc_extproc.plugins.producers.precise_prefix_cache_config import parse_producer_config
+from ppc_extproc.plugins.registry import Services, register
+from ppc_extproc.plugins.scorers.prefix_cache import prefix_score
+
+__all__ = ["PrecisePrefixCacheScorer"]
+
+
+@register("precise-prefix-cache-scorer")
+class PrecisePrefixCacheScorer(PrecisePrefixCacheProducer, Scorer):
+    @classmethod
+    def from_parameters(cls, name: str, params: Section, services: Services) -> PrecisePrefixCacheScorer:
+        indexer = params.data.get("indexerConfig")
+        if isinstance(indexer, dict) and "tokenizersPoolConfig" in indexer:
+            indexer = dict(indexer)
+            indexer.pop("tokenizersPoolConfig")
+            params.data["indexerConfig"] = indexer
+            params.warn("indexerConfig.tokenizersPoolConfig", "ignored: configure a token-producer for text requests")
+        return cls(name, parse_producer_config(params), services)
+
+    def score(self, ctx: SchedulingContext, endpoints: Sequence[Endpoint]) -> dict[EndpointId, float]:
+        return {e.id: prefix_score(ctx.attribute(e.id, self.attribute_key)) for e in endpoints}

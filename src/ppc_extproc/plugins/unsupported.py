@@ -1,0 +1,94 @@
+"""llm-d plugin types ppc-extproc does not implement, each with what it does.
+
+Loading one is an error naming the type, its category and its purpose, so a user knows at once
+whether the configuration can run here. Descriptions follow the plugins' READMEs in
+``llm-d/llm-d-router: pkg/epp/framework/plugins/``.
+"""
+
+from __future__ import annotations
+
+__all__ = ["UNSUPPORTED_TYPES", "unsupported_message"]
+
+_PD = "P/D disaggregation"
+_TOPOLOGY = "P/D topology"
+_FLOW = "flow control"
+_ADMISSION = "admission"
+_GPU = "GPU telemetry"
+_MM = "multimodal"
+_LATENCY = "latency prediction"
+_OTHER = "routing"
+
+#: type → (category, what it does)
+UNSUPPORTED_TYPES: dict[str, tuple[str, str]] = {
+    "prefill-filter": (_PD, "keeps pods whose llm-d.ai/role label is prefill-capable"),
+    "encode-filter": (_PD, "keeps pods whose llm-d.ai/role label is encode-capable"),
+    "disagg-profile-handler": (_PD, "runs a decode profile, then encode/prefill profiles gated by deciders"),
+    "pd-profile-handler": (_PD, "deprecated alias of disagg-profile-handler"),
+    "disagg-headers-handler": (_PD, "deprecated alias of disagg-profile-handler"),
+    "prefill-header-handler": (_PD, "deprecated alias of disagg-profile-handler"),
+    "prefix-based-pd-decider": (_PD, "disaggregates a request when its uncached tokens reach nonCachedTokens"),
+    "always-disagg-pd-decider": (_PD, "always disaggregates prefill from decode"),
+    "always-disagg-multimodal-decider": (_PD, "always runs the encode stage for multimodal requests"),
+    "disaggregatedset-rollout-pod-extractor": (_PD, "reads disaggregated-set rollout state from pods"),
+    "disaggregatedset-rollout-screener": (_PD, "screens requests during a disaggregated-set rollout"),
+    "topology-extractor": (_TOPOLOGY, "reads an endpoint's hostname, rack, zone and region from the pod"),
+    "topology-affinity-filter": (_TOPOLOGY, "keeps prefill candidates co-located with the decode pick"),
+    "topology-affinity-scorer": (_TOPOLOGY, "scores prefill candidates by the topology level shared with the decode pick"),
+    "probabilistic-admitter": (_ADMISSION, "sheds requests of negative priority with a probability that grows with saturation"),
+    "latency-slo-admitter": (_ADMISSION, "rejects requests whose predicted latency misses their SLO"),
+    "utilization-detector": (_FLOW, "saturation from queue depth and KV-cache utilisation, for flow control"),
+    "concurrency-detector": (_FLOW, "saturation from in-flight concurrency, for flow control"),
+    "program-aware-fairness": (_FLOW, "least-attained-service queue selection per program (fairness id)"),
+    "global-strict-fairness-policy": (_FLOW, "strict priority fairness between flows"),
+    "round-robin-fairness-policy": (_FLOW, "round-robin fairness between flows"),
+    "fcfs-ordering-policy": (_FLOW, "first-come first-served queue ordering"),
+    "edf-ordering-policy": (_FLOW, "earliest-deadline-first queue ordering"),
+    "slo-deadline-ordering-policy": (_FLOW, "queue ordering by SLO deadline"),
+    "static-usage-limit-policy": (_FLOW, "static per-band usage limits"),
+    "soft-reflective-ceiling-policy": (_FLOW, "priority-graded dispatch ceilings as saturation rises"),
+    "priority-holdback-policy": (_FLOW, "holds back low-priority dispatch under saturation"),
+    "sheddable-filter": (_FLOW, "selects sheddable requests for eviction"),
+    "priority-then-time-ordering": (_FLOW, "eviction order by priority, then age"),
+    "dcgm-data-source": (_GPU, "polls the DCGM exporter for GPU telemetry"),
+    "dcgm-extractor": (_GPU, "reads DCGM_FI_DEV_GPU_UTIL into an endpoint's GPU utilisation"),
+    "endpoint-attribute-filter": (_GPU, "threshold filter on a scalar endpoint attribute"),
+    "endpoint-attribute-scorer": (_GPU, "linear score of a scalar endpoint attribute"),
+    "utilization-filter": (_GPU, "drops endpoints above a utilisation threshold"),
+    "mm-embeddings-cache-producer": (_MM, "remembers which pods hold which multimodal encoder outputs"),
+    "mm-embeddings-cache-scorer": (_MM, "scores pods by the multimodal items they already encoded"),
+    "predicted-latency-producer": (_LATENCY, "predicts TTFT and TPOT per endpoint with a trained model"),
+    "latency-scorer": (_LATENCY, "scores endpoints by predicted latency"),
+    "slo-headroom-tier-filter": (_LATENCY, "keeps endpoints with SLO headroom"),
+    "label-selector-filter": (_OTHER, "keeps endpoints matching a label selector"),
+    "by-label": (_OTHER, "deprecated alias of label-selector-filter"),
+    "by-label-selector": (_OTHER, "deprecated alias of label-selector-filter"),
+    "session-affinity-filter": (_OTHER, "keeps the endpoint a session was routed to before"),
+    "session-affinity-scorer": (_OTHER, "prefers the endpoint a session was routed to before"),
+    "session-id-producer": (_OTHER, "extracts a session id from request headers"),
+    "header-label-affinity-scorer": (_OTHER, "prefers endpoints whose labels match request headers"),
+    "header-profile-handler": (_OTHER, "picks the scheduling profile from a request header"),
+    "context-length-aware": (_OTHER, "routes by prompt length to endpoints sized for it"),
+    "lora-affinity-scorer": (_OTHER, "prefers endpoints with the request's LoRA adapter loaded"),
+    "inflight-load-producer": (_OTHER, "in-flight load per endpoint (ppc-extproc tracks it built in)"),
+    "p2p-source-producer": (_OTHER, "peer-to-peer KV transfer source selection"),
+    "models-data-source": (_OTHER, "polls engines' /v1/models"),
+    "models-data-extractor": (_OTHER, "reads the served models per endpoint"),
+    "request-attribute-reporter": (_OTHER, "reports request attributes to the data plane"),
+    "vllmgrpc-parser": (_OTHER, "parses vLLM's gRPC engine protocol"),
+    "vertexai-parser": (_OTHER, "parses Vertex AI request bodies"),
+    "agent-identity": (_OTHER, "extracts agent identity for fairness"),
+    "cross-replica-publisher": (_OTHER, "publishes state to other EPP replicas"),
+    "k8s-notification-source": (_OTHER, "Kubernetes object notifications for extractors"),
+}
+
+
+def unsupported_message(type_name: str) -> str | None:
+    """The error for an llm-d type ppc-extproc does not implement; None for unknown types."""
+    known = UNSUPPORTED_TYPES.get(type_name)
+    if known is None:
+        return None
+    category, description = known
+    return (
+        f"plugin type {type_name!r} ({category}: {description}) is an llm-d plugin not implemented "
+        "by ppc-extproc yet"
+    )

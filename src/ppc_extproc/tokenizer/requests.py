@@ -1,0 +1,467 @@
+"""Request bodies → typed render inputs, with 400s that name the field.
+
+Shapes and defaults are vLLM 0.32's (``vllm/entrypoints/openai/chat_completion/protocol.py``,
+``…/completion/protocol.py``, ``vllm/entrypoints/generate/base/protocol.py``):
+
+* completions: ``prompt`` is a string, a list of strings, a list of token ids or a list of lists;
+  ``add_special_tokens`` defaults to true;
+* chat completions: ``messages`` (text content parts; any other part marks the request
+  multimodal), ``tools`` dumped as ``ChatCompletionToolsParam.model_dump()``, ``documents``,
+  ``chat_template``, ``chat_template_kwargs``, ``add_generation_prompt`` (true),
+  ``continue_final_message`` (false), ``add_special_tokens`` (false), ``reasoning_effort``,
+  ``cache_salt`` (``validate_cache_salt``);
+* Anthropic messages: converted to chat as vLLM's ``AnthropicServingMessages.to_chat_completion_request``
+  does (``vllm/entrypoints/anthropic/serving.py``), see :func:`anthropic_to_chat`.
+
+The Responses API is not rendered locally (its conversion depends on server state and harmony);
+callers report it as unsupported.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from ppc_extproc.errors import BadRequestError
+
+__all__ = [
+    "Api",
+    "ChatInput",
+    "CompletionInput",
+    "anthropic_to_chat",
+    "api_for_path",
+    "parse_chat",
+    "parse_completion",
+    "validate_cache_salt",
+]
+
+Api = Literal["completions", "chat", "messages", "responses"]
+
+#: Content part types vLLM parses as text, and the key holding their text.
+TEXT_PART_KEYS = {"text": "text", "input_text": "text", "output_text": "text", "refusal": "refusal", "thinking": "thinking"}
+#: Part types that carry media (need the model's processor: render backend only).
+MEDIA_PART_TYPES = frozenset(
+    {
+        "image_url", "input_image", "image_pil", "image_embeds", "audio_url", "input_audio", "audio_embeds",
+        "video_url", "video_embeds", "prompt_embeds", "image", "audio", "video",
+    }
+)
+_BILLING_HEADER = "x-anthropic-billing-header"
+_MAX_CACHE_SALT_LENGTH = 128
+
+
+def api_for_path(path: str) -> Api | None:
+    """The API of a request path (query ignored); None for bodies without text prompts."""
+    p = path.split("?", 1)[0].rstrip("/")
+    if p.endswith(("/chat/completions", "/chat/completions/render")):
+        return "chat"
+    if p.endswith(("/v1/messages", "/v1/messages/render")):
+        return "messages"
+    if p.endswith(("/v1/responses", "/v1/responses/render")):
+        return "responses"
+    if p.endswith(("/completions", "/completions/render")):
+        return "completions"
+    return None
+
+
+def _bool(obj: Mapping[str, Any], key: str, default: bool) -> bool:
+    value = obj.get(key, default)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise BadRequestError(f"{key}: expected a boolean")
+    return value
+
+
+def validate_cache_salt(value: Any) -> str | None:
+    """vLLM's ``validate_cache_salt``: non-empty, ≤128 chars, none of ``@ / \\ NUL``."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise BadRequestError("cache_salt: Parameter 'cache_salt' must be a non-empty string if provided.")
+    if len(value) > _MAX_CACHE_SALT_LENGTH or any(c in value for c in "@/\\\x00"):
+        raise BadRequestError(
+            "cache_salt: Parameter 'cache_salt' must be at most 128 characters and must not contain "
+            "'@', '/', '\\\\', or NUL."
+        )
+    return value
+
+
+# --- completions ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CompletionInput:
+    """``/v1/completions`` prompts: text to tokenize, or token ids (``list[int]``) used verbatim."""
+
+    prompts: tuple[str | tuple[int, ...], ...]
+    add_special_tokens: bool = True
+    cache_salt: str | None = None
+
+
+def _is_int(x: object) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def parse_completion(obj: Mapping[str, Any]) -> CompletionInput:
+    """Validate a completions body (raises :class:`BadRequestError` naming the field)."""
+    if "prompt" not in obj or obj["prompt"] is None:
+        raise BadRequestError("prompt: field required")
+    prompt = obj["prompt"]
+    prompts: list[str | tuple[int, ...]]
+    if isinstance(prompt, str):
+        prompts = [prompt]
+    elif isinstance(prompt, list) and prompt:
+        if all(isinstance(p, str) for p in prompt):
+            prompts = list(prompt)
+        elif all(_is_int(t) for t in prompt):
+            prompts = [tuple(prompt)]
+        elif all(isinstance(p, list) for p in prompt):
+            for i, p in enumerate(prompt):
+                if not p or not all(_is_int(t) and t >= 0 for t in p):
+                    raise BadRequestError(f"prompt[{i}]: expected a non-empty list of non-negative integers")
+            prompts = [tuple(p) for p in prompt]
+        else:
+            raise BadRequestError("prompt: a list must hold only strings, only token ids or only lists of token ids")
+    else:
+        raise BadRequestError("prompt: expected a string, a list of strings or token ids")
+    for p in prompts:
+        if isinstance(p, tuple) and any(t < 0 for t in p):
+            raise BadRequestError("prompt: token ids must be non-negative")
+    return CompletionInput(
+        tuple(prompts), _bool(obj, "add_special_tokens", True), validate_cache_salt(obj.get("cache_salt"))
+    )
+
+
+# --- chat -----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ChatInput:
+    """A chat request in the form the renderer needs."""
+
+    messages: tuple[Mapping[str, Any], ...]
+    tools: list[dict[str, Any]] | None = None
+    documents: list[dict[str, Any]] | None = None
+    chat_template: str | None = None
+    chat_template_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    add_generation_prompt: bool = True
+    continue_final_message: bool = False
+    add_special_tokens: bool = False
+    reasoning_effort: str | None = None
+    tool_choice: Any = None
+    cache_salt: str | None = None
+    #: Some message has a non-text content part (image, audio, video, embeds).
+    multimodal: bool = False
+
+
+def _dump_tool(tool: Any, where: str) -> dict[str, Any]:
+    """``ChatCompletionToolsParam.model_dump()``: ``None`` description/parameters kept, extras dropped."""
+    if not isinstance(tool, dict):
+        raise BadRequestError(f"{where}: expected an object")
+    if tool.get("type", "function") != "function":
+        raise BadRequestError(f"{where}.type: expected 'function'")
+    fn = tool.get("function")
+    if not isinstance(fn, dict):
+        raise BadRequestError(f"{where}.function: field required")
+    if not isinstance(fn.get("name"), str):
+        raise BadRequestError(f"{where}.function.name: expected a string")
+    desc, params = fn.get("description"), fn.get("parameters")
+    if desc is not None and not isinstance(desc, str):
+        raise BadRequestError(f"{where}.function.description: expected a string")
+    if params is not None and not isinstance(params, dict):
+        raise BadRequestError(f"{where}.function.parameters: expected an object")
+    defer = tool.get("defer_loading")
+    out_fn: dict[str, Any] = {"name": fn["name"], "description": desc, "parameters": params}
+    for key in ("strict", "defer_loading"):
+        value = fn.get(key)
+        if key == "defer_loading" and value is None:
+            value = defer
+        if value is not None:
+            if not isinstance(value, bool):
+                raise BadRequestError(f"{where}.function.{key}: expected a boolean")
+            out_fn[key] = value
+    out: dict[str, Any] = {"type": "function", "function": out_fn}
+    if defer is not None:
+        out["defer_loading"] = defer
+    return out
+
+
+def _check_messages(messages: Any, where: str = "messages") -> tuple[tuple[Mapping[str, Any], ...], bool]:
+    if not isinstance(messages, list) or not messages:
+        raise BadRequestError(f"{where}: expected a non-empty array of messages")
+    multimodal = False
+    for i, m in enumerate(messages):
+        w = f"{where}[{i}]"
+        if not isinstance(m, dict):
+            raise BadRequestError(f"{w}: expected an object")
+        if not isinstance(m.get("role"), str):
+            raise BadRequestError(f"{w}.role: expected a string")
+        content = m.get("content")
+        if isinstance(content, list):
+            for j, part in enumerate(content):
+                pw = f"{w}.content[{j}]"
+                if isinstance(part, str):
+                    continue
+                if not isinstance(part, dict):
+                    raise BadRequestError(f"{pw}: expected an object")
+                ptype = part.get("type")
+                if ptype in TEXT_PART_KEYS:
+                    text = part.get(TEXT_PART_KEYS[ptype])
+                    if text is not None and not isinstance(text, str):
+                        raise BadRequestError(f"{pw}.{TEXT_PART_KEYS[ptype]}: expected a string")
+                elif ptype in MEDIA_PART_TYPES or (ptype is None and any(k in part for k in MEDIA_PART_TYPES)):
+                    multimodal = True
+                elif ptype != "tool_reference":
+                    raise BadRequestError(f"{pw}.type: Unsupported chat content part type: {ptype!r}")
+        elif content is not None and not isinstance(content, str):
+            raise BadRequestError(f"{w}.content: expected a string, an array of content parts or null")
+        calls = m.get("tool_calls")
+        if calls is not None:
+            if not isinstance(calls, list):
+                raise BadRequestError(f"{w}.tool_calls: expected an array")
+            for j, c in enumerate(calls):
+                if not isinstance(c, dict) or not isinstance(c.get("function"), dict):
+                    raise BadRequestError(f"{w}.tool_calls[{j}].function: expected an object")
+    return tuple(messages), multimodal
+
+
+def parse_chat(obj: Mapping[str, Any]) -> ChatInput:
+    """Validate a chat completions body (raises :class:`BadRequestError` naming the field)."""
+    if "messages" not in obj:
+        raise BadRequestError("messages: field required")
+    messages, multimodal = _check_messages(obj["messages"])
+    tools_raw = obj.get("tools")
+    tools = None
+    if tools_raw is not None:
+        if not isinstance(tools_raw, list):
+            raise BadRequestError("tools: expected an array")
+        tools = [_dump_tool(t, f"tools[{i}]") for i, t in enumerate(tools_raw)]
+    documents = obj.get("documents")
+    if documents is not None and not (isinstance(documents, list) and all(isinstance(d, dict) for d in documents)):
+        raise BadRequestError("documents: expected an array of objects")
+    template = obj.get("chat_template")
+    if template is not None and not isinstance(template, str):
+        raise BadRequestError("chat_template: expected a string")
+    kwargs = obj.get("chat_template_kwargs") or {}
+    if not isinstance(kwargs, dict):
+        raise BadRequestError("chat_template_kwargs: expected an object")
+    effort = obj.get("reasoning_effort")
+    if effort is not None and not isinstance(effort, str):
+        raise BadRequestError("reasoning_effort: expected a string")
+    agp = _bool(obj, "add_generation_prompt", True)
+    cfm = _bool(obj, "continue_final_message", False)
+    if agp and cfm:
+        raise BadRequestError("continue_final_message: Cannot set both continue_final_message and add_generation_prompt to True.")
+    tool_choice = obj.get("tool_choice")
+    if tool_choice is None:
+        tool_choice = "auto" if tools else "none"
+    return ChatInput(
+        messages=messages,
+        tools=tools,
+        documents=documents,
+        chat_template=template,
+        chat_template_kwargs=kwargs,
+        add_generation_prompt=agp,
+        continue_final_message=cfm,
+        add_special_tokens=_bool(obj, "add_special_tokens", False),
+        reasoning_effort=effort,
+        tool_choice=tool_choice,
+        cache_salt=validate_cache_salt(obj.get("cache_salt")),
+        multimodal=multimodal,
+    )
+
+
+# --- Anthropic messages → chat (vLLM 0.32 AnthropicServingMessages.to_chat_completion_request) ---------
+
+
+def _image_url(source: Mapping[str, Any]) -> str:
+    if source.get("type") == "url":
+        return str(source.get("url", ""))
+    return f"data:{source.get('media_type', 'image/jpeg')};base64,{source.get('data', '')}"
+
+
+def _system_text(content: Any) -> str | None:
+    if isinstance(content, str):
+        return None if content.startswith(_BILLING_HEADER) else content
+    parts = [
+        b["text"]
+        for b in content
+        if b.get("type") == "text" and b.get("text") and not str(b["text"]).startswith(_BILLING_HEADER)
+    ]
+    return "".join(parts) if parts else None
+
+
+def _check_anthropic(obj: Mapping[str, Any]) -> list[dict[str, Any]]:
+    messages = obj.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise BadRequestError("messages: messages must contain at least one item")
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or m.get("role") not in ("user", "assistant", "system"):
+            raise BadRequestError(f"messages[{i}].role: expected 'user', 'assistant' or 'system'")
+        c = m.get("content")
+        if isinstance(c, list):
+            if not c:
+                raise BadRequestError(f"messages[{i}].content: message content must not be empty")
+            for j, b in enumerate(c):
+                if not isinstance(b, dict) or not isinstance(b.get("type"), str):
+                    raise BadRequestError(f"messages[{i}].content[{j}].type: expected a string")
+        elif not isinstance(c, str):
+            raise BadRequestError(f"messages[{i}].content: expected a string or an array of content blocks")
+    system = obj.get("system")
+    if system is not None and not isinstance(system, (str, list)):
+        raise BadRequestError("system: expected a string or an array of text blocks")
+    if isinstance(system, list) and not all(isinstance(b, dict) for b in system):
+        raise BadRequestError("system: expected an array of text blocks")
+    return messages
+
+
+def _tool_result_text(block: Mapping[str, Any]) -> tuple[str, list[str], list[dict[str, Any]]]:
+    content = block.get("content")
+    if isinstance(content, str):
+        return content, [], []
+    texts: list[str] = []
+    images: list[str] = []
+    refs: list[dict[str, Any]] = []
+    if isinstance(content, list):
+        for item in content:
+            if not isinstance(item, dict):
+                continue
+            kind = item.get("type")
+            if kind == "text":
+                texts.append(str(item.get("text", "")))
+            elif kind == "image":
+                url = _image_url(item.get("source") or {})
+                if url:
+                    images.append(url)
+            elif kind == "tool_reference":
+                name = item.get("tool_name") or item.get("name")
+                if name:
+                    refs.append({"type": "tool_reference", "name": name})
+    return "\n".join(texts), images, refs
+
+
+def _convert_message(m: Mapping[str, Any], out: list[dict[str, Any]]) -> None:
+    role = m["role"]
+    msg: dict[str, Any] = {"role": role}
+    content = m["content"]
+    if isinstance(content, str):
+        msg["content"] = content
+    else:
+        parts: list[dict[str, Any]] = []
+        calls: list[dict[str, Any]] = []
+        reasoning: list[str] = []
+        for b in content:
+            kind = b["type"]
+            if kind == "text" and b.get("text"):
+                parts.append({"type": "text", "text": b["text"]})
+            elif kind == "image" and b.get("source"):
+                parts.append({"type": "image_url", "image_url": {"url": _image_url(b["source"])}})
+            elif kind == "thinking" and b.get("thinking") is not None:
+                reasoning.append(str(b["thinking"]))
+            elif kind == "tool_use":
+                calls.append(
+                    {
+                        "id": b.get("id") or f"call_{int(time.time())}",
+                        "type": "function",
+                        "function": {"name": b.get("name") or "", "arguments": json.dumps(b.get("input") or {})},
+                    }
+                )
+            elif kind == "tool_result":
+                if role == "user":
+                    text, images, refs = _tool_result_text(b)
+                    tool_id = b.get("tool_use_id") or ""
+                    out.append({"role": "tool", "tool_call_id": tool_id, "content": text or ""})
+                    if images:
+                        out.append({"role": "user", "content": [{"type": "image_url", "image_url": {"url": u}} for u in images]})
+                    if refs:
+                        out.append({"role": "tool", "tool_call_id": tool_id, "content": refs})
+                else:
+                    c = b.get("content")
+                    parts.append({"type": "text", "text": f"Tool result: {c if c else ''}"})
+        if reasoning:
+            msg["reasoning"] = "".join(reasoning)
+        if calls:
+            msg["tool_calls"] = calls
+        if parts:
+            msg["content"] = parts[0]["text"] if len(parts) == 1 and parts[0]["type"] == "text" else parts
+    if not (role == "user" and "content" not in msg):
+        out.append(msg)
+
+
+def anthropic_to_chat(
+    obj: Mapping[str, Any], *, merge_inline_system: bool, disabled_thinking_effort: str = "none"
+) -> dict[str, Any]:
+    """An Anthropic Messages body as the chat body vLLM renders for it.
+
+    ``merge_inline_system`` is vLLM's template probe (``_detect_merge_inline_system``: true when
+    the template rejects a non-leading system message); ``disabled_thinking_effort`` is what
+    ``thinking: {"type": "disabled"}`` maps to (``none``, or ``low`` when the template ignores
+    ``none``). ``tool_addition``/``tool_removal`` blocks are not supported (400).
+    """
+    messages = _check_anthropic(obj)
+    out: list[dict[str, Any]] = []
+    system_parts: list[str] = []
+    system = obj.get("system")
+    if system:
+        if isinstance(system, str):
+            system_parts.append(system)
+        else:
+            for b in system:
+                if b.get("type") == "text" and b.get("text") and not str(b["text"]).startswith(_BILLING_HEADER):
+                    system_parts.append(str(b["text"]))
+    if merge_inline_system:
+        for m in messages:
+            if m["role"] == "system" and (text := _system_text(m["content"])):
+                system_parts.append(text)
+    if system_parts:
+        out.append({"role": "system", "content": "".join(system_parts)})
+    for m in messages:
+        if isinstance(m["content"], list) and any(b["type"] in ("tool_addition", "tool_removal") for b in m["content"]):
+            raise BadRequestError("messages: tool_addition/tool_removal blocks are not supported by the local tokenizer")
+        if m["role"] == "system":
+            if not merge_inline_system and (text := _system_text(m["content"])):
+                out.append({"role": "system", "content": text})
+            continue
+        _convert_message(m, out)
+    chat: dict[str, Any] = {"model": obj.get("model"), "messages": out}
+    for key in ("cache_salt", "chat_template_kwargs"):
+        if obj.get(key) is not None:
+            chat[key] = obj[key]
+    output_config = obj.get("output_config")
+    if isinstance(output_config, dict) and output_config.get("effort") is not None:
+        chat["reasoning_effort"] = output_config["effort"]
+    thinking = obj.get("thinking")
+    if isinstance(thinking, dict) and thinking.get("type") == "disabled":
+        chat["reasoning_effort"] = disabled_thinking_effort
+    tools = obj.get("tools")
+    if tools is not None:
+        if not isinstance(tools, list):
+            raise BadRequestError("tools: expected an array")
+        converted = []
+        for i, t in enumerate(tools):
+            if not isinstance(t, dict) or not isinstance(t.get("name"), str):
+                raise BadRequestError(f"tools[{i}].name: expected a string")
+            converted.append(
+                {
+                    "type": "function",
+                    "function": {
+                        "name": t["name"],
+                        "description": t.get("description"),
+                        "parameters": t.get("input_schema"),
+                        "strict": t.get("strict"),
+                        "defer_loading": t.get("defer_loading"),
+                    },
+                }
+            )
+        chat["tools"] = converted
+    return chat
+
+
+def has_inline_system(obj: Mapping[str, Any]) -> bool:
+    """Whether an Anthropic body has ``role: system`` messages."""
+    msgs = obj.get("messages")
+    return isinstance(msgs, Sequence) and any(isinstance(m, dict) and m.get("role") == "system" for m in msgs)

@@ -1,0 +1,41 @@
+"""The Role in deploy/kubernetes/ grants exactly what the client calls: the real client runs against
+an API server fake that enforces that Role's rules (403 otherwise), through list, watch, a resumed
+watch and a 410 relist, and the calls it made are compared with the grants."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from fake_apiserver import PODS, POOLS, Rule, inference_pool, pod
+from k8s_harness import NAMESPACE, fake_api, served_pool
+from k8s_manifests import objects, render, role_grants
+
+pytestmark = pytest.mark.integration
+
+
+def manifest_rules() -> list[Rule]:
+    role = objects(render(), "Role")["ppc-extproc"]
+    return [Rule(frozenset(r["apiGroups"]), frozenset(r["resources"]), frozenset(r["verbs"])) for r in role["rules"]]
+
+
+def test_the_manifest_role_covers_exactly_the_calls_the_client_makes(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with fake_api(rules=manifest_rules()) as fake:
+            fake.put(POOLS, NAMESPACE, inference_pool("vllm-qwen", {"app": "vllm-qwen"}, [8000]))
+            fake.put(PODS, NAMESPACE, pod("vllm-0", "127.0.30.1", labels={"app": "vllm-qwen"}))
+            async with served_pool(tmp_path, fake, pool_name="vllm-qwen") as svc:
+                await svc.expect({"127.0.30.1:8000": 0}, {"127.0.30.1:8000": svc.sub("127.0.30.1")}, "the first list")
+                fake.end_watches()  # resumed watches
+                fake.put(PODS, NAMESPACE, pod("vllm-1", "127.0.30.2", labels={"app": "vllm-qwen"}))
+                await svc.until(lambda s: len(s["endpoints"]) == 2, "a watched pod")
+                fake.compact()  # 410: relists
+                await svc.until(lambda s: len(fake.calls("pods", "list")) == 2 and len(fake.calls("inferencepools", "list")) == 2,
+                                "the relists")
+                fake.put(PODS, NAMESPACE, pod("vllm-1", "127.0.30.2", labels={"app": "vllm-qwen"}, ready=False))
+                await svc.expect({"127.0.30.1:8000": 0}, {"127.0.30.1:8000": svc.sub("127.0.30.1")}, "after the relist")
+        calls = {(r.group, r.resource, r.verb) for r in fake.requests}
+        assert calls == role_grants()
+
+    asyncio.run(asyncio.wait_for(scenario(), 120))
