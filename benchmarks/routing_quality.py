@@ -13,12 +13,16 @@ outside   (d) ``--outside-share`` of the arrivals go straight to the engines (ro
 pressure  (e) the working set is ``--pressure`` × the cluster's cache
 long      (f) ``--long-tenants`` tenants have ``--long-context-tokens`` agentic contexts
 
-Request form (``--form``): ``text`` (default until ppc-extproc routes chat precisely: string
-prompts through /v1/completions; ppc-extproc is sent the engine's token ids of the same text,
-see ``Policy.wire_form``), ``chat`` (the ``openai`` client, /v1/chat/completions; the default
-once chat is routed precisely — flip ``DEFAULT_FORM``), ``tokens`` (token ids; sglang-router,
-which rejects them, gets the text). Prints the tables with the command, machine and versions,
-writes Markdown (``benchmarks/out/routing_quality.md``), JSON and a PNG per scenario (``docs/``).
+Request form (``--form``): ``chat`` (default: the ``openai`` client, /v1/chat/completions, the
+context as system message and the session's turns), ``text`` (string prompts, /v1/completions)
+or ``tokens`` (the engine's token ids of that text; sglang-router, which rejects them, gets the
+text). The engines tokenise with ``--tokenizer`` (default ``tiny``: the tiny byte-level BPE built
+at run time; ppc-extproc's service gets a local ``token-producer`` on the same directory, so it
+routes chat and text by the engines' own ids); ``--tokenizer none`` keeps the mock's UTF-8-byte
+tokenisation (text and tokens only; ppc-extproc is then sent token ids for text). Lengths are in
+tokens: the text is scaled by the tokenizer's characters per token. Prints the tables with the
+command, machine and versions, writes Markdown (``benchmarks/out/routing_quality.md``), JSON and a
+PNG per scenario (``docs/``).
 
     python benchmarks/routing_quality.py                          # everything, ≈ 10 min on 2 cores
     python benchmarks/routing_quality.py --list                   # scenarios and expected duration
@@ -32,6 +36,7 @@ import dataclasses
 import json
 import math
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -48,18 +53,18 @@ from ppc_extproc.workload import (
     run_policy,
     staircase,
 )
-from ppc_extproc.workload.clients import client_for
+from ppc_extproc.workload.clients import EngineTokens, client_for
 from ppc_extproc.workload.peers import PEERS
 from ppc_extproc.workload.scenarios import SCENARIOS, BaseSetup, Scenario, build_scenario, expected_seconds
-from ppc_extproc.workload.text import TextWorkload
+from ppc_extproc.workload.text import TextWorkload, chars_per_token
 
 sys.path.insert(0, str(Path(__file__).parent))
 from routing_report import ScenarioResult, aims_of, markdown, results_table, scenario_details
 
 ROOT = Path(__file__).resolve().parent.parent
 TITLE = "Routing quality: ppc-extproc and peer routers on a shared-prefix multi-turn workload"
-#: The request form of the default run. Flip to "chat" once ppc-extproc routes chat precisely.
-DEFAULT_FORM = "text"
+#: The request form of the default run: what users send.
+DEFAULT_FORM = "chat"
 KEY_POLICIES = ("round-robin", "approximate", "precise+load", "vllm-router", "sglang-router", "oracle")
 
 
@@ -67,9 +72,10 @@ def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--scenarios", default=",".join(SCENARIOS), help=f"comma-separated, of {', '.join(SCENARIOS)}")
     p.add_argument("--policies", default=",".join(KEY_POLICIES), help="comma-separated policy names")
-    p.add_argument("--form", choices=("text", "chat", "tokens"), default=DEFAULT_FORM, help="request form")
-    p.add_argument("--service-reads-text", action="store_true",
-                   help="send ppc-extproc string prompts as they are (once the service tokenises them)")  # fmt: skip
+    p.add_argument("--form", choices=("chat", "text", "tokens"), default=DEFAULT_FORM, help="request form")
+    p.add_argument("--tokenizer", default="tiny",
+                   help="HF tokenizer directory of the engines (and our token-producer); 'tiny': built at run time; "
+                        "'none': UTF-8 bytes")  # fmt: skip
     p.add_argument("--list", action="store_true", help="print the scenarios and the expected duration, run nothing")
     g = p.add_argument_group("cluster and time model")
     g.add_argument("--engines", type=int, default=4)
@@ -90,8 +96,8 @@ def parse_args() -> argparse.Namespace:
     g.add_argument("--question-tokens", type=int, default=256)
     g.add_argument("--output-tokens", type=int, default=32)
     g.add_argument("--turns", type=int, default=3)
-    g.add_argument("--chars-per-token", type=float, default=1.0,
-                   help="text characters per token (1 for the mock's byte tokeniser, ~4 for a real one)")  # fmt: skip
+    g.add_argument("--chars-per-token", type=float, default=0.0,
+                   help="text characters per token; 0: measured with the tokenizer (1 for UTF-8 bytes)")  # fmt: skip
     g = p.add_argument_group("scenario knobs")
     g.add_argument("--replicas", type=int, default=3)
     g.add_argument("--restart-at", type=float, default=7.0, metavar="SECONDS")
@@ -140,8 +146,9 @@ def setup_lines(todo: list[Scenario], policies: list[str], args: argparse.Namesp
         f"{prof.max_num_seqs} seqs; every policy on a fresh (cold) cluster, same seed ({spec.seed}) and arrivals",
         f"- workload: {spec.tenants} tenants × {spec.context_tokens}-token context, {spec.users_per_tenant} users "
         f"each, {spec.question_tokens}-token questions, {spec.output_tokens}-token answers, "
-        f"{spec.turns_per_session}-turn sessions; request form `{args.form}`"
-        + ("" if args.service_reads_text else " (ppc-extproc: the engine's token ids of the same text)"),
+        f"{spec.turns_per_session}-turn sessions (lengths in tokens; text at {args.chars_per_token:.2f} characters "
+        f"per token); request form `{args.form}`; engines tokenise with {args.tokenizer_label}"
+        + ("" if args.tokenizer_dir or args.form != "text" else " (ppc-extproc: the engine's token ids of the text)"),
         "- routers: ours = Envoy (1 worker) + the service; vllm-router / sglang-router `--policy cache_aware`; "
         "several replicas behind one Envoy (ours: its ext_proc cluster; peers: a round-robin HTTP balancer)",
         f"- policies: {', '.join(policies)}",
@@ -194,12 +201,41 @@ def to_json(done: list[ScenarioResult], args: argparse.Namespace, versions: list
 def versions() -> list[str]:
     from importlib.metadata import version
 
-    return [f"ppc-extproc {version('ppc-extproc')}", *(f"{p.name} {p.version()}" for p in PEERS.values())]
+    peers = {p.distribution: p.version() for p in PEERS.values()}
+    return [f"ppc-extproc {version('ppc-extproc')}", *(f"{d} {v}" for d, v in peers.items())]
+
+
+def engine_tokens(args: argparse.Namespace, scratch: Path) -> EngineTokens:
+    """Resolve ``--tokenizer`` (building the tiny one into ``scratch``) and ``--chars-per-token``."""
+    args.tokenizer_dir = None
+    args.tokenizer_label = "UTF-8 bytes (the mock without --tokenizer)"
+    tokens = EngineTokens()
+    if args.tokenizer != "none":
+        from ppc_extproc.tokenizer.local import LocalTokenizer
+
+        if args.tokenizer == "tiny":
+            from ppc_extproc.tokenizer.tiny import build_tiny_tokenizer
+
+            build_tiny_tokenizer(scratch)
+            args.tokenizer_dir, args.tokenizer_label = str(scratch), "the tiny byte-level BPE (built at run time)"
+        else:
+            args.tokenizer_dir, args.tokenizer_label = args.tokenizer, f"`{args.tokenizer}`"
+        tokens = EngineTokens(LocalTokenizer.from_dir(args.tokenizer_dir))
+    elif args.form == "chat":
+        raise SystemExit("--form chat needs a tokenizer (the engines render chat with its template)")
+    if not args.chars_per_token:
+        args.chars_per_token = chars_per_token(tokens.text)
+    return tokens
 
 
 def main() -> int:
     args = parse_args()
     configure_logging("console", "error")
+    with tempfile.TemporaryDirectory(prefix="routing-quality-") as scratch:
+        return run(args, engine_tokens(args, Path(scratch)))
+
+
+def run(args: argparse.Namespace, tokens: EngineTokens) -> int:
     base = base_setup(args)
     todo = [build_scenario(k.strip(), base) for k in args.scenarios.split(",") if k.strip()]
     names = [n.strip() for n in args.policies.split(",") if n.strip()]
@@ -223,11 +259,11 @@ def main() -> int:
             runs: list[PolicyRun] = []
             done.append(ScenarioResult(sc, runs))
             plan = ClusterPlan(engines=sc.engines, profile=sc.profile, service_replicas=sc.replicas,
-                               keep_logs=args.keep_logs)  # fmt: skip
+                               keep_logs=args.keep_logs, tokenizer=args.tokenizer_dir)  # fmt: skip
             schedule = arrivals(sc.spec, sc.stages)
             for c in chosen:
-                form = c.wire_form(args.form, service_reads_text=args.service_reads_text)
-                client = client_for(form, model=plan.model, max_tokens=sc.spec.output_tokens)
+                form = c.wire_form(args.form, service_reads_text=args.tokenizer_dir is not None)
+                client = client_for(form, model=plan.model, max_tokens=sc.spec.output_tokens, tokens=tokens)
                 progress = ProgressLine(f"({sc.letter}) {c.name}")
                 try:
                     runs.append(run_policy(

@@ -1,5 +1,6 @@
 """One peer router (vllm-router or sglang-router, the ``bench`` extra) in front of two mock
-engines, and the round-robin balancer that fronts several replicas.
+engines — string prompts on byte-tokenising engines, chat through the ``openai`` client on engines
+with a tokenizer — and the round-robin balancer that fronts several replicas.
 
 Skipped when the router's executable is not installed (CI installs only the ``test`` extra).
 """
@@ -12,11 +13,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
+import openai
 import orjson
 import pytest
 
 from ppc_extproc.localcluster import LocalCluster, ProcessGroup, free_port
 from ppc_extproc.localcluster.balancer import start_balancer
+from ppc_extproc.tokenizer import build_tiny_tokenizer
 from ppc_extproc.workload.peers import PEERS, KvEventSources, PeerDeployment, peer
 from ppc_extproc.workload.text import words
 
@@ -64,6 +67,36 @@ def test_peer_router_routes_a_shared_prefix_to_one_engine(name: str, engines: Lo
         assert all((cached or 0) >= 640 // 16 * 16 for _, _, cached in results[1:])
         status, _, _ = stream(client, dep.url, [1, 2, 3, 4])
         assert status == (200 if router.accepts_token_ids else 422)
+
+
+@pytest.fixture(scope="module")
+def chat_engines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    tiny = build_tiny_tokenizer(tmp_path_factory.mktemp("tiny"))
+    with LocalCluster(num_engines=2, block_size=16, num_blocks=256, engine_args=FAST_ENGINES,
+                      with_service=False, tokenizer=tiny) as cluster:  # fmt: skip
+        yield cluster
+
+
+@pytest.mark.peers
+@pytest.mark.parametrize("name", ["vllm-router", "sglang-router"])
+def test_peer_router_routes_chat_from_the_openai_client(name: str, chat_engines: LocalCluster, tmp_path: Path) -> None:
+    router = peer(name)
+    if not router.available():
+        pytest.skip(f"{router.command[0]} not installed (pip install -e '.[bench]')")
+    system = {"role": "system", "content": words(f"chat/{name}", 1500)}
+    with PeerDeployment(router, chat_engines.engine_urls, log_dir=tmp_path, startup_timeout=30) as dep, \
+            openai.OpenAI(base_url=dep.url + "/v1", api_key="unused", max_retries=0, timeout=30) as client:  # fmt: skip
+        served, cached = set(), []
+        for i in range(4):
+            raw = client.chat.completions.with_raw_response.create(
+                model="mock-model", messages=[system, {"role": "user", "content": words(f"u/{i}", 60)}], max_tokens=2,  # type: ignore[list-item]
+            )
+            usage = raw.parse().usage
+            assert usage is not None and usage.prompt_tokens_details is not None
+            served.add(raw.headers[ENGINE_HEADER])
+            cached.append(usage.prompt_tokens_details.cached_tokens or 0)
+        assert len(served) == 1 and served <= set(chat_engines.engine_endpoints)
+        assert cached[0] == 0 and all(c > 10 * 16 for c in cached[1:])  # the system prompt came from the cache
 
 
 class _Named(BaseHTTPRequestHandler):

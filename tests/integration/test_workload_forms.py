@@ -1,10 +1,12 @@
 """The text workload in every request form against in-process mock engines (no router): the
-engines see the same tokens whichever form carries them, outside traffic goes where it was
-planned, and the chat client reads an OpenAI stream (a stand-in server until the mock has chat)."""
+engines see the same tokens whichever form carries them (UTF-8 bytes, or the engines'
+``--tokenizer``), the oracle matches chat prompts in the engine's own ids, outside traffic goes
+where it was planned, and the chat client reads an OpenAI stream."""
 
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from typing import Any
 
 import aiohttp
@@ -14,14 +16,15 @@ from aiohttp import web
 
 from ppc_extproc.localcluster import free_port
 from ppc_extproc.mock_vllm.server import MockVllmOptions, serve
-from ppc_extproc.workload.clients import ChatClient, RequestClient, client_for
+from ppc_extproc.tokenizer import LocalTokenizer, build_tiny_tokenizer
+from ppc_extproc.workload.clients import ChatClient, EngineTokens, RequestClient, client_for
 from ppc_extproc.workload.disturbance import OutsideTraffic
 from ppc_extproc.workload.generator import arrivals
 from ppc_extproc.workload.oracle import OracleTarget
 from ppc_extproc.workload.report import RequestRecord, summarize
 from ppc_extproc.workload.runner import RunResult, WorkloadRunner
 from ppc_extproc.workload.spec import Stage, WorkloadSpec
-from ppc_extproc.workload.text import TextPrompt, TextWorkload
+from ppc_extproc.workload.text import TextPrompt, TextWorkload, chars_per_token
 
 pytestmark = pytest.mark.integration
 
@@ -32,23 +35,35 @@ ENGINES = MockVllmOptions(port=0, kv_events_endpoint="", block_size=16, num_bloc
 STAGES = [Stage(30, 1.0)]
 
 
-def run(client: RequestClient, *, oracle: bool = False, outside: float | None = None) -> tuple[RunResult, list[str]]:
+def run(
+    client: RequestClient, *, oracle: bool = False, outside: float | None = None, tokenizer: str | None = None
+) -> tuple[RunResult, list[str]]:
     async def scenario() -> tuple[RunResult, list[str]]:
-        async with serve(ENGINES) as fleet:
+        async with serve(replace(ENGINES, tokenizer=tokenizer)) as fleet:
             urls = [e.url for e in fleet.engines]
             schedule = arrivals(SPEC, STAGES)
             bypass = OutsideTraffic(outside).plan(schedule, urls, seed=SPEC.seed) if outside else None
+            scale = chars_per_token(client.tokens.text) if tokenizer else 1.0  # type: ignore[attr-defined]
+            target = OracleTarget(urls, seed=1) if oracle else urls[0]
             runner = WorkloadRunner(
-                TextWorkload(SPEC), schedule, OracleTarget(urls, seed=1) if oracle else urls[0],
+                TextWorkload(SPEC, chars_per_token=scale), schedule, target,
                 schedule_s=1.0, deadline_s=30, client=client, bypass=bypass,
             )  # fmt: skip
-            return await runner.run(), [e.endpoint for e in fleet.engines]
+            result = await runner.run()
+            if isinstance(target, OracleTarget):
+                assert target.routed and target.unanswered == 0  # every engine matched every prompt
+            return result, [e.endpoint for e in fleet.engines]
 
     return asyncio.run(asyncio.wait_for(scenario(), 60))
 
 
-def completions(form: str) -> RequestClient:
-    return client_for(form, model="mock-model", max_tokens=SPEC.output_tokens)  # type: ignore[arg-type]
+def completions(form: str, tokens: EngineTokens | None = None) -> RequestClient:
+    return client_for(form, model="mock-model", max_tokens=SPEC.output_tokens, tokens=tokens)  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return str(build_tiny_tokenizer(tmp_path_factory.mktemp("tiny")))
 
 
 def test_text_and_its_token_ids_are_the_same_requests_to_the_engine() -> None:
@@ -61,6 +76,29 @@ def test_text_and_its_token_ids_are_the_same_requests_to_the_engine() -> None:
     # Turns after the first hit the previous turn: its prompt and the (re-sent) answer text.
     later = [r for r in text if r.turn > 0]
     assert later and all((r.cached_tokens or 0) >= SPEC.context_tokens for r in later)
+
+
+def test_with_a_tokenizer_every_form_reaches_the_engine_as_its_own_ids(tiny: str) -> None:
+    tokens = EngineTokens(LocalTokenizer.from_dir(tiny))
+    by_form = {form: run(completions(form, tokens), tokenizer=tiny)[0].records for form in ("text", "tokens")}
+    chat = run(ChatClient(model="mock-model", max_tokens=SPEC.output_tokens, tokens=tokens), tokenizer=tiny)[0].records
+    for form, records in [*by_form.items(), ("chat", chat)]:
+        assert all(r.ok for r in records), (form, [r.error for r in records if not r.ok])
+    assert [r.prompt_tokens for r in by_form["text"]] == [r.prompt_tokens for r in by_form["tokens"]]
+    assert [r.cached_tokens for r in by_form["text"]] == [r.cached_tokens for r in by_form["tokens"]]
+    # The context is ~256 tokens whatever the form: the text was scaled to the tokenizer.
+    assert all(200 < r.prompt_tokens < 600 for r in chat)
+    later = [r for r in chat if r.turn > 0]
+    assert later and all((r.cached_tokens or 0) >= 192 for r in later)
+
+
+def test_the_oracle_matches_chat_prompts_in_the_engines_ids(tiny: str) -> None:
+    tokens = EngineTokens(LocalTokenizer.from_dir(tiny))
+    result, _ = run(ChatClient(model="mock-model", max_tokens=SPEC.output_tokens, tokens=tokens),
+                    oracle=True, tokenizer=tiny)  # fmt: skip
+    records = [r for r in result.records if r.ok]
+    assert len(records) == len(result.records)
+    assert summarize("oracle", records).hit_rate > 0.5
 
 
 def test_the_oracle_matches_text_prompts() -> None:

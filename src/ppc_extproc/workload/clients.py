@@ -4,7 +4,7 @@
 ``token-ids``     ``/v1/completions`` with ``prompt`` = token ids, answers as token ids
                   (``return_token_ids``); the token workload of the demo
 ``tokens``        a :class:`~ppc_extproc.workload.text.TextPrompt` sent as the token ids the
-                  engine derives from its text (the mock: UTF-8 bytes), answers as text
+                  engine derives from its text (:class:`EngineTokens`), answers as text
 ``text``          the same prompt as a string: ``/v1/completions`` with ``prompt`` = text
 ``chat``          the same prompt as chat messages through the ``openai`` client
                   (``/v1/chat/completions``, streamed, ``stream_options.include_usage``)
@@ -13,21 +13,29 @@
 Every client streams, records the first content chunk (TTFT), ``usage`` (prompt and cached
 tokens) and the ``x-mock-vllm-endpoint`` header, and builds the ``/mock/match`` body the oracle
 sends to ask an engine what it caches of the prompt in that form.
+
+:class:`EngineTokens` is how the engines tokenise: a string as its UTF-8 bytes (the mock without
+``--tokenizer``), or with the :class:`~ppc_extproc.tokenizer.LocalTokenizer` of the engines'
+``--tokenizer`` directory (strings with BOS, chat through its template).
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import aiohttp
+import numpy as np
 import orjson
 
 from ppc_extproc.mock_vllm.http import ENDPOINT_HEADER
 from ppc_extproc.mock_vllm.request import output_tokens
 from ppc_extproc.workload.report import RequestRecord
 from ppc_extproc.workload.text import TextPrompt
+
+if TYPE_CHECKING:
+    from ppc_extproc.tokenizer.local import LocalTokenizer
 
 __all__ = [
     "ENDPOINT_HEADER",
@@ -51,9 +59,36 @@ def mock_answer(prompt: Sequence[int], max_tokens: int) -> list[int]:
     return output_tokens(prompt, max_tokens, 0)
 
 
-def mock_text_answer(prompt: TextPrompt, max_tokens: int) -> str:
-    """The answer text a mock engine (seed 0) streams for ``prompt`` (its ids are printable ASCII)."""
-    return bytes(mock_answer(prompt.token_ids(), max_tokens)).decode("ascii")
+class EngineTokens:
+    """The token ids an engine computes for a prompt: UTF-8 bytes, or its ``--tokenizer``'s."""
+
+    def __init__(self, tokenizer: LocalTokenizer | None = None) -> None:
+        self.tokenizer = tokenizer
+
+    def text(self, text: str) -> list[int]:
+        """A string prompt (``add_special_tokens`` on, as vLLM's completions default)."""
+        if self.tokenizer is None:
+            return list(text.encode("utf-8"))
+        return _ids(self.tokenizer.encode(text, add_special_tokens=True))
+
+    def chat(self, messages: list[dict[str, Any]]) -> list[int]:
+        """A chat body's messages through the template (needs a tokenizer)."""
+        if self.tokenizer is None:
+            raise ValueError("chat prompts need the engines' tokenizer")
+        result = self.tokenizer.tokenize("chat", {"messages": messages})
+        if not result.ok:
+            raise ValueError(f"cannot tokenize the chat prompt: {result.reason}")
+        return _ids(result.prompts[0])
+
+
+def _ids(le32: bytes) -> list[int]:
+    return np.frombuffer(le32, dtype="<u4").tolist()  # type: ignore[no-any-return]
+
+
+def mock_text_answer(prompt: TextPrompt, max_tokens: int, engine_ids: Sequence[int] | None = None) -> str:
+    """The answer text a mock engine (seed 0) streams for ``prompt`` whose engine ids are
+    ``engine_ids`` (default: its UTF-8 bytes); the answer ids are printable ASCII."""
+    return bytes(mock_answer(prompt.token_ids() if engine_ids is None else engine_ids, max_tokens)).decode("ascii")
 
 
 class RequestClient(Protocol):
@@ -85,17 +120,18 @@ class RequestClient(Protocol):
 class CompletionsClient:
     """``/v1/completions``, streamed, over aiohttp: ``token-ids``, ``tokens`` or ``text``."""
 
-    def __init__(self, form: Form, *, model: str, max_tokens: int) -> None:
+    def __init__(self, form: Form, *, model: str, max_tokens: int, tokens: EngineTokens | None = None) -> None:
         if form == "chat":
             raise ValueError("use ChatClient for the chat form")
         self.form: Form = form
         self.model = model
         self.max_tokens = max_tokens
+        self.tokens = tokens or EngineTokens()
 
     def _prompt(self, prompt: Any) -> list[int] | str:
         if self.form == "token-ids":
             return list(prompt)
-        return prompt.token_ids() if self.form == "tokens" else prompt.text  # type: ignore[no-any-return]
+        return self.tokens.text(prompt.text) if self.form == "tokens" else prompt.text
 
     def prompt_tokens(self, prompt: Any) -> int:
         return len(prompt) if self.form == "token-ids" else len(prompt.text)
@@ -106,7 +142,7 @@ class CompletionsClient:
     def fallback(self, prompt: Any) -> Any:
         if self.form == "token-ids":
             return mock_answer(prompt, self.max_tokens)
-        return mock_text_answer(prompt, self.max_tokens)
+        return mock_text_answer(prompt, self.max_tokens, self.tokens.text(prompt.text))
 
     async def send(
         self, http: aiohttp.ClientSession, url: str, prompt: Any, rec: RequestRecord, now: Callable[[], float]
@@ -178,9 +214,10 @@ class ChatClient:
 
     form: Form = "chat"
 
-    def __init__(self, *, model: str, max_tokens: int, timeout_s: float = 120.0) -> None:
+    def __init__(self, *, model: str, max_tokens: int, tokens: EngineTokens | None = None, timeout_s: float = 120.0) -> None:
         self.model = model
         self.max_tokens = max_tokens
+        self.tokens = tokens or EngineTokens()
         self.timeout_s = timeout_s
         self._clients: dict[str, Any] = {}
 
@@ -207,7 +244,8 @@ class ChatClient:
         return {"messages": prompt.messages()}
 
     def fallback(self, prompt: Any) -> Any:
-        return mock_text_answer(prompt, self.max_tokens)
+        ids = self.tokens.chat(prompt.messages()) if self.tokens.tokenizer is not None else None
+        return mock_text_answer(prompt, self.max_tokens, ids)
 
     async def send(
         self, http: aiohttp.ClientSession, url: str, prompt: Any, rec: RequestRecord, now: Callable[[], float]
@@ -250,10 +288,10 @@ class ChatClient:
         await asyncio.gather(*(c.close() for c in clients.values()), return_exceptions=True)
 
 
-def client_for(form: Form, *, model: str, max_tokens: int) -> RequestClient:
-    """The client sending ``form``."""
+def client_for(form: Form, *, model: str, max_tokens: int, tokens: EngineTokens | None = None) -> RequestClient:
+    """The client sending ``form`` to engines that tokenise as ``tokens`` (default: UTF-8 bytes)."""
     if form == "chat":
-        return ChatClient(model=model, max_tokens=max_tokens)
+        return ChatClient(model=model, max_tokens=max_tokens, tokens=tokens)
     if form not in FORMS:
         raise ValueError(f"unknown request form {form!r}; choose from {', '.join(FORMS)}")
-    return CompletionsClient(form, model=model, max_tokens=max_tokens)
+    return CompletionsClient(form, model=model, max_tokens=max_tokens, tokens=tokens)

@@ -58,6 +58,9 @@ class ClusterPlan:
     service_replicas: int = 1
     startup_timeout_s: float = 60.0
     keep_logs: bool = False
+    #: HF tokenizer directory: the engines tokenise text and chat with it (``--tokenizer``) and our
+    #: service gets a local ``token-producer`` on it. None: strings are their UTF-8 bytes.
+    tokenizer: str | None = None
 
 
 @dataclass(slots=True)
@@ -223,6 +226,7 @@ def run_policy(
         envoy_args=["--concurrency", str(plan.envoy_concurrency)],
         startup_timeout=plan.startup_timeout_s,
         keep_logs=plan.keep_logs,
+        tokenizer=plan.tokenizer,
     )
     with cluster, _router(chosen, cluster, plan) as (router_url, router_pids):
         endpoints = cluster.engine_endpoints

@@ -12,13 +12,14 @@ token, so scale the spec's lengths with ``chars_per_token``.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from ppc_extproc.workload.generator import Arrival
 from ppc_extproc.workload.spec import WorkloadSpec
 
-__all__ = ["TextConversation", "TextPrompt", "TextWorkload", "words"]
+__all__ = ["TextConversation", "TextPrompt", "TextWorkload", "chars_per_token", "words"]
 
 _VOCABULARY = (
     "the of and to in is that for it as with was on be by at this from or an are have not but "
@@ -39,6 +40,12 @@ def words(seed: str, n: int) -> str:
         parts.append(w)
         size += len(w) + 1
     return " ".join(parts)[:n].ljust(n)
+
+
+def chars_per_token(encode: Callable[[str], list[int]], sample_chars: int = 20_000) -> float:
+    """Characters of this workload's text per token of ``encode`` (1.0 for UTF-8 bytes)."""
+    sample = words("chars-per-token", sample_chars)
+    return sample_chars / max(1, len(encode(sample)))
 
 
 @dataclass(frozen=True, slots=True)
