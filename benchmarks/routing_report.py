@@ -13,6 +13,9 @@ from ppc_extproc.workload.aims import Aim, PolicyNumbers, scenario_aims
 from ppc_extproc.workload.probes import machine_info
 from ppc_extproc.workload.report import UNFINISHED
 from ppc_extproc.workload.scenarios import Scenario
+from ppc_extproc.workload.table import ms as _ms
+from ppc_extproc.workload.table import num as _num
+from ppc_extproc.workload.table import pct as _pct
 
 __all__ = [
     "ScenarioResult",
@@ -41,18 +44,6 @@ class ScenarioResult:
     @property
     def title(self) -> str:
         return self.scenario.title
-
-
-def _pct(v: float) -> str:
-    return "-" if math.isnan(v) else f"{100 * v:.1f}%"
-
-
-def _ms(v: float) -> str:
-    return "-" if math.isnan(v) else f"{1000 * v:,.0f}"
-
-
-def _num(v: float, digits: int = 1) -> str:
-    return "-" if math.isnan(v) else f"{v:,.{digits}f}"
 
 
 def _oracle(sc: ScenarioResult) -> PolicyRun | None:
