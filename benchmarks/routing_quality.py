@@ -43,11 +43,9 @@ from typing import Any
 from ppc_extproc.observability.logging import configure_logging
 from ppc_extproc.workload import (
     ClusterPlan,
-    EngineProfile,
     EngineRestart,
     PolicyRun,
     ProgressLine,
-    WorkloadSpec,
     arrivals,
     policy,
     run_policy,
@@ -56,6 +54,7 @@ from ppc_extproc.workload import (
 from ppc_extproc.workload.clients import EngineTokens, client_for
 from ppc_extproc.workload.peers import PEERS
 from ppc_extproc.workload.scenarios import SCENARIOS, BaseSetup, Scenario, build_scenario, expected_seconds
+from ppc_extproc.workload.spec import from_flags
 from ppc_extproc.workload.text import TextWorkload, chars_per_token
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -118,15 +117,7 @@ def parse_args() -> argparse.Namespace:
 
 
 def base_setup(args: argparse.Namespace) -> BaseSetup:
-    spec = WorkloadSpec(
-        tenants=args.tenants, users_per_tenant=args.users_per_tenant, context_tokens=args.context_tokens,
-        question_tokens=args.question_tokens, output_tokens=args.output_tokens, turns_per_session=args.turns,
-        seed=args.seed,
-    )  # fmt: skip
-    profile = EngineProfile(
-        block_size=args.block_size, num_blocks=args.num_blocks, max_num_seqs=args.max_num_seqs,
-        prefill_tokens_per_s=args.prefill_tokens_per_s, decode_ms_per_token=args.decode_ms_per_token,
-    )  # fmt: skip
+    spec, profile = from_flags(args)
     return BaseSetup(
         engines=args.engines, spec=spec, profile=profile,
         stages=tuple(staircase([float(r) for r in args.rates.split(",")], args.stage_seconds)), warmup_s=args.warmup,

@@ -16,7 +16,7 @@ from ppc_extproc.demo.defaults import (
     DEFAULT_RATE_PER_S,
 )
 from ppc_extproc.workload.policies import ALL_POLICIES
-from ppc_extproc.workload.spec import EngineProfile, WorkloadSpec
+from ppc_extproc.workload.spec import EngineProfile, WorkloadSpec, from_flags
 
 if TYPE_CHECKING:
     from ppc_extproc.demo.run import DemoOptions
@@ -128,15 +128,7 @@ def options_from_args(args: argparse.Namespace) -> DemoOptions:
     """``DemoOptions`` from the parsed flags (``ValueError`` for inconsistent values)."""
     from ppc_extproc.demo.run import DemoOptions
 
-    spec = WorkloadSpec(
-        tenants=args.tenants, users_per_tenant=args.users_per_tenant,
-        context_tokens=args.context_tokens, question_tokens=args.question_tokens,
-        output_tokens=args.output_tokens, turns_per_session=args.turns, seed=args.seed,
-    )  # fmt: skip
-    profile = EngineProfile(
-        block_size=args.block_size, num_blocks=args.num_blocks, max_num_seqs=args.max_num_seqs,
-        prefill_tokens_per_s=args.prefill_tokens_per_s, decode_ms_per_token=args.decode_ms_per_token,
-    )  # fmt: skip
+    spec, profile = from_flags(args)
     return DemoOptions(
         engines=args.engines, rate_per_s=args.rate, duration_s=args.duration, seed=args.seed,
         policies=args.policies, workload=spec, profile=profile, drain_s=args.drain,

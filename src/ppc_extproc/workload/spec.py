@@ -7,10 +7,11 @@ cluster of mock engines fits on a 2-core machine.
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-__all__ = ["EngineProfile", "Stage", "WorkloadSpec", "staircase"]
+__all__ = ["EngineProfile", "Stage", "WorkloadSpec", "from_flags", "staircase"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,3 +132,20 @@ class EngineProfile:
             raise ValueError(
                 f"longest request needs {need} blocks of {self.block_size} tokens; engines have {self.num_blocks}"
             )
+
+
+def from_flags(args: argparse.Namespace) -> tuple[WorkloadSpec, EngineProfile]:
+    """The workload and engine flags the demo and the routing benchmark share (``--tenants``,
+    ``--users-per-tenant``, ``--context-tokens``, ``--question-tokens``, ``--output-tokens``,
+    ``--turns``, ``--seed``; ``--block-size``, ``--num-blocks``, ``--max-num-seqs``,
+    ``--prefill-tokens-per-s``, ``--decode-ms-per-token``)."""
+    spec = WorkloadSpec(
+        tenants=args.tenants, users_per_tenant=args.users_per_tenant, context_tokens=args.context_tokens,
+        question_tokens=args.question_tokens, output_tokens=args.output_tokens, turns_per_session=args.turns,
+        seed=args.seed,
+    )  # fmt: skip
+    profile = EngineProfile(
+        block_size=args.block_size, num_blocks=args.num_blocks, max_num_seqs=args.max_num_seqs,
+        prefill_tokens_per_s=args.prefill_tokens_per_s, decode_ms_per_token=args.decode_ms_per_token,
+    )  # fmt: skip
+    return spec, profile
