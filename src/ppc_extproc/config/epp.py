@@ -298,9 +298,9 @@ class _Builder:
                         "has discoverPods=true but is not an extractor of an endpoint-notification-source; "
                         "llm-d would receive no KV events (ppc-extproc still subscribes)"
                     )
-        listed = {s.plugin_ref for s in self.document.data_layer.sources}
+        wired_sources = {id(s) for s in (*layer.endpoint_sources, *layer.polling_sources)}
         for source in (*roles.endpoint_sources, *roles.polling_sources):
-            if source.name not in listed and self.paths.get(source.name) != "(injected)":
+            if id(source) not in wired_sources:
                 self.warnings.append(
                     f"{self.paths[source.name]}: data source '{source.name}' is not listed under "
                     "dataLayer.sources, so nothing reads from it"
