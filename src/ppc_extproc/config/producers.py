@@ -142,8 +142,11 @@ def _resolve_engine_metrics(builder: LoaderState, layer: DataLayer, inject_defau
             "dataLayer.injectDefaults is false: they score every endpoint 0"
         )
         return
+    # A listed metrics source under another name is matched by type (llm-d compares the reference
+    # string and would poll every endpoint twice).
+    listed = next((s for s in layer.polling_sources if s.type_name == METRICS_SOURCE), None)
     existing_source = builder.plugins.get(METRICS_SOURCE)
-    source = existing_source if plays(existing_source, PollingSource) else None
+    source = listed or (existing_source if plays(existing_source, PollingSource) else None)
     if source is None:
         created = builder.inject(METRICS_SOURCE, METRICS_SOURCE, f"engine metrics, read by {', '.join(readers)}")
         assert plays(created, PollingSource)
