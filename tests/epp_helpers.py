@@ -3,31 +3,40 @@ run ``ppc-extproc check-config`` in a child process, build routers over loaded p
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 import textwrap
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
+from envoy.service.ext_proc.v3.external_processor_pb2 import ProcessingResponse
+from integration.extproc.harness import body, headers
+from prometheus_client import CollectorRegistry
 
 from ppc_extproc.config.epp import LoadedConfig, load_config_text
 from ppc_extproc.errors import ConfigError
 from ppc_extproc.framework import Endpoint
+from ppc_extproc.observability.metrics import Metrics
 from ppc_extproc.plugins.producers.token_producer import TokenProducer
 from ppc_extproc.plugins.registry import Services
 from ppc_extproc.scheduling.pool import EndpointPool
 from ppc_extproc.scheduling.router import Router
+from ppc_extproc.server.stream import ExtProcStream, StreamOptions
 
 __all__ = [
     "HEADER",
     "check_config",
     "config_error",
     "epp",
+    "extproc_request",
     "load",
     "pipeline",
     "router_for",
+    "until",
 ]
 
 HEADER = "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\n"
@@ -95,3 +104,25 @@ def check_config(*files: Path) -> subprocess.CompletedProcess[str]:
         [sys.executable, "-m", "ppc_extproc.cli", "check-config", *map(str, files)],
         capture_output=True, text=True, timeout=120, check=False,
     )
+
+
+async def extproc_request(router: Router, path: str, payload: bytes) -> list[ProcessingResponse]:
+    """One request through an ``ExtProcStream`` (full-duplex: headers, then the whole body): the
+    replies up to the routing decision or the immediate error response."""
+    stream = ExtProcStream(router, StreamOptions(), Metrics(CollectorRegistry()))
+    replies: list[ProcessingResponse] = []
+    for message in (headers(path), body(payload)):
+        out, close = await stream.handle(message)
+        replies.extend(out)
+        if close:
+            break
+    stream.close()
+    return replies
+
+
+async def until(condition: Callable[[], bool], timeout: float = 10.0, interval: float = 0.005) -> None:
+    """Wait for ``condition``; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met before the deadline"
+        await asyncio.sleep(interval)

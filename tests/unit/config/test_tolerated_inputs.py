@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import os
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from epp_helpers import config_error, epp, load, pipeline, router_for
+from epp_helpers import config_error, epp, load, pipeline, router_for, until
 
 from ppc_extproc.blockkeys import tokens_to_le32
 from ppc_extproc.discovery.file import FileDiscovery
@@ -60,13 +58,6 @@ def _write(path: Path, text: str, bump: int) -> None:
     os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + bump * 1_000_000_000))
 
 
-async def _until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met before the deadline"
-        await asyncio.sleep(0.005)
-
-
 def test_watch_file_false_reads_the_file_once(tmp_path: Path) -> None:
     """A watching discovery on the same file is the clock: once it has seen two later edits, the
     non-watching one, polling as often, would have seen them too."""
@@ -92,10 +83,10 @@ dataLayer: {{discovery: {{pluginRef: file-discovery}}}}
         stop = asyncio.Event()
         tasks = [asyncio.create_task(once.run(once_pool, stop)), asyncio.create_task(watching.run(watched_pool, stop))]
         try:
-            await _until(lambda: len(once_pool) == 1 and len(watched_pool) == 1)
+            await until(lambda: len(once_pool) == 1 and len(watched_pool) == 1)
             for bump, address in ((1, "10.0.0.2"), (2, "10.0.0.3")):
                 _write(path, f"- {{address: {address}, port: 8000}}\n", bump)
-                await _until(lambda: [e.address for e in watched_pool.endpoints()] == [address])
+                await until(lambda: [e.address for e in watched_pool.endpoints()] == [address])
             assert [e.address for e in once_pool.endpoints()] == ["10.0.0.1"]
             assert replaced == [0]  # the first read's one ADDED event, nothing since
             assert not tasks[0].done()  # it waits for the stop, it does not exit
