@@ -12,7 +12,8 @@ Parameters  ``engineLabelKey`` ["llm-d.ai/engine-type"], ``defaultEngine`` ["vll
             ``engineConfigs`` [built-ins: vllm, sglang, trtllm-serve, triton-tensorrt-llm, triton]:
             ``{name, queuedRequestsSpec, runningRequestsSpec, kvUsageSpec, loraSpec, cacheInfoSpec,
             cacheBlockSizeLabelName, cacheNumBlocksLabelName, cacheBlockSizeSpec, cacheNumBlocksSpec,
-            customMetrics: [{attributeKey, metricSpec}]}``; an entry replaces the built-in of its name.
+            customMetrics: [{attributeKey, metricSpec}]}``; an entry replaces the built-in of its name
+            whole (a spec it leaves out is not read); a name may appear once.
             Spec syntax: ``name`` or ``name{label=value,…}``.
 
     plugins:
@@ -71,7 +72,7 @@ def _engine(section: Section) -> EngineMapping:
         raise ConfigError(section.child_path("name"), "engine config name cannot be empty")
     if name == "default":
         raise ConfigError(section.child_path("name"), 'engine config name cannot be "default" (reserved)')
-    base = BUILTIN_ENGINES.get(name, EngineMapping(name))
+    base = EngineMapping(name)  # replaces a built-in of the same name whole, as llm-d does
     custom = []
     for path, item in section.items("customMetrics"):
         metric = Section(item, path, "core-metrics-extractor")
@@ -126,8 +127,12 @@ class CoreMetricsExtractor(MetricsExtractor, StateReporter):
     @classmethod
     def from_parameters(cls, name: str, params: Section, services: Services) -> CoreMetricsExtractor:
         engines = dict(BUILTIN_ENGINES)
+        configured: set[str] = set()
         for path, item in params.items("engineConfigs"):
             mapping = _engine(Section(item, path, "core-metrics-extractor"))
+            if mapping.name in configured:
+                raise ConfigError(f"{path}.name", f"engine config {mapping.name!r} already exists")
+            configured.add(mapping.name)
             engines[mapping.name] = mapping
         default = params.string("defaultEngine", "vllm") or "vllm"
         if default not in engines:
