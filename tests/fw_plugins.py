@@ -6,11 +6,12 @@ Registered under ``fwtests-*`` names, each with the documentation every register
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
 from ppc_extproc.errors import BadRequestError
-from ppc_extproc.framework import Consumes, DataKey, DataProducer, SchedulingContext
+from ppc_extproc.framework import AsyncDataProducer, Consumes, DataKey, DataProducer, SchedulingContext
 from ppc_extproc.framework.params import Section
 from ppc_extproc.plugins.registry import Services, register
 
@@ -27,6 +28,7 @@ def _producer(
     produces: tuple[str, ...] = (),
     consumes: tuple[Consumes, ...] = (),
     fail: Callable[[], Exception] | None = None,
+    hang_seconds: float | None = None,
 ) -> type:
     def init(self: Any, name: str) -> None:
         self.name = name
@@ -39,16 +41,26 @@ def _producer(
         if fail is not None:
             raise fail()
 
-    namespace = {
+    async def produce_async(self: Any, ctx: SchedulingContext) -> None:
+        ctx.plugin_data.setdefault("ran", []).append(self.name)
+        await asyncio.Event().wait()  # never set: only the step's timeout ends it
+
+    namespace: dict[str, Any] = {
         "__doc__": f"``{type_name}``: a test producer.\n\nType        ``{type_name}`` (producer)\n"
         f"Parameters  none\n\n    plugins:\n    - type: {type_name}\n",
         "__init__": init,
         "from_parameters": classmethod(from_parameters),
         "produces": lambda self: frozenset(DataKey(t, self.name) for t in produces),
         "consumes": lambda self: consumes,
-        "produce": produce,
     }
-    return register(type_name)(type(type_name.replace("-", "_"), (DataProducer,), namespace))
+    if hang_seconds is None:
+        namespace["produce"] = produce
+        base: type = DataProducer
+    else:
+        namespace["produce_async"] = produce_async
+        namespace["produce_timeout_seconds"] = hang_seconds
+        base = AsyncDataProducer
+    return register(type_name)(type(type_name.replace("-", "_"), (base,), namespace))
 
 
 # A → B → C, A → D, E alone (llm-d's data_graph_test.go DAG)
@@ -69,3 +81,6 @@ _producer("fwtests-g", produces=("FwG",), consumes=(Consumes("FwF"),))
 _producer("fwtests-h", consumes=(Consumes("FwG"),))
 _producer("fwtests-i")
 _producer("fwtests-bad-request", fail=lambda: BadRequestError("messages[0].content: expected a string"))
+# hangs until its 10 ms timeout; J reads its data
+_producer("fwtests-hang", produces=("FwHang",), hang_seconds=0.01)
+_producer("fwtests-j", consumes=(Consumes("FwHang"),))
