@@ -223,6 +223,17 @@ EXPECTED: dict[str, dict[str, Any]] = {
 
 # --- the ten that name their first unsupported type ------------------------------------------------
 
+#: The prefill and decode profiles of two P/D samples.
+PD_PROFILES = """\
+schedulingProfiles:
+- name: prefill
+  plugins: [{pluginRef: prefill-filter}, {pluginRef: max-score-picker}, {pluginRef: prefix-cache-scorer, weight: 2},
+            {pluginRef: queue-scorer, weight: 1}]
+- name: decode
+  plugins: [{pluginRef: decode-filter}, {pluginRef: max-score-picker}, {pluginRef: prefix-cache-scorer, weight: 2},
+            {pluginRef: queue-scorer, weight: 1}]
+"""
+
 UNSUPPORTED: dict[str, str] = {
     "pd-epp-config": """
 plugins:
@@ -234,14 +245,7 @@ plugins:
 - {type: max-score-picker}
 - {type: disagg-profile-handler, parameters: {deciders: {prefill: prefix-based-pd-decider}}}
 - {type: prefix-based-pd-decider, parameters: {nonCachedTokens: 16}}
-schedulingProfiles:
-- name: prefill
-  plugins: [{pluginRef: prefill-filter}, {pluginRef: max-score-picker}, {pluginRef: prefix-cache-scorer, weight: 2},
-            {pluginRef: queue-scorer, weight: 1}]
-- name: decode
-  plugins: [{pluginRef: decode-filter}, {pluginRef: max-score-picker}, {pluginRef: prefix-cache-scorer, weight: 2},
-            {pluginRef: queue-scorer, weight: 1}]
-""",
+""" + PD_PROFILES,
     "pd-topology-epp-config": """
 plugins:
 - {type: approx-prefix-cache-producer, parameters: {maxPrefixTokensToMatch: 16384, lruCapacityPerServer: 31250}}
@@ -339,14 +343,7 @@ plugins:
 - {type: max-score-picker}
 - {type: prefix-based-pd-decider, parameters: {nonCachedTokens: 16}}
 - {type: disagg-profile-handler, parameters: {deciders: {prefill: prefix-based-pd-decider}}}
-schedulingProfiles:
-- name: prefill
-  plugins: [{pluginRef: prefill-filter}, {pluginRef: max-score-picker}, {pluginRef: prefix-cache-scorer, weight: 2},
-            {pluginRef: queue-scorer, weight: 1}]
-- name: decode
-  plugins: [{pluginRef: decode-filter}, {pluginRef: max-score-picker}, {pluginRef: prefix-cache-scorer, weight: 2},
-            {pluginRef: queue-scorer, weight: 1}]
-""",
+""" + PD_PROFILES,
     "sim-program-aware-config": """
 plugins:
 - {type: program-aware-fairness}

@@ -24,6 +24,11 @@ def group(n: int, prefix: Sequence[int], replicas: Sequence[Endpoint]) -> list[B
     return [BurstEntry([list(prefix)], replicas) for _ in range(n)]
 
 
+def families(replicas: Sequence[Endpoint]) -> list[list[BurstEntry]]:
+    """Two prefix families of two groups of two: x* lead with blocks {1, 2}, y* with {7, 8}."""
+    return [group(2, prefix, replicas) for prefix in ([1, 2, 3], [1, 2, 4], [7, 8, 5], [7, 8, 6])]
+
+
 def name(entry: BurstEntry) -> str:
     return entry.assigned.name if entry.assigned is not None else ""
 
@@ -72,9 +77,7 @@ def test_distinct_groups_spread_across_replicas() -> None:
 
 
 def test_shared_prefix_families_colocate_within_fair_share() -> None:
-    replicas = pods(2)
-    x1, x2 = group(2, [1, 2, 3], replicas), group(2, [1, 2, 4], replicas)
-    y1, y2 = group(2, [7, 8, 5], replicas), group(2, [7, 8, 6], replicas)
+    x1, x2, y1, y2 = families(pods(2))
     entries = x1 + x2 + y1 + y2
     assign(entries, UNLIMITED, 2, False)
     assert name(x1[0]) == name(x2[0])
@@ -118,9 +121,7 @@ def test_overlapping_singletons_colocate_without_groups() -> None:
 
 
 def test_shared_prefix_below_threshold_does_not_colocate() -> None:
-    replicas = pods(2)
-    x1, x2 = group(2, [1, 2, 3], replicas), group(2, [1, 2, 4], replicas)
-    y1, y2 = group(2, [7, 8, 5], replicas), group(2, [7, 8, 6], replicas)
+    x1, x2, y1, y2 = families(pods(2))
     entries = x1 + x2 + y1 + y2
     assign(entries, UNLIMITED, 3, False)
     assert name(x1[0]) != name(x2[0])
