@@ -6,8 +6,8 @@ Behaviour   the endpoint's engine is its label ``engineLabelKey`` (falling back 
             specs pick the families read (only those are parsed). Queued and running requests, KV
             usage, cache block size and count, LoRA adapters and custom metrics are stored as the
             endpoint's ``EngineMetrics`` (what the load scorers read). A spec'd family the body
-            lacks is an extract error; the other fields still update. A body with none of the
-            load families is refused (wrong port, not an engine).
+            lacks is an extract error; the other fields still update. A body with none of the load
+            families its engine config names is refused (wrong port, not an engine).
 Parameters  ``engineLabelKey`` ["llm-d.ai/engine-type"], ``defaultEngine`` ["vllm"],
             ``engineConfigs`` [built-ins: vllm, sglang, trtllm-serve, triton-tensorrt-llm, triton]:
             ``{name, queuedRequestsSpec, runningRequestsSpec, kvUsageSpec, loraSpec, cacheInfoSpec,
@@ -150,7 +150,8 @@ class CoreMetricsExtractor(MetricsExtractor, StateReporter):
         metrics = parsed.metrics
         for family in parsed.missing:
             self.missing_families[family] = self.missing_families.get(family, 0) + 1
-        if metrics.waiting is None and metrics.running is None and metrics.kv_usage is None:
+        reads_load = any(s is not None for s in (mapping.queued, mapping.running, mapping.kv_usage))
+        if reads_load and metrics.waiting is None and metrics.running is None and metrics.kv_usage is None:
             self.extract_errors += 1
             raise ValueError(f"no {mapping.name} load metrics in the response")
         if parsed.missing:
