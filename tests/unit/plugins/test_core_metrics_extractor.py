@@ -177,6 +177,13 @@ def test_an_absent_lora_family_and_disabled_specs_are_no_error() -> None:
     assert disabled.extract_errors == 0 and store.snapshot("10.0.0.1:8000").waiting == 1  # type: ignore[union-attr]
 
 
+def test_an_engine_config_with_every_spec_disabled_polls_without_errors() -> None:
+    specs = ("queuedRequestsSpec", "runningRequestsSpec", "kvUsageSpec", "loraSpec", "cacheInfoSpec")
+    ex, store = extractor({"engineConfigs": [{"name": "vllm", **dict.fromkeys(specs, "")}]})
+    ex.extract_metrics(Endpoint("10.0.0.1", 8000), b"", 1.0)
+    assert ex.extract_errors == 0 and store.snapshot("10.0.0.1:8000") is not None
+
+
 def test_a_body_without_any_load_family_is_refused() -> None:
     ex, store = extractor()
     with pytest.raises(ValueError, match="no vllm load metrics"):
