@@ -125,9 +125,18 @@ def _plugin_specs(root: Section) -> list[PluginSpec]:
             name = spec.string("name", "")
             raise ConfigError(f"{path}.type", f"plugin '{name or path}' is missing a type")
         type_name = TYPE_ALIASES.get(written, written)
-        if type_name != written:
-            spec.warn("type", f"DEPRECATION: plugin type '{written}' is deprecated; use '{type_name}' instead")
         name = spec.string("name", "") or written
+        # llm-d's pitfall: a token producer not named 'token-producer' publishes under its own name,
+        # so llm-d also creates an estimate 'token-producer' (ppc-extproc uses this one for all).
+        renamed = (
+            f"token-producer named '{name}': llm-d would also create an estimate 'token-producer'; "
+            "ppc-extproc uses this one for every consumer"
+        ) if type_name == "token-producer" and name != type_name else None  # fmt: skip
+        if type_name != written:
+            deprecation = f"DEPRECATION: plugin type '{written}' is deprecated; use '{type_name}' instead"
+            spec.warn("type", f"{deprecation} ({renamed})" if renamed else deprecation)
+        elif renamed:
+            spec.warn("name", renamed)
         if name in names:
             raise ConfigError(f"{path}.name", f"duplicate plugin name '{name}'")
         names.add(name)

@@ -153,6 +153,7 @@ class Router:
         failed: set[DataKey] = set()
         for step in self.pipeline.producers:
             if failed and not failed.isdisjoint(step.requires):
+                failed.update(step.producer.produces())  # missing too: its dependants skip as well
                 continue
             try:
                 if isinstance(step, AsyncProducerStep):
