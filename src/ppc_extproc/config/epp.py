@@ -260,6 +260,16 @@ class _Builder:
             parsers.append(plugin)
         return parsers
 
+    def check_saturation_detector(self) -> None:
+        """llm-d resolves ``flowControl.saturationDetector`` (default ``utilization-detector``,
+        injected when absent); a reference to any other undefined plugin is an error."""
+        spec = self.document.saturation_detector
+        if spec is None:
+            return
+        path, ref = spec
+        if ref != "utilization-detector" and ref not in self.plugins:
+            raise ConfigError(path, f"saturation detector references undefined plugin '{ref}'")
+
     def discovery(self) -> Discovery | None:
         spec = self.document.data_layer.discovery
         if spec is None:
@@ -313,6 +323,7 @@ def load_config_text(text: str, source: str = "<text>", services: Services | Non
     services = services or Services()
     builder = _Builder(document, services)
     builder.build_plugins()
+    builder.check_saturation_detector()
     roles = classify(builder.plugins.values())
     profiles = builder.build_profiles(roles)
     handler = builder.profile_handler(roles, profiles)

@@ -132,11 +132,6 @@ class ApproxPrefixCacheProducer(DataProducer, PreRequest, EndpointExtractor, Sta
         self._engine_block_size: int | None = None
         self._endpoints: dict[EndpointId, _EndpointBlocks] = {}
         self._lock = threading.Lock()
-        if 0 < block_size_tokens < MIN_BLOCK_SIZE_TOKENS:
-            log.warning(
-                "approx_block_size_raised", producer=name, block_size_tokens=block_size_tokens,
-                minimum=MIN_BLOCK_SIZE_TOKENS,
-            )
 
     @classmethod
     def from_parameters(cls, name: str, params: Section, services: Services) -> ApproxPrefixCacheProducer:
@@ -147,6 +142,9 @@ class ApproxPrefixCacheProducer(DataProducer, PreRequest, EndpointExtractor, Sta
             block = legacy  # deprecated alias, applied as llm-d does
         if block <= 0:
             block = DEFAULT_BLOCK_SIZE_TOKENS if auto_tune else MIN_BLOCK_SIZE_TOKENS
+        if (params.has("blockSizeTokens") or legacy) and 0 < block < MIN_BLOCK_SIZE_TOKENS:
+            params.warn("blockSizeTokens", f"{block} is raised to {MIN_BLOCK_SIZE_TOKENS} (llm-d #1158 bounds router "
+                                           "memory the same way)")  # fmt: skip
         return cls(
             name,
             auto_tune=auto_tune,
