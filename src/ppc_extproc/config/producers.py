@@ -113,8 +113,25 @@ def resolve_producers(builder: LoaderState, layer: DataLayer, inject_defaults: b
                 )
                 continue
         break
+    _check_required(builder)
     _warn_unread(builder)
     _resolve_engine_metrics(builder, layer, inject_defaults)
+
+
+def _check_required(builder: LoaderState) -> None:
+    """Every other required need has a producer (token ids may come in the body, engine metrics
+    from the data layer, match info was resolved above)."""
+    roles = classify(builder.plugins.values())
+    produced = _produced(roles.producers)
+    for consumer in roles.consumers:
+        for need in consumer.consumes():
+            if need.data_type in (TOKENIZED_PROMPT, ENGINE_METRICS, PREFIX_CACHE_MATCH_INFO) or not need.required:
+                continue
+            if not any(need.satisfied_by(k) for k in produced):
+                raise ConfigError(
+                    builder.paths.get(consumer.name, consumer.name),
+                    f"no producer of {need}, consumed by {consumer.name}",
+                )
 
 
 def _warn_unread(builder: LoaderState) -> None:
@@ -142,8 +159,11 @@ def _resolve_engine_metrics(builder: LoaderState, layer: DataLayer, inject_defau
             "dataLayer.injectDefaults is false: they score every endpoint 0"
         )
         return
+    # A listed metrics source under another name is matched by type (llm-d compares the reference
+    # string and would poll every endpoint twice).
+    listed = next((s for s in layer.polling_sources if s.type_name == METRICS_SOURCE), None)
     existing_source = builder.plugins.get(METRICS_SOURCE)
-    source = existing_source if plays(existing_source, PollingSource) else None
+    source = listed or (existing_source if plays(existing_source, PollingSource) else None)
     if source is None:
         created = builder.inject(METRICS_SOURCE, METRICS_SOURCE, f"engine metrics, read by {', '.join(readers)}")
         assert plays(created, PollingSource)

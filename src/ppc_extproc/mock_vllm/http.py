@@ -287,7 +287,9 @@ async def version(request: web.Request) -> web.Response:
 
 
 async def metrics(request: web.Request) -> web.Response:
-    body = generate_latest(request.app[_INFO]["registry"])
+    info = request.app[_INFO]
+    info["metrics_requests"] += 1
+    body = generate_latest(info["registry"])
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
@@ -354,6 +356,7 @@ async def mock_state(request: web.Request) -> web.Response:
         kv_events_endpoint=info["kv_events_config"].get("endpoint"),
         replay_endpoint=info["kv_events_config"].get("replay_endpoint"),
         event_encoding=info["event_encoding"],
+        metrics_requests=info["metrics_requests"],
     )
     return _json(state)
 
@@ -378,6 +381,8 @@ def create_app(
         "kv_events_config": kv_events_config
         or {"enable_kv_cache_events": False, "publisher": "null"},
         "registry": engine_registry(engine, engine_index),
+        #: ``GET /metrics`` requests served (shown in ``/mock/state``: who polls this engine).
+        "metrics_requests": 0,
     }
 
     async def add_header(request: web.BaseRequest, response: web.StreamResponse) -> None:

@@ -182,9 +182,6 @@ class TokenProducer(AsyncDataProducer, Lifecycle, StateReporter):
                 "", "the estimate backend packs about 4 bytes per pseudo-token: it defeats precise routing "
                 "(the precise producer ignores its ids); set local.tokenizerPath (or vllm.url) for exact ids",
             )
-        if name != "token-producer":
-            params.warn("", f"token-producer named {name!r}: llm-d would also create an estimate 'token-producer'; "
-                            "ppc-extproc uses this one for every consumer")  # fmt: skip
         if config.local is not None:
             directory = Path(config.local.tokenizer_path)
             if not (directory / "tokenizer.json").is_file():
