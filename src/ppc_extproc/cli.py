@@ -180,6 +180,7 @@ def _serve(args: argparse.Namespace) -> int:
         max_body_bytes=args.max_body_bytes,
         default_body_mode=BodyMode[args.body_mode.upper().replace("-", "_")],
         json_errors=args.error_format == "openai",
+        usage_sample_rate=args.usage_sample_rate,
         drain_seconds=args.drain_seconds,
         discovery=discovery,
     )
@@ -192,6 +193,13 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"ppc-extproc serve: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+def _fraction(text: str) -> float:
+    value = float(text)
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be within [0, 1], got {text}")
+    return value
 
 
 def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -216,6 +224,12 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="request body mode assumed when Envoy does not announce it (default full-duplex-streamed)",
     )
     p.add_argument("--error-format", choices=["text", "openai"], default="text", help="error body format (default llm-d's text)")
+    p.add_argument(
+        "--usage-sample-rate", type=_fraction, default=0.01, metavar="R",
+        help="with Envoy sending no response bodies (envoy/envoy.yaml): ask for the body of this share of "
+        "responses (mode_override) to read their usage for the usage and cached-tokens metrics; "
+        "0 disables, 1 reads every response (default 0.01)",
+    )
     p.add_argument("--drain-seconds", type=float, default=10.0, help="how long open streams may finish at shutdown")
     p.add_argument("--log-format", choices=["json", "console"], default="json")
     p.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default="info")

@@ -59,6 +59,8 @@ class ServeOptions:
     max_body_bytes: int = 16 * 1024 * 1024
     default_body_mode: BodyMode = BodyMode.FULL_DUPLEX_STREAMED
     json_errors: bool = False
+    #: Share of responses whose usage is read when Envoy sends no response bodies (``StreamOptions``).
+    usage_sample_rate: float = 0.01
     #: Bound on waiting for open streams at shutdown.
     drain_seconds: float = 10.0
     services: Services = field(default_factory=Services)
@@ -84,7 +86,9 @@ class Service:
         self.metrics = Metrics(self.registry)
         self.registry.register(StateCollector(self.state_for_metrics))
         self.health = Health()
-        stream_options = StreamOptions(options.max_body_bytes, options.default_body_mode, options.json_errors)
+        stream_options = StreamOptions(
+            options.max_body_bytes, options.default_body_mode, options.json_errors, options.usage_sample_rate
+        )
         self.extproc = ExternalProcessor(self.router, stream_options, self.metrics)
         self.grpc_port = 0
         self.admin_port = 0
