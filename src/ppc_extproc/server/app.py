@@ -64,6 +64,10 @@ class ServeOptions:
     #: Bound on waiting for open streams at shutdown.
     drain_seconds: float = 10.0
     services: Services = field(default_factory=Services)
+    #: Bind the gRPC port with SO_REUSEPORT (``serve --workers``: several processes share it).
+    reuse_port: bool = False
+    #: This process's index among ``serve --workers`` (None: a single process).
+    worker_index: int | None = None
     #: A discovery source overriding ``endpoints`` and the configuration's discovery (Kubernetes,
     #: or an embedding application's own endpoint source).
     discovery: Discovery | None = None
@@ -169,7 +173,8 @@ async def serve(
             loop.add_signal_handler(sig, stop.set)
 
     server = grpc.aio.server(options=[
-        ("grpc.so_reuseport", 0),
+        # Off by default, so a port already in use is an error rather than a silently shared port.
+        ("grpc.so_reuseport", 1 if options.reuse_port else 0),
         ("grpc.max_receive_message_length", options.max_body_bytes + (1 << 20)),
         ("grpc.max_send_message_length", options.max_body_bytes + (1 << 20)),
     ])
@@ -215,7 +220,7 @@ async def serve(
             await service.health.set_ready(True)
             log.info(
                 "service_ready", grpc_port=service.grpc_port, admin_port=service.admin_port,
-                endpoints=len(service.pool), config=loaded.source,
+                endpoints=len(service.pool), config=loaded.source, worker=options.worker_index,
             )
             if on_ready is not None:
                 on_ready(service)
