@@ -198,6 +198,14 @@ class Measured:
         return self.cpu_s.get(name, float("nan")) / max(1, self.requests) * 1e3
 
 
+def idle_cores(pid: int, seconds: float) -> float:
+    """Cores ``pid`` uses doing nothing (housekeeping, KV-event sockets): subtracted to give a
+    request's marginal cost."""
+    before, started = cpu_seconds(pid), time.perf_counter()
+    time.sleep(seconds)
+    return (cpu_seconds(pid) - before) / (time.perf_counter() - started)
+
+
 def measure(url: str, bodies: Sequence[bytes], concurrency: int, pids: Mapping[str, int],
             admin_urls: Sequence[str] = ()) -> Measured:  # fmt: skip
     before_cpu = {n: cpu_seconds(p) for n, p in pids.items()}
@@ -244,11 +252,28 @@ class Workload:
 
 
 STREAMED = [
-    Workload("agentic 100K/1K", 100_000, 95_000, 1000, 24, 8),
-    Workload("agentic 100K/32", 100_000, 95_000, 32, 24, 8),
+    Workload("agentic 100K/1K", 100_000, 95_000, 1000, 24, 4),
+    Workload("agentic 100K/32", 100_000, 95_000, 32, 24, 4),
     Workload("chat 8K/64", 8_000, 6_000, 64, 96, 8),
     Workload("2K/32", 2_000, 1_500, 32, 400, 8),
 ]
+
+
+def envoy_without_ext_proc(rendered: Path, engines: Sequence[str], out: Path) -> Path:
+    """The rendered shipped config minus the ext_proc (and header-mutation) filter, routing round
+    robin over ``engines``: what Envoy itself costs to proxy the same traffic."""
+    config = yaml.safe_load(rendered.read_text())
+    hcm = config["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
+    hcm["http_filters"] = [f for f in hcm["http_filters"] if f["name"] == "envoy.filters.http.router"]
+    hcm["route_config"]["virtual_hosts"][0]["routes"][0]["route"]["cluster"] = "engines"
+    members = [{"endpoint": {"address": {"socket_address": {"address": e.rsplit(":", 1)[0],
+                                                            "port_value": int(e.rsplit(":", 1)[1])}}}} for e in engines]
+    config["static_resources"]["clusters"].append({
+        "name": "engines", "type": "STATIC", "lb_policy": "ROUND_ROBIN", "connect_timeout": "5s",
+        "load_assignment": {"cluster_name": "engines", "endpoints": [{"lb_endpoints": members}]},
+    })  # fmt: skip
+    out.write_text(yaml.safe_dump(config, sort_keys=False))
+    return out
 
 
 def _fmt(value: float, digits: int = 2) -> str:
@@ -259,7 +284,7 @@ def part_streamed(args: argparse.Namespace, work: Path) -> None:
     print("## Streamed workloads: 16 mock engines behind Envoy + the service (or a peer router)\n")
     print(f"engines: {' '.join(ENGINE_ARGS)}; block size {BLOCK}; service: the default configuration "
           "(precise + speculative, prefix 3 + active-request 2), 1 worker; Envoy --concurrency 1\n")
-    print("| router | config | workload | requests | CPU ms/req service | CPU ms/req Envoy (router) | total | "
+    print("| router | config | workload | requests | CPU ms/req service (minus idle) | CPU ms/req Envoy (router) | total | "
           "decision p50 / p99 ms (≤) | RSS MB service / Envoy | req/s | errors |")
     print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     workloads = [w for w in STREAMED if not args.quick or w.name != "chat 8K/64"]
@@ -273,12 +298,38 @@ def part_streamed(args: argparse.Namespace, work: Path) -> None:
             url = cluster.listener_url + "/v1/completions"
             for w in workloads:
                 measure(url, w.bodies(99, count=w.sessions), w.concurrency, pids)  # warm: sessions cached
+                idle = idle_cores(pids["service"], 3.0)
                 m = measure(url, w.bodies(1), w.concurrency, pids, cluster.service_admin_urls)
                 svc, env = m.ms_per_request("service"), m.ms_per_request("envoy")
-                print(f"| ppc-extproc | {variant} | {w.name} | {m.requests} | {_fmt(svc)} | {_fmt(env)} | "
+                marginal = svc - idle * m.wall_s / m.requests * 1e3
+                print(f"| ppc-extproc | {variant} | {w.name} | {m.requests} | {_fmt(svc)} ({_fmt(marginal)}) | {_fmt(env)} | "
                       f"{_fmt(svc + env)} | {_fmt(m.decision_p50 * 1e3, 3)} / {_fmt(m.decision_p99 * 1e3, 3)} | "
                       f"{m.rss['service'] / 2**20:.0f} / {m.rss['envoy'] / 2**20:.0f} | "
                       f"{m.requests / m.wall_s:.1f} | {m.errors} |", flush=True)
+            if variant != args.variants[0] or cluster.envoy_config_path is None:
+                continue
+            # Envoy's own cost for the same traffic: the same file without ext_proc, round robin.
+            plain = envoy_without_ext_proc(cluster.envoy_config_path, cluster.engine_endpoints, work / "plain.yaml")
+            listen, admin = free_port(), free_port()
+            config = yaml.safe_load(plain.read_text())
+            config["admin"]["address"]["socket_address"]["port_value"] = admin
+            config["static_resources"]["listeners"][0]["address"]["socket_address"]["port_value"] = listen
+            plain.write_text(yaml.safe_dump(config, sort_keys=False))
+            group = ProcessGroup(work / "plain")
+            try:
+                proxy = group.spawn("envoy-plain", [find_envoy(), "-c", str(plain), "--disable-hot-restart",
+                                                    "--log-level", "error", "--concurrency", "1"])  # fmt: skip
+                wait_for_http(f"http://127.0.0.1:{admin}/ready")
+                plain_url = f"http://127.0.0.1:{listen}/v1/completions"
+                for w in workloads:
+                    measure(plain_url, w.bodies(99, count=w.sessions), w.concurrency, {})
+                    m = measure(plain_url, w.bodies(1), w.concurrency, {"envoy": proxy.pid or 0})
+                    env = m.ms_per_request("envoy")
+                    print(f"| Envoy alone (no ext_proc, round robin) | {variant} minus ext_proc | {w.name} | "
+                          f"{m.requests} | - | {_fmt(env)} | {_fmt(env)} | - | - / {m.rss['envoy'] / 2**20:.0f} | "
+                          f"{m.requests / m.wall_s:.1f} | {m.errors} |", flush=True)  # fmt: skip
+            finally:
+                group.stop_all()
     if not args.peers:
         return
     w = next(x for x in STREAMED if x.name == "2K/32")
@@ -390,21 +441,38 @@ def part_small(args: argparse.Namespace, work: Path) -> None:
             print(f"| {name} | {workers} | {load['rps']:,.0f} | {per_1k:.3f} | {envoy_1k:.3f} | {single['p50'] / 1e3:.2f} | "
                   f"{(single['p50'] - direct['p50']) / 1e3:+.2f} | {single['p99'] / 1e3:.2f} | {errors} |", flush=True)
 
-        for workers in args.workers:
+        cells = [(variant, workers) for variant in args.variants
+                 for workers in (args.workers if variant == args.variants[0] else [1])]  # fmt: skip
+        for variant, workers in cells:
             grpc_port, listen, envoy_admin = free_port(), free_port(), free_port()
-            service = group.spawn(f"service-w{workers}", [
+            service = group.spawn(f"service-{variant}-w{workers}", [
                 sys.executable, "-m", "ppc_extproc", "serve", "--log-level", "warning", "--grpc-port", str(grpc_port),
                 "--admin-port", "0", "--endpoints", ",".join(endpoints), "--config-file", str(config_file),
                 *(["--workers", str(workers)] if workers > 1 else []),
             ])  # fmt: skip
             wait_for_grpc_health(f"127.0.0.1:{grpc_port}", "readiness", timeout=60)
-            rendered = render_envoy_config(args.variants[0], work, listener_port=listen, admin_port=envoy_admin,
-                                           ext_proc_port=grpc_port, file_name=f"envoy-small-{workers}.yaml")  # fmt: skip
-            proxy = group.spawn(f"envoy-w{workers}", [envoy, "-c", str(rendered), "--disable-hot-restart", "--log-level",
+            rendered = render_envoy_config(variant, work, listener_port=listen, admin_port=envoy_admin,
+                                           ext_proc_port=grpc_port, file_name=f"envoy-small-{variant}-{workers}.yaml")  # fmt: skip
+            proxy = group.spawn(f"envoy-{variant}-w{workers}", [envoy, "-c", str(rendered), "--disable-hot-restart", "--log-level",
                                                       "error", "--concurrency", str(workers)])  # fmt: skip
             wait_for_http(f"http://127.0.0.1:{envoy_admin}/ready")
-            row(f"ppc-extproc ({args.variants[0]})", workers, f"http://127.0.0.1:{listen}/v1/completions",
+            row(f"ppc-extproc ({variant})", workers, f"http://127.0.0.1:{listen}/v1/completions",
                 {"service": service.pid or 0, "envoy": proxy.pid or 0})  # fmt: skip
+            proxy.stop()
+            service.stop()
+        stub = Path(__file__).resolve().parents[1] / "tests/unit/localcluster/stub_extproc.py"
+        if stub.is_file():  # the floor of any Python grpc.aio ext_proc: routes round robin, nothing else
+            grpc_port, listen, envoy_admin = free_port(), free_port(), free_port()
+            service = group.spawn("stub", [sys.executable, str(stub), "--grpc-port", str(grpc_port), "--admin-port",
+                                           str(free_port()), "--endpoints", ",".join(endpoints)])  # fmt: skip
+            wait_for_grpc_health(f"127.0.0.1:{grpc_port}", "readiness", timeout=60)
+            rendered = render_envoy_config(args.variants[0], work, listener_port=listen, admin_port=envoy_admin,
+                                           ext_proc_port=grpc_port, file_name="envoy-small-stub.yaml")  # fmt: skip
+            proxy = group.spawn("envoy-stub", [envoy, "-c", str(rendered), "--disable-hot-restart", "--log-level",
+                                               "error", "--concurrency", "1"])  # fmt: skip
+            wait_for_http(f"http://127.0.0.1:{envoy_admin}/ready")
+            row("trivial grpc.aio ext_proc (tests/unit/localcluster/stub_extproc.py)", 1,
+                f"http://127.0.0.1:{listen}/v1/completions", {"service": service.pid or 0, "envoy": proxy.pid or 0})
             proxy.stop()
             service.stop()
         for name in args.peers:
