@@ -142,7 +142,7 @@ def describe(options: DemoOptions) -> str:
         f"{w.turns_per_session}-turn sessions (working set {w.working_set_tokens:,} tokens; "
         f"cluster cache {options.engines * p.capacity_tokens:,})\n"
         f"arrivals: Poisson {options.rate_per_s:g} req/s for {options.duration_s:g} s per policy, "
-        f"seed {options.seed}; sent as {_FORM_TEXT[options.form]}"
+        f"seed {options.seed}; requests: {_FORM_TEXT[options.form]}"
     )
 
 
