@@ -230,7 +230,7 @@ class LocalTokenizer:
         if api == "chat":
             return self.tokenize_chat(parse_chat(obj))
         if api == "messages":
-            return self.tokenize_chat(parse_chat(self.anthropic_chat_body(obj)))
+            return self.tokenize_chat(parse_chat(self.anthropic_chat_body(obj), allow_empty_tools=True))
         return TokenizeResult.failed(UNSUPPORTED_BODY, f"{api} bodies are not tokenized locally")
 
     def tokenize_completion(self, req: CompletionInput) -> TokenizeResult:
