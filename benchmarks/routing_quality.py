@@ -1,27 +1,32 @@
-"""Routing quality (issue #6 item 4): policies side by side on one seeded shared-prefix workload.
+"""Routing quality (issues #6, #14): ppc-extproc next to vllm-router and sglang-router.
 
-Each policy gets a fresh local cluster — 8 mock vLLM engines with bounded caches behind the real
-Envoy and the service — and the same schedule: Poisson arrivals at a rising staircase of rates,
-tenants with a long shared context, users in multi-turn sessions. The oracle routes client-side
-from the engines' real caches (``/mock/match``). Scenarios (``--scenarios``):
+Each policy gets a fresh, cold local cluster — mock vLLM engines with bounded caches — behind its
+router (ours: Envoy + the service; a peer: its own process; several replicas: behind one load
+balancer), and the same seeded schedule: Poisson arrivals, tenants with a long shared context,
+users in multi-turn sessions. The oracle routes client-side from the engines' real caches
+(``/mock/match``). Scenarios (``--scenarios``, all by default), one row group each:
 
-single            one router replica sees every request (``--policies``, all eight by default)
-replicas          ``--replicas`` router replicas behind Envoy, each routing the streams Envoy
-                  gives it: an approximate replica remembers only its own share of the traffic,
-                  every precise replica reads every engine's KV events
-restart           one replica; ``--restart-engine-at`` seconds in, the engine holding the most
-                  tenants restarts (``--restart-mode``: ``mock`` drops its cache and KV-event seq
-                  with no downtime, ``process`` restarts the process)
-replicas+restart  both
+single    (a) one router replica
+replicas  (b) ``--replicas`` router replicas behind one load balancer
+restart   (c) the engine holding the most tenants restarts ``--restart-at`` s in
+outside   (d) ``--outside-share`` of the arrivals go straight to the engines (round-robin)
+pressure  (e) the working set is ``--pressure`` × the cluster's cache
+long      (f) ``--long-tenants`` tenants have ``--long-context-tokens`` agentic contexts
 
-The scenarios other than ``single`` run ``--scenario-policies``. Prints the tables with the
-command and machine, writes them as Markdown (``benchmarks/out/routing_quality.md``), the raw
-numbers as JSON, and a chart (``docs/routing_quality.png``, needs the ``bench`` extra).
+Request form (``--form``): ``chat`` (default: the ``openai`` client, /v1/chat/completions, the
+context as system message and the session's turns), ``text`` (string prompts, /v1/completions)
+or ``tokens`` (the engine's token ids of that text; sglang-router, which rejects them, gets the
+text). The engines tokenise with ``--tokenizer`` (default ``tiny``: the tiny byte-level BPE built
+at run time; ppc-extproc's service gets a local ``token-producer`` on the same directory, so it
+routes chat and text by the engines' own ids); ``--tokenizer none`` keeps the mock's UTF-8-byte
+tokenisation (text and tokens only; ppc-extproc is then sent token ids for text). Lengths are in
+tokens: the text is scaled by the tokenizer's characters per token. Prints the tables with the
+command, machine and versions, writes Markdown (``benchmarks/out/routing_quality.md``), JSON and a
+PNG per scenario (``docs/``).
 
-    python benchmarks/routing_quality.py                       # the eight policies, ≈ 5.5 min on 2 cores
-    python benchmarks/routing_quality.py --scenarios single,replicas,restart   # + 3 replicas, restart: ≈ 10 min
-    python benchmarks/routing_quality.py --scenarios replicas --replicas 4
-    python benchmarks/routing_quality.py --scenarios single --policies precise+load,round-robin --rates 8,24
+    python benchmarks/routing_quality.py                          # everything, ≈ 10 min on 2 cores
+    python benchmarks/routing_quality.py --list                   # scenarios and expected duration
+    python benchmarks/routing_quality.py --scenarios single,replicas --policies precise+load,vllm-router
 """
 
 from __future__ import annotations
@@ -31,78 +36,123 @@ import dataclasses
 import json
 import math
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
 from ppc_extproc.observability.logging import configure_logging
 from ppc_extproc.workload import (
-    ALL_POLICIES,
-    BENCHMARK_POLICIES,
     ClusterPlan,
-    EngineProfile,
     EngineRestart,
     PolicyRun,
     ProgressLine,
-    Workload,
-    WorkloadSpec,
     arrivals,
     policy,
     run_policy,
     staircase,
 )
+from ppc_extproc.workload.clients import EngineTokens, client_for
+from ppc_extproc.workload.peers import PEERS
+from ppc_extproc.workload.scenarios import SCENARIOS, BaseSetup, Scenario, build_scenario, expected_seconds
+from ppc_extproc.workload.spec import from_flags
+from ppc_extproc.workload.text import TextWorkload, chars_per_token
 
 sys.path.insert(0, str(Path(__file__).parent))
-from routing_report import (  # a sibling script, like _common for bench_*.py
-    ScenarioResult,
-    header_lines,
-    headline_lines,
-    machine_lines,
-    markdown,
-    scenario_text,
-)
+from routing_report import ScenarioResult, aims_of, markdown, results_table, scenario_details
 
 ROOT = Path(__file__).resolve().parent.parent
-TITLE = "Routing quality: shared-prefix multi-turn workload, 8 mock engines behind Envoy"
-SCENARIOS = ("single", "replicas", "restart", "replicas+restart")
-SCENARIO_POLICIES = ("round-robin", "approximate", "precise+load", "oracle")
+TITLE = "Routing quality: ppc-extproc and peer routers on a shared-prefix multi-turn workload"
+#: The request form of the default run: what users send.
+DEFAULT_FORM = "chat"
+KEY_POLICIES = ("round-robin", "approximate", "precise+load", "vllm-router", "sglang-router", "oracle")
 
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument(
-        "--policies",
-        default=",".join(BENCHMARK_POLICIES),
-        help=f"comma-separated, of {', '.join(ALL_POLICIES)}",
-    )
-    p.add_argument("--scenarios", default="single", help=f"comma-separated, of {', '.join(SCENARIOS)}")
-    p.add_argument("--scenario-policies", default=",".join(SCENARIO_POLICIES),
-                   help="policies of every scenario but 'single'")  # fmt: skip
-    p.add_argument("--replicas", type=int, default=3, help="router replicas in the 'replicas' scenarios")
-    p.add_argument("--restart-engine-at", type=float, default=15.0, metavar="SECONDS",
-                   help="when the 'restart' scenarios restart the engine holding the most tenants")  # fmt: skip
-    p.add_argument("--restart-mode", choices=("mock", "process"), default="mock")
-    p.add_argument("--restart-window", type=float, default=10.0, help="seconds after the restart the restart table covers")
-    p.add_argument("--engines", type=int, default=8)
-    p.add_argument("--rates", default="8,16,24", help="staircase of Poisson rates, req/s")
-    p.add_argument("--stage-seconds", type=float, default=10.0, help="seconds per rate")
-    p.add_argument("--drain", type=float, default=20.0, help="seconds after the last arrival before cut-off")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--tenants", type=int, default=16)
-    p.add_argument("--users-per-tenant", type=int, default=4)
-    p.add_argument("--context-tokens", type=int, default=2048)
-    p.add_argument("--question-tokens", type=int, default=256)
-    p.add_argument("--output-tokens", type=int, default=32)
-    p.add_argument("--turns", type=int, default=3)
-    p.add_argument("--block-size", type=int, default=64)
-    p.add_argument("--num-blocks", type=int, default=240)
-    p.add_argument("--max-num-seqs", type=int, default=8)
-    p.add_argument("--prefill-tokens-per-s", type=float, default=3000.0)
-    p.add_argument("--decode-ms-per-token", type=float, default=10.0)
-    p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "out" / "routing_quality.md")
-    p.add_argument("--json-out", type=Path, default=ROOT / "benchmarks" / "out" / "routing_quality.json")
-    p.add_argument("--chart", default=str(ROOT / "docs" / "routing_quality.png"), help="PNG path; '' to skip")
-    p.add_argument("--keep-logs", action="store_true")
+    p.add_argument("--scenarios", default=",".join(SCENARIOS), help=f"comma-separated, of {', '.join(SCENARIOS)}")
+    p.add_argument("--policies", default=",".join(KEY_POLICIES), help="comma-separated policy names")
+    p.add_argument("--form", choices=("chat", "text", "tokens"), default=DEFAULT_FORM, help="request form")
+    p.add_argument("--tokenizer", default="tiny",
+                   help="HF tokenizer directory of the engines (and our token-producer); 'tiny': built at run time; "
+                        "'none': UTF-8 bytes")  # fmt: skip
+    p.add_argument("--list", action="store_true", help="print the scenarios and the expected duration, run nothing")
+    g = p.add_argument_group("cluster and time model")
+    g.add_argument("--engines", type=int, default=4)
+    g.add_argument("--block-size", type=int, default=64)
+    g.add_argument("--num-blocks", type=int, default=240)
+    g.add_argument("--max-num-seqs", type=int, default=8)
+    g.add_argument("--prefill-tokens-per-s", type=float, default=3000.0)
+    g.add_argument("--decode-ms-per-token", type=float, default=10.0)
+    g = p.add_argument_group("workload and schedule")
+    g.add_argument("--rates", default="10", help="Poisson rates, req/s, one stage each")
+    g.add_argument("--stage-seconds", type=float, default=13.0)
+    g.add_argument("--warmup", type=float, default=4.0, help="seconds of arrivals sent but not counted (cold start)")
+    g.add_argument("--drain", type=float, default=8.0, help="seconds after the last arrival before cut-off")
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--tenants", type=int, default=8)
+    g.add_argument("--users-per-tenant", type=int, default=4)
+    g.add_argument("--context-tokens", type=int, default=2048)
+    g.add_argument("--question-tokens", type=int, default=256)
+    g.add_argument("--output-tokens", type=int, default=32)
+    g.add_argument("--turns", type=int, default=3)
+    g.add_argument("--chars-per-token", type=float, default=0.0,
+                   help="text characters per token; 0: measured with the tokenizer (1 for UTF-8 bytes)")  # fmt: skip
+    g = p.add_argument_group("scenario knobs")
+    g.add_argument("--replicas", type=int, default=3)
+    g.add_argument("--restart-at", type=float, default=7.0, metavar="SECONDS")
+    g.add_argument("--restart-mode", choices=("mock", "process"), default="mock")
+    g.add_argument("--restart-window", type=float, default=6.0, help="seconds after the restart its table covers")
+    g.add_argument("--outside-share", type=float, default=0.3)
+    g.add_argument("--pressure", type=float, default=1.5, help="working set / cluster cache in (e)")
+    g.add_argument("--long-tenants", type=int, default=2)
+    g.add_argument("--long-context-tokens", type=int, default=32_768)
+    g.add_argument("--long-prefill-tokens-per-s", type=float, default=16_000.0)
+    g.add_argument("--long-rate-factor", type=float, default=0.6)
+    g = p.add_argument_group("output")
+    g.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "out" / "routing_quality.md")
+    g.add_argument("--json-out", type=Path, default=ROOT / "benchmarks" / "out" / "routing_quality.json")
+    g.add_argument("--charts-dir", default=str(ROOT / "docs"), help="PNG directory; '' to skip")
+    g.add_argument("--keep-logs", action="store_true")
     return p.parse_args()
+
+
+def base_setup(args: argparse.Namespace) -> BaseSetup:
+    spec, profile = from_flags(args)
+    return BaseSetup(
+        engines=args.engines, spec=spec, profile=profile,
+        stages=tuple(staircase([float(r) for r in args.rates.split(",")], args.stage_seconds)), warmup_s=args.warmup,
+        replicas=args.replicas, restart=EngineRestart(args.restart_at, args.restart_mode),
+        outside_share=args.outside_share, pressure=args.pressure, long_tenants=args.long_tenants,
+        long_context_tokens=args.long_context_tokens, long_prefill_tokens_per_s=args.long_prefill_tokens_per_s,
+        long_rate_factor=args.long_rate_factor,
+    )  # fmt: skip
+
+
+def setup_lines(todo: list[Scenario], policies: list[str], args: argparse.Namespace) -> list[str]:
+    base = todo[0]
+    spec, prof = base.spec, base.profile
+    out = [
+        f"- engines: {base.engines} mock vLLM, {prof.block_size}-token blocks, prefill lane "
+        f"{prof.prefill_tokens_per_s:,.0f} tok/s, decode {prof.decode_ms_per_token:g} ms/token, max "
+        f"{prof.max_num_seqs} seqs; every policy on a fresh (cold) cluster, same seed ({spec.seed}) and arrivals",
+        f"- workload: {spec.tenants} tenants × {spec.context_tokens}-token context, {spec.users_per_tenant} users "
+        f"each, {spec.question_tokens}-token questions, {spec.output_tokens}-token answers, "
+        f"{spec.turns_per_session}-turn sessions (lengths in tokens; text at {args.chars_per_token:.2f} characters "
+        f"per token); request form `{args.form}`; engines tokenise with {args.tokenizer_label}"
+        + ("" if args.tokenizer_dir or args.form != "text" else " (ppc-extproc: the engine's token ids of the text)"),
+        "- routers: ours = Envoy (1 worker) + the service; vllm-router / sglang-router `--policy cache_aware`; "
+        "several replicas behind one Envoy (ours: its ext_proc cluster; peers: a round-robin HTTP balancer)",
+        f"- policies: {', '.join(policies)}",
+        "- scenarios:",
+    ]
+    for sc in todo:
+        out.append(
+            f"  - {sc.title}: {sc.profile.num_blocks} blocks per engine (working set "
+            f"{100 * sc.cache_ratio:.0f}% of the cluster's cache), Poisson "
+            f"{' → '.join(f'{s.rate_per_s:g}' for s in sc.stages)} req/s for {sc.schedule_s:g} s (the first "
+            f"{sc.warmup_s:g} s not counted), cut-off {args.drain:g} s after"
+        )
+    return out
 
 
 def _clean(v: Any) -> Any:
@@ -110,130 +160,108 @@ def _clean(v: Any) -> Any:
         return None
     if isinstance(v, dict):
         return {k: _clean(x) for k, x in v.items()}
-    if isinstance(v, list):
+    if isinstance(v, list | tuple):
         return [_clean(x) for x in v]
     return v
 
 
 def _run_json(r: PolicyRun) -> dict[str, Any]:
     return {
-        "policy": r.policy.name,
-        "description": r.policy.description,
-        "replicas": r.replicas,
-        "summary": r.summary.as_dict(),
-        "stages": [s.as_dict() for s in r.stages],
+        "policy": r.policy.name, "kind": r.policy.kind, "form": r.form, "replicas": r.replicas,
+        "summary": r.summary.as_dict(), "stages": [s.as_dict() for s in r.stages],
+        "outside": r.outside.as_dict() if r.outside else None,
         "restart": r.restart.as_dict() if r.restart else None,
-        "cpu": dataclasses.asdict(r.cpu) if r.cpu else None,
+        "cpu": dataclasses.asdict(r.cpu) if r.cpu else None, "router_processes": list(r.router_processes),
+        "router_cpu_s_per_1k": r.router_cpu_s_per_1k,
         "decisions": dataclasses.asdict(r.decisions) if r.decisions else None,
-        "loop_lag_p99_s": r.result.loop_lag_p99_s,
-        "send_lag_p99_s": r.result.send_lag_p99_s,
+        "loop_lag_p99_s": r.result.loop_lag_p99_s, "send_lag_p99_s": r.result.send_lag_p99_s,
         "evictions": [s.get("evictions") for s in r.engine_states],
-    }
+    }  # fmt: skip
 
 
-def to_json(scenarios: list[ScenarioResult], setup: dict[str, Any]) -> dict[str, Any]:
-    data: dict[str, Any] = _clean({
-        "setup": setup,
-        "scenarios": [
-            {
-                "scenario": sc.key, "title": sc.title, "replicas": sc.replicas,
-                "restart": dataclasses.asdict(sc.restart) if sc.restart else None,
-                "runs": [_run_json(r) for r in sc.runs],
-            }
-            for sc in scenarios
-        ],
+def to_json(done: list[ScenarioResult], args: argparse.Namespace, versions: list[str]) -> dict[str, Any]:
+    return _clean({  # type: ignore[no-any-return]
+        "args": {k: str(v) for k, v in vars(args).items()}, "versions": versions,
+        "scenarios": [{"scenario": sc.key, "title": sc.title, "replicas": sc.scenario.replicas,
+                       "workload": dataclasses.asdict(sc.scenario.spec), "engine": dataclasses.asdict(sc.scenario.profile),
+                       "aims": [dataclasses.asdict(a) | {"met": a.met} for a in aims_of(sc)],
+                       "runs": [_run_json(r) for r in sc.runs]} for sc in done],
     })  # fmt: skip
-    return data
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class Scenario:
-    key: str
-    title: str
-    replicas: int
-    restart: EngineRestart | None
-    policies: list[str]
+def versions() -> list[str]:
+    from importlib.metadata import version
+
+    peers = {p.distribution: p.version() for p in PEERS.values()}
+    return [f"ppc-extproc {version('ppc-extproc')}", *(f"{d} {v}" for d, v in peers.items())]
 
 
-def scenarios(args: argparse.Namespace) -> list[Scenario]:
-    """The scenarios to run, in the order given; unknown names and policies fail here."""
-    main_policies = [n.strip() for n in args.policies.split(",") if n.strip()]
-    extra_policies = [n.strip() for n in args.scenario_policies.split(",") if n.strip()]
-    for n in (*main_policies, *extra_policies):
-        policy(n)  # unknown names fail before anything starts
-    out: list[Scenario] = []
-    letters = "abcdefgh"
-    for key in (k.strip() for k in args.scenarios.split(",") if k.strip()):
-        if key not in SCENARIOS:
-            raise SystemExit(f"unknown scenario {key!r}; choose from {', '.join(SCENARIOS)}")
-        replicas = args.replicas if "replicas" in key else 1
-        restart = EngineRestart(args.restart_engine_at, args.restart_mode) if "restart" in key else None
-        parts = ["one router replica" if replicas == 1 else f"{replicas} router replicas"]
-        if restart is not None:
-            parts.append(f"engine restart at {restart.at_s:g} s ({restart.mode})")
-        title = f"({letters[len(out)]}) {', '.join(parts)}"
-        out.append(Scenario(key, title, replicas, restart, main_policies if key == "single" else extra_policies))
-    if not out:
-        raise SystemExit("no scenario to run")
-    return out
+def engine_tokens(args: argparse.Namespace, scratch: Path) -> EngineTokens:
+    """Resolve ``--tokenizer`` (building the tiny one into ``scratch``) and ``--chars-per-token``."""
+    args.tokenizer_dir = None
+    args.tokenizer_label = "UTF-8 bytes (the mock without --tokenizer)"
+    tokens = EngineTokens()
+    if args.tokenizer != "none":
+        from ppc_extproc.tokenizer.local import LocalTokenizer
+
+        if args.tokenizer == "tiny":
+            from ppc_extproc.tokenizer.tiny import build_tiny_tokenizer
+
+            build_tiny_tokenizer(scratch)
+            args.tokenizer_dir, args.tokenizer_label = str(scratch), "the tiny byte-level BPE (built at run time)"
+        else:
+            args.tokenizer_dir, args.tokenizer_label = args.tokenizer, f"`{args.tokenizer}`"
+        tokens = EngineTokens(LocalTokenizer.from_dir(args.tokenizer_dir))
+    elif args.form == "chat":
+        raise SystemExit("--form chat needs a tokenizer (the engines render chat with its template)")
+    if not args.chars_per_token:
+        args.chars_per_token = chars_per_token(tokens.text)
+    return tokens
 
 
 def main() -> int:
     args = parse_args()
     configure_logging("console", "error")
-    todo = scenarios(args)
-    spec = WorkloadSpec(
-        tenants=args.tenants, users_per_tenant=args.users_per_tenant, context_tokens=args.context_tokens,
-        question_tokens=args.question_tokens, output_tokens=args.output_tokens,
-        turns_per_session=args.turns, seed=args.seed,
-    )  # fmt: skip
-    profile = EngineProfile(
-        block_size=args.block_size, num_blocks=args.num_blocks, max_num_seqs=args.max_num_seqs,
-        prefill_tokens_per_s=args.prefill_tokens_per_s, decode_ms_per_token=args.decode_ms_per_token,
-    )  # fmt: skip
-    profile.check_fits(spec)
-    stages = staircase([float(r) for r in args.rates.split(",")], args.stage_seconds)
-    schedule = arrivals(spec, stages)
-    capacity = args.engines * profile.capacity_tokens
-    setup_lines = [
-        (
-            f"- engines: {args.engines} mock vLLM, {profile.num_blocks} blocks × {profile.block_size} "
-            f"tokens each (cluster {capacity:,} tokens); prefill lane "
-            f"{profile.prefill_tokens_per_s:,.0f} tok/s, decode {profile.decode_ms_per_token:g} "
-            f"ms/token, max {profile.max_num_seqs} seqs; Envoy 1 worker"
-        ),
-        (
-            f"- workload: {spec.tenants} tenants × {spec.context_tokens}-token context, "
-            f"{spec.users_per_tenant} users each, {spec.question_tokens}-token questions, "
-            f"{spec.output_tokens}-token answers, {spec.turns_per_session}-turn sessions; working "
-            f"set {spec.working_set_tokens:,} tokens = "
-            f"{100 * spec.working_set_tokens / capacity:.0f}% of cluster cache"
-        ),
-        (
-            f"- arrivals: Poisson, {' → '.join(f'{s.rate_per_s:g}' for s in stages)} req/s, "
-            f"{args.stage_seconds:g} s each ({len(schedule)} requests), seed {spec.seed}; a user "
-            f"sends a turn only after the previous one is answered; cut-off {args.drain:g} s "
-            "after the last arrival; each policy on a fresh (cold) cluster"
-        ),
-        "- throughput per rate: output tokens of that stage's requests / (stage start → last done)",
-        "- scenarios: " + "; ".join(f"{sc.title}: {', '.join(sc.policies)}" for sc in todo),
-        "- router replicas: Envoy's ext_proc cluster lists every replica (LEAST_REQUEST over the gRPC streams, "
-        "one stream per request); every replica subscribes to every engine's KV events",
-    ]
-    print("\n".join(header_lines(TITLE)), "", *setup_lines, "", sep="\n", flush=True)
+    with tempfile.TemporaryDirectory(prefix="routing-quality-") as scratch:
+        return run(args, engine_tokens(args, Path(scratch)))
+
+
+def run(args: argparse.Namespace, tokens: EngineTokens) -> int:
+    base = base_setup(args)
+    todo = [build_scenario(k.strip(), base) for k in args.scenarios.split(",") if k.strip()]
+    names = [n.strip() for n in args.policies.split(",") if n.strip()]
+    chosen = [policy(n, block_size=args.block_size) for n in names]  # unknown names fail here
+    missing = [c.peer.name for c in chosen if c.peer is not None and not c.peer.available()]
+    if missing:
+        raise SystemExit(f"peer router(s) not installed: {', '.join(missing)} — pip install -e '.[bench]'")
+    if not todo:
+        raise SystemExit("no scenario to run")
+    expected = expected_seconds(todo, len(chosen))
+    worst = expected_seconds(todo, len(chosen), drain_s=args.drain)
+    lines = setup_lines(todo, names, args)
+    print(f"# {TITLE}", "", *lines, "", f"versions: {', '.join(versions())}",
+          f"expected duration: ≈ {expected / 60:.0f} min ({len(todo) * len(chosen)} runs; at most "
+          f"≈ {worst / 60:.0f} min if every run waits for its cut-off)", "", sep="\n", flush=True)  # fmt: skip
+    if args.list:
+        return 0
     done: list[ScenarioResult] = []
     try:
         for sc in todo:
-            plan = ClusterPlan(engines=args.engines, profile=profile, keep_logs=args.keep_logs,
-                               service_replicas=sc.replicas)  # fmt: skip
             runs: list[PolicyRun] = []
-            done.append(ScenarioResult(sc.key, sc.title, sc.replicas, sc.restart, runs))
-            for n in sc.policies:
-                progress = ProgressLine(f"{sc.title[:3]} {n}")
+            done.append(ScenarioResult(sc, runs))
+            plan = ClusterPlan(engines=sc.engines, profile=sc.profile, service_replicas=sc.replicas,
+                               keep_logs=args.keep_logs, tokenizer=args.tokenizer_dir)  # fmt: skip
+            schedule = arrivals(sc.spec, sc.stages)
+            for c in chosen:
+                form = c.wire_form(args.form, service_reads_text=args.tokenizer_dir is not None)
+                client = client_for(form, model=plan.model, max_tokens=sc.spec.output_tokens, tokens=tokens)
+                progress = ProgressLine(f"({sc.letter}) {c.name}")
                 try:
-                    runs.append(run_policy(policy(n, block_size=profile.block_size), Workload(spec), schedule,
-                                           stages, plan, drain_s=args.drain, on_progress=progress,
-                                           restart=sc.restart))  # fmt: skip
+                    runs.append(run_policy(
+                        c, TextWorkload(sc.spec, chars_per_token=args.chars_per_token), schedule, sc.stages, plan,
+                        drain_s=args.drain, on_progress=progress, restart=sc.restart, client=client,
+                        outside=sc.outside, warmup_s=sc.warmup_s,
+                    ))  # fmt: skip
                 finally:
                     progress.close()
     except KeyboardInterrupt:
@@ -241,22 +269,23 @@ def main() -> int:
         done = [result for result in done if result.runs]
         if not done:
             return 130
-    print("\n".join(headline_lines(done)), "", sep="\n")
+    print(results_table(done, markdown=False), "", sep="\n")
     for result in done:
-        print(f"== {result.title}", "", *scenario_text(result, markdown=False, restart_window_s=args.restart_window),
-              *machine_lines(result.runs), "", sep="\n")  # fmt: skip
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(markdown(TITLE, setup_lines, done, restart_window_s=args.restart_window), encoding="utf-8")
-    setup = {"args": {k: str(v) for k, v in vars(args).items()}, "workload": dataclasses.asdict(spec),
-             "engine": dataclasses.asdict(profile)}  # fmt: skip
-    args.json_out.write_text(json.dumps(to_json(done, setup), indent=1), encoding="utf-8")
-    written = [str(args.out), str(args.json_out)]
-    if args.chart:
-        from routing_chart import write_chart
+        print(f"== {result.title}", *scenario_details(result, markdown=False, restart_window_s=args.restart_window),
+              sep="\n")  # fmt: skip
+    written: list[str] = []
+    charts: list[str] = []
+    if args.charts_dir:
+        from routing_chart import write_charts
 
-        write_chart(done, Path(args.chart), TITLE)
-        written.append(args.chart)
-    print("\nwrote " + ", ".join(written))
+        paths = write_charts(done, Path(args.charts_dir), TITLE)
+        written += [str(p) for p in paths]
+        charts = [str(p.relative_to(ROOT)) if p.is_relative_to(ROOT) else str(p) for p in paths]
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(markdown(TITLE, versions(), lines, done, charts=charts, restart_window_s=args.restart_window),
+                        encoding="utf-8")  # fmt: skip
+    args.json_out.write_text(json.dumps(to_json(done, args, versions()), indent=1), encoding="utf-8")
+    print("\nwrote " + ", ".join([str(args.out), str(args.json_out), *written]))
     return 0
 
 

@@ -1,4 +1,4 @@
-"""Text, Markdown and the aims check for ``routing_quality.py``: one section per scenario."""
+"""Text and Markdown for ``routing_quality.py``: one row group per scenario, the aims, details."""
 
 from __future__ import annotations
 
@@ -8,156 +8,110 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ppc_extproc.workload import EngineRestart, PolicyRun, format_table, summarize
+from ppc_extproc.workload import PolicyRun, format_table, summarize
+from ppc_extproc.workload.aims import Aim, PolicyNumbers, scenario_aims
 from ppc_extproc.workload.probes import machine_info
+from ppc_extproc.workload.report import UNFINISHED
+from ppc_extproc.workload.scenarios import Scenario
+from ppc_extproc.workload.table import ms as _ms
+from ppc_extproc.workload.table import num as _num
+from ppc_extproc.workload.table import pct as _pct
 
 __all__ = [
-    "Aim",
     "ScenarioResult",
-    "aims",
+    "aims_of",
     "header_lines",
-    "headline_lines",
     "machine_lines",
     "markdown",
-    "restart_lines",
-    "scenario_text",
+    "results_table",
+    "scenario_details",
 ]
 
-STAGE_COLUMNS = (
-    "policy",
-    "label",
-    "hit_rate",
-    "ttft_p50",
-    "ttft_p90",
-    "output_tps",
-    "rps",
-    "cv",
-    "unfinished",
-)
-OVERALL_COLUMNS = (
-    "policy", "hit_rate", "ttft_p50", "ttft_p90", "output_tps", "rps", "imbalance", "cv", "errors", "unfinished",
-)  # fmt: skip
-BEST = "precise+load"
-
-
-@dataclass(frozen=True, slots=True)
-class Aim:
-    text: str
-    value: float
-    target: float
-    #: True when higher is better (value ≥ target), False for "at most".
-    at_least: bool = True
-
-    @property
-    def met(self) -> bool:
-        if math.isnan(self.value):
-            return False
-        return self.value >= self.target if self.at_least else self.value <= self.target
-
-    def line(self) -> str:
-        verdict = "met" if self.met else "NOT met"
-        return f"- {self.text}: {self.value:.2f} (target {'≥' if self.at_least else '≤'} {self.target:g}) — {verdict}"
+STAGE_COLUMNS = ("policy", "label", "hit_rate", "ttft_p50", "ttft_p90", "output_tps", "rps", "unfinished")
 
 
 @dataclass(frozen=True, slots=True)
 class ScenarioResult:
     """One scenario's runs: every policy on the same schedule, cluster shape and disturbance."""
 
-    key: str
-    title: str
-    replicas: int
-    restart: EngineRestart | None
+    scenario: Scenario
     runs: Sequence[PolicyRun]
 
+    @property
+    def key(self) -> str:
+        return self.scenario.key
 
-def _by_name(runs: Sequence[PolicyRun]) -> dict[str, PolicyRun]:
-    return {r.policy.name: r for r in runs}
-
-
-def _ratio(a: float, b: float) -> float:
-    return a / b if b and not math.isnan(a) and not math.isnan(b) else math.nan
-
-
-def aims(runs: Sequence[PolicyRun], best: str = BEST) -> list[Aim]:
-    """Issue #6's aims, evaluated at the highest rate (the last stage) and over the run."""
-    by = _by_name(runs)
-    out: list[Aim] = []
-    if best not in by:
-        return out
-    top = by[best].stages[-1]
-    rate = top.label
-    if "random" in by:
-        value = _ratio(top.output_tokens_per_s, by["random"].stages[-1].output_tokens_per_s)
-        out.append(Aim(f"{best} throughput / random at {rate}", value, 1.9))
-    if "approximate" in by:
-        value = _ratio(top.output_tokens_per_s, by["approximate"].stages[-1].output_tokens_per_s)
-        out.append(Aim(f"{best} throughput / approximate at {rate}", value, 1.25))
-    if "round-robin" in by:
-        value = _ratio(by["round-robin"].stages[-1].ttft_p90_s, top.ttft_p90_s)
-        out.append(Aim(f"round-robin TTFT p90 / {best} TTFT p90 at {rate}", value, 10.0))
-    if "oracle" in by:
-        gap = 100 * (by["oracle"].summary.hit_rate - by[best].summary.hit_rate)
-        out.append(Aim(f"oracle hit rate − {best} hit rate (points, whole run)", gap, 5.0, at_least=False))
-    return out
+    @property
+    def title(self) -> str:
+        return self.scenario.title
 
 
-def header_lines(title: str) -> list[str]:
+def _oracle(sc: ScenarioResult) -> PolicyRun | None:
+    return next((r for r in sc.runs if r.policy.oracle), None)
+
+
+def aims_of(sc: ScenarioResult) -> list[Aim]:
+    numbers = [PolicyNumbers(r.policy.name, r.policy.kind, r.summary.hit_rate, r.summary.ttft_p90_s) for r in sc.runs]
+    return scenario_aims(sc.key, numbers)
+
+
+def header_lines(title: str, versions: Sequence[str]) -> list[str]:
     m = machine_info()
     return [
         f"# {title}",
         "",
         f"command: `{shlex.join(['python', *sys.argv])}`",
         f"machine: {m['cpu']}, {m['cpus']} cores, {m['system']}, Python {m['python']}",
+        f"versions: {', '.join(versions)}",
     ]
 
 
-def headline_lines(scenarios: Sequence[ScenarioResult], best: str = BEST) -> list[str]:
-    """One row per scenario: precise+load against approximate (the issue's 1.25× aim)."""
-    out = ["| scenario | throughput ratio at top rate | whole run | hit rate approx → precise+load | "
-           "TTFT p90 approx / precise+load (top rate) | ≥ 1.25× |",
-           "|---|---:|---:|---:|---:|---|"]  # fmt: skip
+def results_table(scenarios: Sequence[ScenarioResult], *, markdown: bool) -> str:
+    """Every scenario's policies, one row group per scenario (whole run, routed requests)."""
+    header = ["scenario", "policy", "form", "hit rate", "oracle", "% of oracle", "TTFT p50 ms", "TTFT p90 ms",
+              "out tok/s", "max/mean", "router CPU s/1k req", "errors/unfinished"]  # fmt: skip
+    right = [False, False, False, *([True] * 9)]
+    rows: list[list[str]] = []
     for sc in scenarios:
-        by = _by_name(sc.runs)
-        if best not in by or "approximate" not in by:
-            continue
-        b, a = by[best], by["approximate"]
-        top = _ratio(b.stages[-1].output_tokens_per_s, a.stages[-1].output_tokens_per_s)
-        whole = _ratio(b.summary.output_tokens_per_s, a.summary.output_tokens_per_s)
-        ttft = _ratio(a.stages[-1].ttft_p90_s, b.stages[-1].ttft_p90_s)
-        hits = f"{100 * a.summary.hit_rate:.1f}% → {100 * b.summary.hit_rate:.1f}%"
-        out.append(f"| {sc.title} | {top:.2f}× ({b.stages[-1].label}) | {whole:.2f}× | {hits} | {ttft:.1f}× "
-                   f"| {'met' if top >= 1.25 else 'NOT met'} |")  # fmt: skip
-    return out if len(out) > 2 else [f"(no scenario ran both approximate and {best})"]
+        oracle = _oracle(sc)
+        oracle_hit = oracle.summary.hit_rate if oracle else math.nan
+        for i, r in enumerate(sc.runs):
+            s = r.summary
+            share = s.hit_rate / oracle_hit if oracle_hit and not math.isnan(oracle_hit) else math.nan
+            rows.append([
+                sc.title if i == 0 else "", r.policy.name, r.form, _pct(s.hit_rate), _pct(oracle_hit),
+                _pct(share), _ms(s.ttft_p50_s), _ms(s.ttft_p90_s), _num(s.output_tokens_per_s),
+                _num(s.imbalance_max_mean, 2), _num(r.router_cpu_s_per_1k, 1), f"{s.errors}/{s.unfinished}",
+            ])  # fmt: skip
+    widths = [max(len(header[i]), *(len(row[i]) for row in rows)) if rows else len(header[i]) for i in range(len(header))]
+
+    def line(cells: Sequence[str]) -> str:
+        out = [c.rjust(w) if rj else c.ljust(w) for c, w, rj in zip(cells, widths, right)]
+        return ("| " + " | ".join(out) + " |") if markdown else "  ".join(out).rstrip()
+
+    rule = ("|" + "|".join(("-" * (w + 1) + ":") if rj else "-" * (w + 2) for w, rj in zip(widths, right)) + "|"
+            if markdown else "  ".join("-" * w for w in widths))  # fmt: skip
+    return "\n".join([line(header), rule, *(line(r) for r in rows)])
 
 
-def machine_lines(runs: Sequence[PolicyRun]) -> list[str]:
-    """Was the machine the bottleneck? CPU per process, decision latency, generator lag."""
-    out = ["| policy | machine busy | service (sum) | envoy | engines (sum) | load generator "
-           "| decision mean / p99 ≤ | decisions per replica | loop lag p99 | send lag p99 |",
-           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
-    for r in runs:
-        cpu = r.cpu
-        cores = cpu.cores_by_process if cpu else {}
-        engines = sum(v for k, v in cores.items() if k.startswith("engine-"))
-        services = [v for k, v in cores.items() if k.startswith("service")]
-
-        def c(name: str, cores: dict[str, float] = cores) -> str:
-            return f"{cores[name]:.2f}" if name in cores else "-"
-
-        busy = f"{100 * cpu.machine_busy:.0f}%" if cpu and not math.isnan(cpu.machine_busy) else "-"
-        d = r.decisions
-        dec = f"{1000 * d.mean_s:.2f} / {1000 * d.p99_le_s:g} ms" if d and d.count else "-"
-        per = " / ".join(str(n) for n in d.per_replica) if d and d.per_replica else "-"
-        svc = f"{sum(services):.2f}" if services and not r.policy.oracle else "-"
-        out.append(
-            f"| {r.policy.name} | {busy} | {svc} | {c('envoy')} | {engines:.2f} | {c('load-generator')} "
-            f"| {dec} | {per} | {1000 * r.result.loop_lag_p99_s:.1f} ms | {1000 * r.result.send_lag_p99_s:.1f} ms |"
-        )
-    out.append("")
-    out.append("CPU columns are average cores used during the run (the machine has "
-               f"{runs[0].cpu.cpus if runs and runs[0].cpu else '?'}); \"machine busy\" counts every process on the "
-               "host; \"service (sum)\" adds up every router replica.")  # fmt: skip
+def aims_table(scenarios: Sequence[ScenarioResult]) -> list[str]:
+    """One row per scenario: every aim with its number and ✓/✗."""
+    out = ["| scenario | aims (✓ met, ✗ missed) |", "|---|---|"]
+    for sc in scenarios:
+        found = aims_of(sc)
+        text = "; ".join(a.line() for a in found) if found else "(no ppc-extproc policy completed)"
+        out.append(f"| {sc.title} | {text} |")
     return out
+
+
+def outside_lines(runs: Sequence[PolicyRun]) -> list[str]:
+    """The requests sent around the router, per policy (not in the main table)."""
+    outside = [r.outside for r in runs if r.outside is not None]
+    if not outside:
+        return []
+    return ["Outside requests (sent straight to an engine, round-robin; not counted above):", "",
+            format_table(outside, ("policy", "completed", "hit_rate", "ttft_p50", "ttft_p90", "errors"), markdown=True),
+            ""]  # fmt: skip
 
 
 def restart_lines(runs: Sequence[PolicyRun], window_s: float) -> list[str]:
@@ -173,42 +127,72 @@ def restart_lines(runs: Sequence[PolicyRun], window_s: float) -> list[str]:
             out.append(f"| {r.policy.name} | (run ended before the restart) | | | | | | |")
             continue
         held = set(rs.tenants)
-        after = [x for x in r.result.records
-                 if x.tenant in held and x.sent_s is not None and rs.at_s <= x.sent_s < rs.at_s + window_s]  # fmt: skip
+        after = [x for x in r.result.records if not x.direct and x.tenant in held
+                 and x.sent_s is not None and rs.at_s <= x.sent_s < rs.at_s + window_s]  # fmt: skip
         s = summarize(r.policy.name, after)
         back = sum(1 for x in after if x.ok and x.endpoint == rs.endpoint)
         share = f"{100 * back / s.completed:.0f}%" if s.completed else "-"
-        hit = "-" if math.isnan(s.hit_rate) else f"{100 * s.hit_rate:.1f}%"
-        p50 = "-" if math.isnan(s.ttft_p50_s) else f"{1000 * s.ttft_p50_s:,.0f}"
-        p90 = "-" if math.isnan(s.ttft_p90_s) else f"{1000 * s.ttft_p90_s:,.0f}"
-        failed = sum(1 for x in r.result.records if x.error is not None and x.error not in ("deadline", "not_sent"))
+        failed = sum(1 for x in r.result.records if x.error is not None and x.error not in UNFINISHED)
         out.append(
             f"| {r.policy.name} | engine-{rs.engine} at {rs.at_s:.1f} s, {len(rs.tenants)} tenants "
             f"({'/'.join(map(str, rs.tenants_per_engine))}){' — ' + rs.error if rs.error else ''} "
-            f"| {len(after)} | {share} | {hit} | {p50} | {p90} | {failed} |"
+            f"| {len(after)} | {share} | {_pct(s.hit_rate)} | {_ms(s.ttft_p50_s)} | {_ms(s.ttft_p90_s)} | {failed} |"
         )
+    return out + [""]
+
+
+def machine_lines(runs: Sequence[PolicyRun]) -> list[str]:
+    """Was the machine the bottleneck? CPU per process, decision latency, generator lag."""
+    out = ["| policy | machine busy | router (sum) | engines (sum) | load generator | decision mean / p99 ≤ "
+           "| loop lag p99 | send lag p99 |",
+           "|---|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+    for r in runs:
+        cores = r.cpu.cores_by_process if r.cpu else {}
+        engines = sum(v for k, v in cores.items() if k.startswith("engine-"))
+        router = sum(cores.get(n, 0.0) for n in r.router_processes)
+        busy = _pct(r.cpu.machine_busy) if r.cpu else "-"
+        gen = cores.get("load-generator", math.nan)
+        d = r.decisions
+        dec = f"{1000 * d.mean_s:.2f} / {1000 * d.p99_le_s:g} ms" if d and d.count else "-"
+        rtr = f"{router:.2f}" if r.router_processes else "-"
+        out.append(
+            f"| {r.policy.name} | {busy} | {rtr} | {engines:.2f} | {_num(gen, 2)} "
+            f"| {dec} | {1000 * r.result.loop_lag_p99_s:.1f} ms | {1000 * r.result.send_lag_p99_s:.1f} ms |"
+        )
+    cpus = runs[0].cpu.cpus if runs and runs[0].cpu else "?"
+    out += ["", f"Average cores used during the run (the machine has {cpus}); \"machine busy\" counts every process "
+            "on the host; \"router (sum)\" adds up Envoy and every service replica (ours) or every peer replica "
+            "and its balancer.", ""]  # fmt: skip
     return out
 
 
-def scenario_text(sc: ScenarioResult, *, markdown: bool, restart_window_s: float = 10.0) -> list[str]:
-    """A scenario's tables (per rate, whole run, restart), aims and machine check."""
-    runs = sc.runs
-    stages = [s for r in runs for s in r.stages]
-    lines = [format_table(stages, STAGE_COLUMNS, markdown=markdown), "",
-             format_table([r.summary for r in runs], OVERALL_COLUMNS, markdown=markdown), ""]  # fmt: skip
-    if sc.restart is not None:
-        lines += [*restart_lines(runs, restart_window_s), ""]
-    lines += [*(a.line() for a in aims(runs)), ""]
+def scenario_details(sc: ScenarioResult, *, markdown: bool, restart_window_s: float) -> list[str]:
+    """Per-rate table (several rates only), restart and outside tables, aims, machine check."""
+    lines: list[str] = []
+    if len(sc.scenario.stages) > 1:
+        stages = [s for r in sc.runs for s in r.stages]
+        lines += [format_table(stages, STAGE_COLUMNS, markdown=markdown), ""]
+    if sc.scenario.restart is not None:
+        lines += restart_lines(sc.runs, restart_window_s)
+    lines += outside_lines(sc.runs)
+    lines += [("- " if markdown else "  ") + a.line() for a in aims_of(sc)] + [""]
     if markdown:
-        lines += ["Is the machine the bottleneck?", "", *machine_lines(runs), ""]
+        lines += ["Is the machine the bottleneck?", "", *machine_lines(sc.runs)]
     return lines
 
 
 def markdown(
-    title: str, setup: Sequence[str], scenarios: Sequence[ScenarioResult], *, restart_window_s: float = 10.0
+    title: str,
+    versions: Sequence[str],
+    setup: Sequence[str],
+    scenarios: Sequence[ScenarioResult],
+    *,
+    charts: Sequence[str] = (),
+    restart_window_s: float = 6.0,
 ) -> str:
-    lines = [*header_lines(title), "", *setup, "", "## precise+load vs approximate, by scenario", "",
-             *headline_lines(scenarios), ""]  # fmt: skip
+    lines = [*header_lines(title, versions), "", *setup, "", results_table(scenarios, markdown=True), "",
+             "Aims (issue #14):", "", *aims_table(scenarios), ""]  # fmt: skip
+    lines += [f"![{c}]({c})" for c in charts] + ([""] if charts else [])
     for sc in scenarios:
-        lines += [f"## {sc.title}", "", *scenario_text(sc, markdown=True, restart_window_s=restart_window_s)]
+        lines += [f"## {sc.title}", "", *scenario_details(sc, markdown=True, restart_window_s=restart_window_s)]
     return "\n".join(lines)

@@ -5,12 +5,10 @@ from __future__ import annotations
 import struct
 
 import pytest
-import structlog
 import xxhash
 
 from ppc_extproc.blockkeys import tokens_to_le32
 from ppc_extproc.blockkeys.prefixhash import prefix_block_hashes
-from ppc_extproc.config.strict import Section
 from ppc_extproc.enginemetrics import EngineMetrics, EngineMetricsStore
 from ppc_extproc.framework import (
     Endpoint,
@@ -20,6 +18,7 @@ from ppc_extproc.framework import (
     SchedulingContext,
     SchedulingResult,
 )
+from ppc_extproc.framework.params import Section
 from ppc_extproc.matchinfo import PrefixCacheMatchInfo
 from ppc_extproc.plugins.producers.approx_prefix_cache import (
     ApproxPrefixCacheProducer,
@@ -137,10 +136,14 @@ def test_prefix_length_is_capped() -> None:
 
 
 def test_block_size_is_clamped_to_64_with_a_warning() -> None:
-    with structlog.testing.capture_logs() as logs:
-        p = producer({"blockSizeTokens": 16})
+    section = Section({"autoTune": False, "blockSizeTokens": 16}, "plugins[0].parameters")
+    p = ApproxPrefixCacheProducer.from_parameters("approx", section, Services())
     assert p.block_size() == 64
-    assert any(e["event"] == "approx_block_size_raised" for e in logs)
+    assert section.warnings == ["plugins[0].parameters.blockSizeTokens: 16 is raised to 64 (llm-d #1158 bounds "
+                                "router memory the same way)"]
+    quiet = Section({}, "plugins[0].parameters")  # the default: raised without a word
+    ApproxPrefixCacheProducer.from_parameters("approx", quiet, Services())
+    assert quiet.warnings == []
     assert producer({"blockSizeTokens": 0, "blockSize": 32}).block_size() == 64  # deprecated alias
     assert producer({"blockSizeTokens": 128}).block_size() == 128
     assert ApproxPrefixCacheProducer.from_parameters("a", Section({}, "p"), Services()).block_size() == 64

@@ -30,7 +30,7 @@ def test_llmd_hash_vectors(vector: dict) -> None:
 
 
 def test_worked_cbor_bytes_root() -> None:
-    # Spec §1.3: root of ("", "test-model") = 0xf31309635ef2add0
+    # llm-d's root of ("", "test-model") = 0xf31309635ef2add0
     hasher = CborFnvHasher()
     assert hasher.root(hasher.init_hash(""), "test-model") == 0xF31309635EF2ADD0
     assert hasher.init_hash("") == 14695981039346656037

@@ -1,4 +1,4 @@
-"""prefix-cache-affinity-filter: threshold, TTFT gate, exploration (§5.6)."""
+"""prefix-cache-affinity-filter: threshold, TTFT gate, exploration."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import random
 
 import pytest
 
-from ppc_extproc.config.strict import Section
 from ppc_extproc.errors import ConfigError
 from ppc_extproc.framework import Endpoint, LLMRequest, SchedulingContext
+from ppc_extproc.framework.params import Section
 from ppc_extproc.matchinfo import PrefixCacheMatchInfo, match_info_key
 from ppc_extproc.plugins.filters import PrefixCacheAffinityFilter
 from ppc_extproc.plugins.registry import Services

@@ -12,9 +12,9 @@ from typing import TypeVar
 import pytest
 from polled_metrics import Polled
 
-from ppc_extproc.config.strict import Section
 from ppc_extproc.errors import ConfigError
 from ppc_extproc.framework import Endpoint
+from ppc_extproc.framework.params import Section
 from ppc_extproc.plugins.datalayer import MetricsDataSource, PollOptions
 from ppc_extproc.plugins.registry import Services
 from ppc_extproc.scheduling.pool import EndpointPool

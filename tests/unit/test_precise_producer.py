@@ -3,17 +3,18 @@ from __future__ import annotations
 import pytest
 
 from ppc_extproc.blockkeys import tokens_to_le32
-from ppc_extproc.config.strict import Section
 from ppc_extproc.events.wire import AllBlocksCleared, BlockStored, EventBatch
 from ppc_extproc.framework import (
     Endpoint,
     EndpointEvent,
     EndpointEventKind,
     LLMRequest,
+    ResponseInfo,
     SchedulingContext,
     SchedulingResult,
     StreamedKeys,
 )
+from ppc_extproc.framework.params import Section
 from ppc_extproc.ids import RequestKey
 from ppc_extproc.index import PodEntry
 from ppc_extproc.matchinfo import PrefixCacheMatchInfo
@@ -185,3 +186,42 @@ def test_both_hash_algorithms_route_events_to_requests(algorithm: str) -> None:
     p = producer({"tokenProcessorConfig": {"blockSizeTokens": 16, "hashAlgorithm": algorithm, "hashSeed": "s"}})
     store(p, A, list(range(48)))
     assert info(produce(p, request(list(range(48)))), A).match_blocks == 3
+
+
+def test_predicted_cached_tokens_follow_vllms_last_token_rule() -> None:
+    """vLLM recomputes the last prompt token (vllm/v1/core/kv_cache_manager.py get_computed_blocks):
+    a fully cached 64-token prompt of 16-token blocks gets 48 tokens from the cache, not 64."""
+    p = producer()
+    store(p, A, list(range(64)))
+    whole = info(produce(p, request(list(range(64)))), A)
+    assert (whole.match_blocks, whole.cached_tokens) == (4, 48)  # the score still counts 4 blocks
+    longer = info(produce(p, request(list(range(65)))), A)
+    assert longer.cached_tokens == 64  # one more token: the fourth block is used
+    partial = info(produce(p, request(list(range(40)))), A)
+    assert partial.cached_tokens == 32
+
+
+def test_batched_prompts_predict_per_prompt_and_report_the_last_as_vllm_does() -> None:
+    p = producer()
+    store(p, A, list(range(64)))
+    batch = info(produce(p, request(list(range(64)), list(range(33)))), A)
+    assert batch.cached_tokens_per_prompt == (48, 32)
+    assert batch.cached_tokens == 80 and batch.reported_cached_tokens == 32
+
+
+@pytest.mark.parametrize(("status", "cancelled", "undone"), [
+    (400, False, True),   # the engine rejected it: it never cached the prompt
+    (503, False, True),
+    (0, True, True),      # the stream was reset before any response
+    (200, False, False),
+    (0, False, False),    # no response phase configured: nothing known, entries stay to expire
+])
+def test_speculative_entries_are_undone_when_the_request_failed(status: int, cancelled: bool, undone: bool) -> None:
+    p = producer({"speculativeIndexing": True})
+    ctx = produce(p, request(list(range(48))))
+    p.pre_request(ctx, SchedulingResult.of([B]))
+    assert info(produce(p, request(list(range(48)))), B).match_blocks == 3
+    p.response_complete(ctx, ResponseInfo("req-1", B.id, status=status, reached=status != 503, cancelled=cancelled))
+    assert info(produce(p, request(list(range(48)))), B).match_blocks == (0 if undone else 3)
+    p.tick(1e9)  # expiry after an undo removes nothing twice
+    assert len(p.index) == 0

@@ -3,9 +3,9 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from ppc_extproc.config.durations import parse_go_duration
-from ppc_extproc.config.strict import Section
 from ppc_extproc.errors import ConfigError
+from ppc_extproc.framework.durations import parse_go_duration
+from ppc_extproc.framework.params import Section
 from ppc_extproc.plugins.producers.precise_prefix_cache_config import parse_producer_config
 
 LLMD_EXAMPLE = yaml.safe_load(

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from ppc_extproc.config.strict import Section
 from ppc_extproc.enginemetrics import EngineMetrics, EngineMetricsStore
 from ppc_extproc.errors import ConfigError
 from ppc_extproc.framework import Endpoint, LLMRequest, SchedulingContext
+from ppc_extproc.framework.params import Section
 from ppc_extproc.plugins.registry import Services, create_plugin
 from ppc_extproc.plugins.scorers import (
     KVCacheUtilizationScorer,

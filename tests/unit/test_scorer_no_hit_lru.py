@@ -1,12 +1,12 @@
-"""no-hit-lru-scorer: warm ⇒ 0.5; cold ⇒ never-used first, then least recently used (§5.6)."""
+"""no-hit-lru-scorer: warm ⇒ 0.5; cold ⇒ never-used first, then least recently used."""
 
 from __future__ import annotations
 
 import pytest
 
-from ppc_extproc.config.strict import Section
 from ppc_extproc.errors import ConfigError
 from ppc_extproc.framework import Endpoint, LLMRequest, SchedulingContext, SchedulingResult
+from ppc_extproc.framework.params import Section
 from ppc_extproc.matchinfo import PrefixCacheMatchInfo, match_info_key
 from ppc_extproc.plugins.registry import Services
 from ppc_extproc.plugins.scorers import NoHitLRUScorer

@@ -1,13 +1,13 @@
-"""token-load-scorer: in-flight uncached tokens + this request's own uncached tokens (§5.6)."""
+"""token-load-scorer: in-flight uncached tokens + this request's own uncached tokens."""
 
 from __future__ import annotations
 
 import pytest
 
 from ppc_extproc.blockkeys import tokens_to_le32
-from ppc_extproc.config.strict import Section
 from ppc_extproc.errors import ConfigError
 from ppc_extproc.framework import Endpoint, LLMRequest, SchedulingContext
+from ppc_extproc.framework.params import Section
 from ppc_extproc.matchinfo import PrefixCacheMatchInfo, match_info_key
 from ppc_extproc.plugins.registry import Services
 from ppc_extproc.plugins.scorers import TokenLoadScorer

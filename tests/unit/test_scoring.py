@@ -32,7 +32,7 @@ def test_cpu_weights_accumulate_like_go(blocks: int, weighted: float, truncated:
 
 
 def test_worked_example_tiers_counts_and_absent_endpoint() -> None:
-    """block_keys_and_index.md §5.7."""
+    """llm-d's LongestPrefixScorer (llm-d/llm-d-router: pkg/kvcache/kvblock/scorer.go)."""
     index = InMemoryIndex(size=100)
     keys = list(range(1, 11))
     index.add(None, keys, [PodEntry("A", "gpu")])

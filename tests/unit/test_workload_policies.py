@@ -70,7 +70,7 @@ def test_round_robin_parameters_are_strict() -> None:
         load_config_text(bad)
 
 
-@pytest.mark.parametrize("name", [n for n in ALL_POLICIES if n != "oracle"])
+@pytest.mark.parametrize("name", [n for n in ALL_POLICIES if policy(n).ours])
 def test_every_policy_config_loads(name: str) -> None:
     chosen = policy(name, block_size=64)
     assert chosen.service_config is not None and not chosen.oracle
@@ -80,6 +80,10 @@ def test_every_policy_config_loads(name: str) -> None:
 
 def test_policy_line_ups() -> None:
     assert policy("oracle").oracle and policy("oracle").service_config is None
+    for name in ("vllm-router", "sglang-router", "vllm-router-kv"):
+        chosen = policy(name)
+        assert chosen.peer is not None and chosen.peer.name == name
+        assert not chosen.oracle and not chosen.ours
     assert set(BENCHMARK_POLICIES) <= set(ALL_POLICIES)
     with pytest.raises(ValueError, match="unknown policy"):
         policy("nope")

@@ -2,7 +2,8 @@
 
 Request side (``compute_block_extras`` + ``fold_cache_salt``) and event side
 (``parse_raw_extra_keys`` + ``realign_extras``) must produce the same identifiers for the same
-block, or keys never match. Spec: ``block_keys_and_index.md`` §1.5.
+block, or keys never match (``llm-d/llm-d-router: pkg/kvcache/kvblock/token_processor.go``,
+``pkg/kvevents/``).
 """
 
 from __future__ import annotations

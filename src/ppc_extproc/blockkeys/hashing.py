@@ -6,7 +6,8 @@
 
 Both take the tokens of a prompt as little-endian uint32 bytes, so the request path never has to
 turn token ids into Python ints (the cbor-fnv chain does, per block: it is the slow interoperability
-option). See ``shared/spec/block_keys_and_index.md`` §1.
+option). Follows ``llm-d/llm-d-router: pkg/kvcache/kvblock/token_processor.go``; the test vectors in
+``tests/fixtures/vectors/llmd_hash_vectors.json`` pin both chains.
 """
 
 from __future__ import annotations

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 
 import yaml
 
-from ppc_extproc.config.strict import Section
 from ppc_extproc.errors import ConfigError
+from ppc_extproc.framework.params import Section
 
 __all__ = [
     "API_VERSIONS",
@@ -89,6 +89,8 @@ class ConfigDocument:
     parsers: list[tuple[str, str]] | None
     #: Shared with every section: deprecated, ignored or replaced inputs.
     warnings: list[str] = field(default_factory=list)
+    #: (path, pluginRef) of the saturation detector (``flowControl.saturationDetector``), if set.
+    saturation_detector: tuple[str, str] | None = None
 
 
 def _feature_gates(root: Section) -> dict[str, bool]:
@@ -97,7 +99,7 @@ def _feature_gates(root: Section) -> dict[str, bool]:
         if not isinstance(item, str):
             raise ConfigError(path, "expected a feature gate name, name=true or name=false")
         name, sep, value = item.partition("=")
-        name = name.strip()
+
         if name not in FEATURE_GATES:
             raise ConfigError(path, f"feature gate '{name}' is unknown or unregistered")
         if sep:
@@ -125,9 +127,18 @@ def _plugin_specs(root: Section) -> list[PluginSpec]:
             name = spec.string("name", "")
             raise ConfigError(f"{path}.type", f"plugin '{name or path}' is missing a type")
         type_name = TYPE_ALIASES.get(written, written)
-        if type_name != written:
-            spec.warn("type", f"DEPRECATION: plugin type '{written}' is deprecated; use '{type_name}' instead")
         name = spec.string("name", "") or written
+        # llm-d's pitfall: a token producer not named 'token-producer' publishes under its own name,
+        # so llm-d also creates an estimate 'token-producer' (ppc-extproc uses this one for all).
+        renamed = (
+            f"token-producer named '{name}': llm-d would also create an estimate 'token-producer'; "
+            "ppc-extproc uses this one for every consumer"
+        ) if type_name == "token-producer" and name != type_name else None  # fmt: skip
+        if type_name != written:
+            deprecation = f"DEPRECATION: plugin type '{written}' is deprecated; use '{type_name}' instead"
+            spec.warn("type", f"{deprecation} ({renamed})" if renamed else deprecation)
+        elif renamed:
+            spec.warn("name", renamed)
         if name in names:
             raise ConfigError(f"{path}.name", f"duplicate plugin name '{name}'")
         names.add(name)
@@ -218,15 +229,27 @@ def _request_handler(root: Section) -> list[tuple[str, str]] | None:
     return parsers or None
 
 
-def _flow_control(root: Section, gates: dict[str, bool]) -> None:
+def _detector_ref(section: Section, key: str) -> tuple[str, str] | None:
+    spec = section.raw(key)
+    if not isinstance(spec, dict) or not isinstance(spec.get("pluginRef"), str):
+        return None
+    return f"{section.child_path(key)}.pluginRef", spec["pluginRef"]
+
+
+def _flow_control(root: Section, gates: dict[str, bool]) -> tuple[str, str] | None:
+    """Warn about what is ignored; return the saturation detector's (path, pluginRef), if any."""
+    legacy = None
     if root.has("saturationDetector"):
-        root.raw("saturationDetector")
+        legacy = _detector_ref(root, "saturationDetector")
         root.warn("saturationDetector", "DEPRECATION: top-level saturationDetector is deprecated, use "
                                         "flowControl.saturationDetector instead (ppc-extproc ignores both)")  # fmt: skip
+    current = None
     if root.has("flowControl"):
-        root.raw("flowControl")
-        root.warn("flowControl", "flow control is not implemented by ppc-extproc: the section is accepted and ignored")
-
+        section = root.section("flowControl")
+        current = _detector_ref(section, "saturationDetector")
+        if set(section.data) - {"saturationDetector"}:
+            root.warn("flowControl", "flow control is not implemented by ppc-extproc: the section is accepted and ignored")
+    return current or legacy  # llm-d: the new field wins
 
 def parse_document(text: str, source: str = "<text>") -> ConfigDocument:
     """Decode a document. Raises ``ConfigError`` with the field's path."""
@@ -247,6 +270,6 @@ def parse_document(text: str, source: str = "<text>") -> ConfigDocument:
     profiles = _profile_specs(root)
     data_layer = _data_layer(root)
     parsers = _request_handler(root)
-    _flow_control(root, gates)
+    detector = _flow_control(root, gates)
     root.finish()
-    return ConfigDocument(api_version, gates, plugins, profiles, data_layer, parsers, root.warnings)
+    return ConfigDocument(api_version, gates, plugins, profiles, data_layer, parsers, root.warnings, detector)

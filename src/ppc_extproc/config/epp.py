@@ -27,7 +27,6 @@ import structlog
 from ppc_extproc.config.datalayer import DataLayer, wire_sources
 from ppc_extproc.config.document import ConfigDocument, PluginSpec, parse_document
 from ppc_extproc.config.producers import order_producers, resolve_producers
-from ppc_extproc.config.strict import Section
 from ppc_extproc.errors import ConfigError
 from ppc_extproc.framework import (
     Discovery,
@@ -43,6 +42,7 @@ from ppc_extproc.framework import (
     plays,
     role_names,
 )
+from ppc_extproc.framework.params import Section
 from ppc_extproc.plugins.parsers import DEFAULT_PARSERS
 from ppc_extproc.plugins.producers.precise_prefix_cache import PrecisePrefixCacheProducer
 from ppc_extproc.plugins.registry import Services, create_plugin
@@ -260,6 +260,16 @@ class _Builder:
             parsers.append(plugin)
         return parsers
 
+    def check_saturation_detector(self) -> None:
+        """llm-d resolves ``flowControl.saturationDetector`` (default ``utilization-detector``,
+        injected when absent); a reference to any other undefined plugin is an error."""
+        spec = self.document.saturation_detector
+        if spec is None:
+            return
+        path, ref = spec
+        if ref != "utilization-detector" and ref not in self.plugins:
+            raise ConfigError(path, f"saturation detector references undefined plugin '{ref}'")
+
     def discovery(self) -> Discovery | None:
         spec = self.document.data_layer.discovery
         if spec is None:
@@ -272,8 +282,12 @@ class _Builder:
 
     # --- data layer ---------------------------------------------------------------------------------
 
-    def data_layer(self, roles: PluginRoles) -> DataLayer:
-        layer = wire_sources(self.document.data_layer.sources, self.plugins)
+    def data_layer(self) -> DataLayer:
+        return wire_sources(self.document.data_layer.sources, self.plugins)
+
+    def implicit_sources(self, layer: DataLayer, roles: PluginRoles) -> None:
+        """After every plugin exists (injected producers included): endpoint extractors no source
+        lists get endpoint events through an implicit source; unlisted sources are reported."""
         wired = {id(e) for s in layer.endpoint_sources for e in s.extractors}
         unwired: list[EndpointExtractor] = [e for e in roles.endpoint_extractors if id(e) not in wired]
         if unwired:
@@ -294,14 +308,13 @@ class _Builder:
                         "has discoverPods=true but is not an extractor of an endpoint-notification-source; "
                         "llm-d would receive no KV events (ppc-extproc still subscribes)"
                     )
-        listed = {s.plugin_ref for s in self.document.data_layer.sources}
+        wired_sources = {id(s) for s in (*layer.endpoint_sources, *layer.polling_sources)}
         for source in (*roles.endpoint_sources, *roles.polling_sources):
-            if source.name not in listed and self.paths.get(source.name) != "(injected)":
+            if id(source) not in wired_sources:
                 self.warnings.append(
                     f"{self.paths[source.name]}: data source '{source.name}' is not listed under "
                     "dataLayer.sources, so nothing reads from it"
                 )
-        return layer
 
 
 def load_config_text(text: str, source: str = "<text>", services: Services | None = None) -> LoadedConfig:
@@ -310,14 +323,16 @@ def load_config_text(text: str, source: str = "<text>", services: Services | Non
     services = services or Services()
     builder = _Builder(document, services)
     builder.build_plugins()
+    builder.check_saturation_detector()
     roles = classify(builder.plugins.values())
     profiles = builder.build_profiles(roles)
     handler = builder.profile_handler(roles, profiles)
     parsers = builder.parsers()
     discovery = builder.discovery()
-    layer = builder.data_layer(roles)
+    layer = builder.data_layer()
     resolve_producers(builder, layer, document.data_layer.inject_defaults)
     roles = classify(builder.plugins.values())  # injected producers and sources are in now
+    builder.implicit_sources(layer, roles)
     steps = order_producers(roles.producers, builder.paths)
     producer_ids = {id(p) for p in roles.producers}
     streaming = next((p for p in roles.streaming if id(p) in producer_ids), None)

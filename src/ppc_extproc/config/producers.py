@@ -18,7 +18,7 @@ pkg/epp/datalayer/data_graph.go``), with ppc-extproc's differences:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from ppc_extproc.config.datalayer import DataLayer
 from ppc_extproc.errors import ConfigError
@@ -32,14 +32,12 @@ from ppc_extproc.framework import (
     DataKey,
     DataProducer,
     MetricsExtractor,
+    Plugin,
     PollingSource,
     classify,
     plays,
 )
 from ppc_extproc.scheduling.router import AsyncProducerStep, ProducerStep
-
-if TYPE_CHECKING:
-    from ppc_extproc.config.epp import _Builder
 
 __all__ = ["APPROXIMATE_PRODUCER", "order_producers", "resolve_producers"]
 
@@ -50,6 +48,17 @@ METRICS_SOURCE = "metrics-data-source"
 METRICS_EXTRACTOR = "core-metrics-extractor"
 
 Producer = DataProducer | AsyncDataProducer
+
+
+class LoaderState(Protocol):
+    """What resolving producers reads and extends of a load in progress (``epp._Builder``)."""
+
+    plugins: dict[str, Plugin]
+    paths: dict[str, str]
+    warnings: list[str]
+    injected: list[str]
+
+    def inject(self, type_name: str, name: str, why: str) -> Plugin: ...
 
 
 def _produced(producers: Sequence[Producer]) -> set[DataKey]:
@@ -63,7 +72,7 @@ def _needs(consumers: Sequence[DataConsumer], data_type: str) -> list[tuple[Data
     return [(c, need) for c in consumers for need in c.consumes() if need.data_type == data_type]
 
 
-def resolve_producers(builder: _Builder, layer: DataLayer, inject_defaults: bool) -> None:
+def resolve_producers(builder: LoaderState, layer: DataLayer, inject_defaults: bool) -> None:
     """Create the default producers of required data nobody produces (transitively); raise
     ``ConfigError`` naming the consumer when there is none."""
     configured_approx = any(p.type_name == APPROXIMATE_PRODUCER for p in builder.plugins.values())
@@ -104,11 +113,28 @@ def resolve_producers(builder: _Builder, layer: DataLayer, inject_defaults: bool
                 )
                 continue
         break
+    _check_required(builder)
     _warn_unread(builder)
     _resolve_engine_metrics(builder, layer, inject_defaults)
 
 
-def _warn_unread(builder: _Builder) -> None:
+def _check_required(builder: LoaderState) -> None:
+    """Every other required need has a producer (token ids may come in the body, engine metrics
+    from the data layer, match info was resolved above)."""
+    roles = classify(builder.plugins.values())
+    produced = _produced(roles.producers)
+    for consumer in roles.consumers:
+        for need in consumer.consumes():
+            if need.data_type in (TOKENIZED_PROMPT, ENGINE_METRICS, PREFIX_CACHE_MATCH_INFO) or not need.required:
+                continue
+            if not any(need.satisfied_by(k) for k in produced):
+                raise ConfigError(
+                    builder.paths.get(consumer.name, consumer.name),
+                    f"no producer of {need}, consumed by {consumer.name}",
+                )
+
+
+def _warn_unread(builder: LoaderState) -> None:
     """A match-info producer no consumer names is wasted work (a common misnaming)."""
     roles = classify(builder.plugins.values())
     needs = [need for _, need in _needs(roles.consumers, PREFIX_CACHE_MATCH_INFO)]
@@ -122,7 +148,7 @@ def _warn_unread(builder: _Builder) -> None:
                 )
 
 
-def _resolve_engine_metrics(builder: _Builder, layer: DataLayer, inject_defaults: bool) -> None:
+def _resolve_engine_metrics(builder: LoaderState, layer: DataLayer, inject_defaults: bool) -> None:
     roles = classify(builder.plugins.values())
     readers = [c.name for c, need in _needs(roles.consumers, ENGINE_METRICS) if need.required]
     if not readers or layer.metrics_extractors():
@@ -133,8 +159,11 @@ def _resolve_engine_metrics(builder: _Builder, layer: DataLayer, inject_defaults
             "dataLayer.injectDefaults is false: they score every endpoint 0"
         )
         return
+    # A listed metrics source under another name is matched by type (llm-d compares the reference
+    # string and would poll every endpoint twice).
+    listed = next((s for s in layer.polling_sources if s.type_name == METRICS_SOURCE), None)
     existing_source = builder.plugins.get(METRICS_SOURCE)
-    source = existing_source if plays(existing_source, PollingSource) else None
+    source = listed or (existing_source if plays(existing_source, PollingSource) else None)
     if source is None:
         created = builder.inject(METRICS_SOURCE, METRICS_SOURCE, f"engine metrics, read by {', '.join(readers)}")
         assert plays(created, PollingSource)

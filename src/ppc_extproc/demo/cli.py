@@ -7,8 +7,16 @@ import json
 import sys
 from typing import TYPE_CHECKING
 
+from ppc_extproc.demo.defaults import (
+    DEFAULT_DRAIN_S,
+    DEFAULT_DURATION_S,
+    DEFAULT_ENGINES,
+    DEFAULT_NUM_BLOCKS,
+    DEFAULT_POLICIES,
+    DEFAULT_RATE_PER_S,
+)
 from ppc_extproc.workload.policies import ALL_POLICIES
-from ppc_extproc.workload.spec import EngineProfile, WorkloadSpec
+from ppc_extproc.workload.spec import EngineProfile, WorkloadSpec, from_flags
 
 if TYPE_CHECKING:
     from ppc_extproc.demo.run import DemoOptions
@@ -26,14 +34,6 @@ def _policies(text: str) -> tuple[str, ...]:
     return names
 
 
-#: Defaults (``run.DemoOptions`` uses them), here so building the CLI parser imports nothing heavy.
-DEFAULT_POLICIES: tuple[str, ...] = ("default", "round-robin")
-DEFAULT_ENGINES = 4
-DEFAULT_RATE_PER_S = 10.0
-DEFAULT_DURATION_S = 40.0
-DEFAULT_DRAIN_S = 30.0
-#: 160 blocks × 64 tokens = 10,240 tokens per engine: fewer than the 8 tenants' contexts (16,384).
-DEFAULT_NUM_BLOCKS = 160
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -128,15 +128,7 @@ def options_from_args(args: argparse.Namespace) -> DemoOptions:
     """``DemoOptions`` from the parsed flags (``ValueError`` for inconsistent values)."""
     from ppc_extproc.demo.run import DemoOptions
 
-    spec = WorkloadSpec(
-        tenants=args.tenants, users_per_tenant=args.users_per_tenant,
-        context_tokens=args.context_tokens, question_tokens=args.question_tokens,
-        output_tokens=args.output_tokens, turns_per_session=args.turns, seed=args.seed,
-    )  # fmt: skip
-    profile = EngineProfile(
-        block_size=args.block_size, num_blocks=args.num_blocks, max_num_seqs=args.max_num_seqs,
-        prefill_tokens_per_s=args.prefill_tokens_per_s, decode_ms_per_token=args.decode_ms_per_token,
-    )  # fmt: skip
+    spec, profile = from_flags(args)
     return DemoOptions(
         engines=args.engines, rate_per_s=args.rate, duration_s=args.duration, seed=args.seed,
         policies=args.policies, workload=spec, profile=profile, drain_s=args.drain,

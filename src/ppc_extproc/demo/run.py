@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from ppc_extproc.demo.cli import (
+from ppc_extproc.demo.defaults import (
     DEFAULT_DRAIN_S,
     DEFAULT_DURATION_S,
     DEFAULT_ENGINES,

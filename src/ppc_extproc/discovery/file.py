@@ -33,9 +33,9 @@ from typing import Any
 import structlog
 import yaml
 
-from ppc_extproc.config.strict import Section
 from ppc_extproc.errors import ConfigError
 from ppc_extproc.framework import Discovery, Endpoint, EndpointRegistry
+from ppc_extproc.framework.params import Section
 from ppc_extproc.plugins.registry import Services, register
 
 __all__ = ["FileDiscovery", "parse_endpoints_document"]

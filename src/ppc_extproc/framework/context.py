@@ -148,3 +148,15 @@ class ResponseInfo:
     prompt_tokens: int | None = None
     cached_tokens: int | None = None
     completion_tokens: int | None = None
+    #: Whether the request reached the engine: False when Envoy answered in its place (a 502/503/
+    #: 504 without ``x-envoy-upstream-service-time``); None when unknown (no response headers).
+    reached: bool | None = True
+    #: The data plane reset the stream before the response ended (client gone, upstream reset).
+    cancelled: bool = False
+
+    @property
+    def failed(self) -> bool:
+        """No successful answer: an error status, or a stream cancelled before any response.
+        (A stream that simply ends without a response phase — Envoy configured not to send one —
+        is not a failure.)"""
+        return self.status >= 400 or (self.cancelled and self.status == 0)

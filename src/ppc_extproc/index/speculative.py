@@ -18,17 +18,20 @@ from ppc_extproc.ids import EndpointId, RequestKey
 from ppc_extproc.index.entries import SPECULATIVE_TIER, PodEntry
 from ppc_extproc.index.memory import InMemoryIndex
 
-__all__ = ["DEFAULT_MAX_PENDING", "SpeculativeIndexer"]
+__all__ = ["DEFAULT_MAX_PENDING", "Seeded", "SpeculativeIndexer"]
 
 #: Bound on requests whose speculative entries are pending expiry; beyond it the oldest expire early.
 DEFAULT_MAX_PENDING = 100_000
 
 
-@dataclass(frozen=True, slots=True)
-class _Pending:
+@dataclass(slots=True)
+class Seeded:
+    """The speculative entries of one request, until they expire or are undone."""
+
     expires_at: float
     entry: PodEntry
     keys: tuple[Sequence[RequestKey], ...]
+    removed: bool = False
 
 
 class SpeculativeIndexer:
@@ -46,27 +49,42 @@ class SpeculativeIndexer:
         self.ttl_seconds = ttl_seconds if ttl_seconds > 0 else 2.0
         self.max_pending = max_pending
         self.clock = clock
-        self._pending: deque[_Pending] = deque()
+        self._pending: deque[Seeded] = deque()
         self._lock = threading.Lock()
         #: Requests whose entries were expired early because ``max_pending`` was reached.
         self.expired_early = 0
+        #: Requests whose entries were undone (rejected or unanswered requests).
+        self.undone = 0
 
-    def seed(self, endpoint: EndpointId, keys_per_prompt: Sequence[Sequence[RequestKey]]) -> None:
-        """Add speculative entries for ``endpoint`` on every key of every prompt."""
+    def seed(self, endpoint: EndpointId, keys_per_prompt: Sequence[Sequence[RequestKey]]) -> Seeded | None:
+        """Add speculative entries for ``endpoint`` on every key of every prompt; the handle
+        undoes them early."""
         prompts = tuple(keys for keys in keys_per_prompt if keys)
         if not prompts:
-            return
+            return None
         entry = PodEntry(endpoint, SPECULATIVE_TIER, speculative=True)
         for keys in prompts:
             self.index.add(None, keys, [entry])
         now = self.clock()
+        seeded = Seeded(now + self.ttl_seconds, entry, prompts)
         with self._lock:
-            self._pending.append(_Pending(now + self.ttl_seconds, entry, prompts))
+            self._pending.append(seeded)
             overflow = len(self._pending) - self.max_pending
         if overflow > 0:
             self.expired_early += overflow
             self._expire(lambda item: True, limit=overflow)
         self.expire(now)
+        return seeded
+
+    def undo(self, seeded: Seeded) -> None:
+        """Remove one request's entries now (its engine rejected it or never answered)."""
+        with self._lock:
+            if seeded.removed:
+                return
+            seeded.removed = True
+        self.undone += 1
+        for keys in seeded.keys:
+            self.index.evict_request_keys(keys, [seeded.entry])
 
     def expire(self, now: float | None = None) -> int:
         """Remove the speculative entries of every request whose TTL has passed. Returns how many."""
@@ -79,13 +97,16 @@ class SpeculativeIndexer:
     def pending(self) -> int:
         return len(self._pending)
 
-    def _expire(self, due: Callable[[_Pending], bool], limit: int | None = None) -> int:
+    def _expire(self, due: Callable[[Seeded], bool], limit: int | None = None) -> int:
         expired = 0
         while limit is None or expired < limit:
             with self._lock:
                 if not self._pending or not due(self._pending[0]):
                     break
                 item = self._pending.popleft()
+                if item.removed:
+                    continue
+                item.removed = True
             for keys in item.keys:
                 self.index.evict_request_keys(keys, [item.entry])
             expired += 1

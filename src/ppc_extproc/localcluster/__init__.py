@@ -37,15 +37,8 @@ from ppc_extproc.localcluster.ports import (
     is_port_free,
     loopback_ips,
 )
-from ppc_extproc.localcluster.processes import (
-    ManagedProcess,
-    ProcessGroup,
-    stop_all_processes,
-    wait_for,
-    wait_for_grpc_health,
-    wait_for_http,
-    wait_for_tcp,
-)
+from ppc_extproc.localcluster.processes import ManagedProcess, ProcessGroup, stop_all_processes
+from ppc_extproc.localcluster.readiness import wait_for, wait_for_grpc_health, wait_for_http, wait_for_tcp
 from ppc_extproc.localcluster.service_config import default_service_config, patch_service_config
 
 __all__ = [

@@ -41,12 +41,8 @@ import yaml
 from ppc_extproc.localcluster._errors import LocalClusterError
 from ppc_extproc.localcluster.envoy_config import DEFAULT_VARIANT, find_envoy, render_envoy_config
 from ppc_extproc.localcluster.layout import ClusterLayout
-from ppc_extproc.localcluster.processes import (
-    ManagedProcess,
-    ProcessGroup,
-    wait_for_grpc_health,
-    wait_for_http,
-)
+from ppc_extproc.localcluster.processes import ManagedProcess, ProcessGroup
+from ppc_extproc.localcluster.readiness import wait_for_grpc_health, wait_for_http
 from ppc_extproc.localcluster.service_config import default_service_config, patch_service_config
 
 __all__ = ["DEFAULT_ENGINE_COMMAND", "DEFAULT_SERVICE_COMMAND", "LocalCluster"]
@@ -82,6 +78,8 @@ class LocalCluster(ClusterLayout):
             mock-vllm`` / ``serve``); the cluster appends the standard flags. For stand-ins.
         envoy_binary: Envoy executable (default :func:`find_envoy`).
         with_envoy: start Envoy (``False`` for service-only runs).
+        with_service: start the service replicas (``False`` for engines-only runs, e.g. when
+            another router or a client-side oracle sits in front of the engines; implies no Envoy).
         env: extra environment variables for every process.
         startup_timeout: seconds each process may take to become ready.
         stop_timeout: seconds between SIGTERM and SIGKILL.
@@ -113,6 +111,7 @@ class LocalCluster(ClusterLayout):
         envoy_args: Sequence[str] = (),
         envoy_log_level: str = "warn",
         with_envoy: bool = True,
+        with_service: bool = True,
         env: Mapping[str, str] | None = None,
         startup_timeout: float = 60.0,
         stop_timeout: float = 10.0,
@@ -142,7 +141,8 @@ class LocalCluster(ClusterLayout):
         self.envoy_binary = envoy_binary
         self.envoy_args = list(envoy_args)
         self.envoy_log_level = envoy_log_level
-        self.with_envoy = with_envoy
+        self.with_service = with_service
+        self.with_envoy = with_envoy and with_service
         self.env = {"PYTHONUNBUFFERED": "1", **(env or {})}
         self.startup_timeout = startup_timeout
         self.stop_timeout = stop_timeout
@@ -225,10 +225,12 @@ class LocalCluster(ClusterLayout):
                 proc.start()
             for i in range(self.num_engines):
                 self._wait_engine(i)
-            self._services = [
-                self._group.add(self._service_process(r)) for r in range(self.service_replicas)
-            ]
-            self.start_service()
+            if self.with_service:
+                self._services = [
+                    self._group.add(self._service_process(r))
+                    for r in range(self.service_replicas)
+                ]
+                self.start_service()
             if self.with_envoy:
                 self._envoy = self._group.add(self._envoy_process())
                 self._envoy.start()

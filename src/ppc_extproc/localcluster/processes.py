@@ -1,4 +1,4 @@
-"""Child processes that are always cleaned up, and readiness waits with deadlines.
+"""Child processes that are always cleaned up.
 
 * :class:`ManagedProcess` runs one command in its own process group (``start_new_session``) with
   stdout and stderr in a log file; :meth:`ManagedProcess.stop` sends SIGTERM to the whole group,
@@ -9,10 +9,8 @@
   SIGHUP become ``SystemExit`` (when no handler was installed) so ``finally`` blocks run; and on
   Linux a child started from the main thread gets SIGTERM from the kernel when its parent dies,
   even by SIGKILL (``PR_SET_PDEATHSIG``).
-* ``wait_for_tcp`` / ``wait_for_http`` / ``wait_for_grpc_health`` (defined in
-  :mod:`~ppc_extproc.localcluster.readiness`, re-exported here) poll with short, growing waits
-  until a deadline, fail fast when the watched process exits, and put the tail of its log into
-  the :class:`ReadinessError`.
+
+The readiness waits that watch these processes are in :mod:`~ppc_extproc.localcluster.readiness`.
 """
 
 from __future__ import annotations
@@ -34,16 +32,7 @@ import structlog
 
 from ppc_extproc.localcluster._errors import LocalClusterError
 
-__all__ = [
-    "ManagedProcess",
-    "ProcessGroup",
-    "http_status",
-    "stop_all_processes",
-    "wait_for",
-    "wait_for_grpc_health",
-    "wait_for_http",
-    "wait_for_tcp",
-]
+__all__ = ["ManagedProcess", "ProcessGroup", "stop_all_processes"]
 
 log = structlog.get_logger(__name__)
 
@@ -320,12 +309,3 @@ def _install_exit_hooks() -> None:
         if signal.getsignal(sig) == signal.SIG_DFL:
             signal.signal(sig, _raise_system_exit)
 
-
-# Re-exported: the readiness waits belong with the processes they watch.
-from ppc_extproc.localcluster.readiness import (  # noqa: E402 - readiness imports this module
-    http_status,
-    wait_for,
-    wait_for_grpc_health,
-    wait_for_http,
-    wait_for_tcp,
-)

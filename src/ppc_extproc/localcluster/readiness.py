@@ -12,14 +12,26 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any, Protocol
 
 from ppc_extproc.localcluster._errors import ReadinessError
 
-if TYPE_CHECKING:
-    from ppc_extproc.localcluster.processes import ManagedProcess
+__all__ = ["WatchedProcess", "http_status", "wait_for", "wait_for_grpc_health", "wait_for_http", "wait_for_tcp"]
 
-__all__ = ["http_status", "wait_for", "wait_for_grpc_health", "wait_for_http", "wait_for_tcp"]
+
+class WatchedProcess(Protocol):
+    """What a wait needs of the process it watches (``processes.ManagedProcess``)."""
+
+    name: str
+    log_path: Path
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    def running(self) -> bool: ...
+
+    def log_tail(self, lines: int = 40) -> str: ...
 
 
 def wait_for(
@@ -27,7 +39,7 @@ def wait_for(
     *,
     what: str,
     timeout: float = 30.0,
-    process: ManagedProcess | None = None,
+    process: WatchedProcess | None = None,
     detail: Callable[[], str] | None = None,
 ) -> None:
     """Poll ``check()`` (short, growing waits) until it returns True or ``timeout`` passes.
@@ -57,7 +69,7 @@ def wait_for(
         pause = min(pause * 1.5, 0.2)
 
 
-def _failure(message: str, process: ManagedProcess | None, detail: Callable[[], str] | None) -> str:
+def _failure(message: str, process: WatchedProcess | None, detail: Callable[[], str] | None) -> str:
     parts = [message]
     if detail is not None and (d := detail()):
         parts.append(f"last error: {d}")
@@ -67,7 +79,7 @@ def _failure(message: str, process: ManagedProcess | None, detail: Callable[[], 
 
 
 def wait_for_tcp(
-    host: str, port: int, *, timeout: float = 30.0, process: ManagedProcess | None = None
+    host: str, port: int, *, timeout: float = 30.0, process: WatchedProcess | None = None
 ) -> None:
     """Wait until ``host:port`` accepts TCP connections."""
     last = [""]
@@ -103,7 +115,7 @@ def wait_for_http(
     *,
     expect_status: int = 200,
     timeout: float = 30.0,
-    process: ManagedProcess | None = None,
+    process: WatchedProcess | None = None,
 ) -> None:
     """Wait until ``GET url`` answers ``expect_status``."""
     last = [""]
@@ -127,7 +139,7 @@ def wait_for_http(
 
 
 def wait_for_grpc_health(
-    target: str, service: str = "", *, timeout: float = 30.0, process: ManagedProcess | None = None
+    target: str, service: str = "", *, timeout: float = 30.0, process: WatchedProcess | None = None
 ) -> None:
     """Wait until ``grpc.health.v1.Health/Check(service)`` at ``target`` (``host:port``) is SERVING."""
     import grpc

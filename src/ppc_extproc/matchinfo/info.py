@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-__all__ = ["PREFIX_MATCH_INFO_KEY", "PrefixCacheMatchInfo", "best_match_info", "match_info_key"]
+__all__ = ["PREFIX_MATCH_INFO_KEY", "PrefixCacheMatchInfo", "best_match_info", "engine_cached_tokens", "match_info_key"]
 
 #: Attribute key prefix; the full key names the producer (llm-d: ``PrefixCacheMatchInfoDataKey/<name>``).
 PREFIX_MATCH_INFO_KEY = "PrefixCacheMatchInfoDataKey"
@@ -13,6 +13,15 @@ PREFIX_MATCH_INFO_KEY = "PrefixCacheMatchInfoDataKey"
 
 def match_info_key(producer_name: str) -> str:
     return f"{PREFIX_MATCH_INFO_KEY}/{producer_name}"
+
+
+def engine_cached_tokens(cached_blocks: int, block_size: int, prompt_tokens: int) -> int:
+    """Tokens of a prompt the engine takes from its cache: whole blocks, and never the last
+    prompt token, which vLLM always recomputes (a 512-token prompt of 16 cached 32-token blocks
+    gets 480: ``vllm-project/vllm: vllm/v1/core/kv_cache_manager.py`` ``get_computed_blocks``)."""
+    if prompt_tokens <= 0 or cached_blocks <= 0:
+        return 0
+    return min(cached_blocks * block_size, (prompt_tokens - 1) // block_size * block_size)
 
 
 @dataclass(slots=True)
@@ -31,11 +40,25 @@ class PrefixCacheMatchInfo:
     cached_blocks_by_tier: dict[str, int] = field(default_factory=dict)
     #: Multimodal-bearing blocks inside the cached prefix (single-prompt multimodal requests only).
     mm_match_blocks: int | None = None
+    #: Per prompt, the cached tokens the engine will use: its cached blocks, at most
+    #: ``floor((n − 1) / block size)`` of them — vLLM always recomputes a prompt's last token
+    #: (``vllm-project/vllm: vllm/v1/core/kv_cache_manager.py`` ``get_computed_blocks``).
+    #: Empty: not known per prompt (the whole cached count is used).
+    cached_tokens_per_prompt: tuple[int, ...] = field(default=(), compare=False)
 
     @property
     def cached_tokens(self) -> int:
-        """Tokens the endpoint should not have to prefill again."""
+        """Prompt tokens the endpoint should not have to prefill again."""
+        if self.cached_tokens_per_prompt:
+            return sum(self.cached_tokens_per_prompt)
         return self.cached_block_count * self.block_size_tokens
+
+    @property
+    def reported_cached_tokens(self) -> int:
+        """What the engine's usage will report: for a batch vLLM reports only the last prompt's."""
+        if self.cached_tokens_per_prompt:
+            return self.cached_tokens_per_prompt[-1]
+        return self.cached_tokens
 
     def to_json(self) -> dict[str, object]:
         """The llm-d field names, as the debug API reports them."""

@@ -1,4 +1,5 @@
-"""A bounded GPU prefix cache with vLLM's block-pool behaviour and KV events (§7, §8.3).
+"""A bounded GPU prefix cache with vLLM's block-pool behaviour and KV events
+(``vllm-project/vllm: vllm/v1/core/block_pool.py``, ``kv_cache_manager.py``).
 
 * A request hits the longest run of cached full blocks of its prompt, capped so that at most
   ``len(prompt) - 1`` tokens count as computed (the last token is always recomputed).

@@ -1,4 +1,4 @@
-"""vLLM's prefix-cache block hashing, ``sha256`` algorithm (kv_events_wire.md §8.2).
+"""vLLM's prefix-cache block hashing, ``sha256`` algorithm (``vllm-project/vllm: vllm/v1/core/kv_cache_utils.py``).
 
 ``hash_block_tokens(parent, tokens, extra_keys) = sha256(pickle((parent or NONE_HASH,
 tuple(tokens), extra_keys)))``, full blocks only, with ``NONE_HASH = sha256(pickle(seed))``

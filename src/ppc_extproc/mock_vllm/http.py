@@ -2,9 +2,11 @@
 
 vLLM routes: ``POST /v1/completions``, ``POST /inference/v1/generate``, ``GET /v1/models``,
 ``GET /health``, ``GET /version``, ``GET /metrics``, ``GET /kv_event_sources``,
-``POST /reset_prefix_cache``. Mock routes: ``POST /mock/restart``, ``POST /mock/match``
-(``{"prompt", "cache_salt"?}`` → ``{"cached_tokens", "matched_tokens", "block_size"}``, no side
-effects) and ``GET /mock/state``. Every response carries ``x-mock-vllm-endpoint``.
+``POST /reset_prefix_cache``, ``POST /tokenize`` (UTF-8 bytes, :mod:`~ppc_extproc.mock_vllm.peer_probes`;
+with ``--tokenizer`` the text routes of :mod:`~ppc_extproc.mock_vllm.text`). Mock routes:
+``POST /mock/restart``, ``POST /mock/match`` (``{"prompt" | "messages", "cache_salt"?}`` →
+``{"cached_tokens", "matched_tokens", "block_size"}``, no side effects; ``messages`` need
+``--tokenizer``) and ``GET /mock/state``. Every response carries ``x-mock-vllm-endpoint``.
 
 Streaming: one SSE ``data: <json>\\n\\n`` chunk per output token, each sent no earlier than the
 token's simulated time; chunks due together are written together and the writer wakes at
@@ -25,10 +27,12 @@ import structlog
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from ppc_extproc.mock_vllm import protocol as p
+import ppc_extproc.mock_vllm.protocol as p
+from ppc_extproc.errors import BadRequestError
 from ppc_extproc.mock_vllm.engine import EngineAborted, EngineRequest, MockEngine, RequestRejected
 from ppc_extproc.mock_vllm.metrics import engine_registry
-from ppc_extproc.tokenizer import LocalTokenizer
+from ppc_extproc.mock_vllm.peer_probes import add_peer_probe_routes
+from ppc_extproc.tokenizer.local import LocalTokenizer
 
 __all__ = ["ENDPOINT_HEADER", "ENGINE", "STREAM_MIN_INTERVAL_S", "TOKENIZER", "create_app", "sse_stream"]
 
@@ -283,7 +287,9 @@ async def version(request: web.Request) -> web.Response:
 
 
 async def metrics(request: web.Request) -> web.Response:
-    body = generate_latest(request.app[_INFO]["registry"])
+    info = request.app[_INFO]
+    info["metrics_requests"] += 1
+    body = generate_latest(info["registry"])
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
@@ -307,13 +313,28 @@ async def mock_restart(request: web.Request) -> web.Response:
     return _json({"status": "restarted", "seq": engine.publisher.next_seq})
 
 
+def _chat_ids(request: web.Request, body: dict[str, Any]) -> list[int]:
+    tok = request.app.get(TOKENIZER)
+    if tok is None:
+        raise RequestRejected("`messages` need an engine started with --tokenizer.")
+    from ppc_extproc.mock_vllm.text import chat_ids  # text routes import this module
+
+    try:
+        return chat_ids(tok, body)
+    except BadRequestError as e:
+        raise RequestRejected(str(e)) from None
+
+
 async def mock_match(request: web.Request) -> web.Response:
     engine = request.app[_ENGINE]
     try:
         body = await _read_json(request)
-        if not isinstance(body, dict) or "prompt" not in body:
-            raise RequestRejected("Body must be an object with `prompt`.")
-        prompts = p.parse_prompt(body["prompt"], _encoder(request, body))
+        if not isinstance(body, dict) or ("prompt" not in body and "messages" not in body):
+            raise RequestRejected("Body must be an object with `prompt` or `messages`.")
+        if "messages" in body:  # a chat body, tokenized as /v1/chat/completions would
+            prompts = [_chat_ids(request, body)]
+        else:
+            prompts = p.parse_prompt(body["prompt"], _encoder(request, body))
         if len(prompts) != 1:
             raise RequestRejected("`prompt` must be a single prompt.")
         salt = body.get("cache_salt")
@@ -335,6 +356,7 @@ async def mock_state(request: web.Request) -> web.Response:
         kv_events_endpoint=info["kv_events_config"].get("endpoint"),
         replay_endpoint=info["kv_events_config"].get("replay_endpoint"),
         event_encoding=info["event_encoding"],
+        metrics_requests=info["metrics_requests"],
     )
     return _json(state)
 
@@ -359,6 +381,8 @@ def create_app(
         "kv_events_config": kv_events_config
         or {"enable_kv_cache_events": False, "publisher": "null"},
         "registry": engine_registry(engine, engine_index),
+        #: ``GET /metrics`` requests served (shown in ``/mock/state``: who polls this engine).
+        "metrics_requests": 0,
     }
 
     async def add_header(request: web.BaseRequest, response: web.StreamResponse) -> None:
@@ -379,5 +403,8 @@ def create_app(
     if tokenizer is not None:
         from ppc_extproc.mock_vllm.text import add_text_routes  # text routes import this module
 
-        add_text_routes(app, tokenizer)
+        add_text_routes(app, tokenizer)  # /tokenize with the real tokenizer among them
+    else:
+        # What the peer routers probe beyond inference (routing benchmark); kept in its own module.
+        add_peer_probe_routes(app, engine)
     return app

@@ -1,4 +1,4 @@
-"""vLLM's KV-cache event structs and their msgpack encodings (kv_events_wire.md §2, §3, §9).
+"""vLLM's KV-cache event structs and their msgpack encodings (``vllm-project/vllm: vllm/distributed/kv_events.py``).
 
 The engine builds events with the public structs below, which carry the newest field set
 (vLLM 0.33). :class:`EventEncoder` re-declares them per emulated vLLM era so that msgspec
@@ -11,7 +11,7 @@ encoding   emulated vLLM                event shape
                                         BlockRemoved, ``["AllBlocksCleared"]``
 ``map``    0.26 – 0.28                  ``omit_defaults`` map, ``"type"`` first; BlockStored
                                         has 13 possible entries ⇒ fixmap header
-``map16``  0.33                         same, 16 possible entries ⇒ map16 header (§3.3)
+``map16``  0.33                         same, 16 possible entries ⇒ map16 header
 =========  ===========================  ===================================================
 
 The batch is always ``[ts, events, data_parallel_rank]`` (msgpack array).

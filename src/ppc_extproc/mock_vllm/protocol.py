@@ -1,4 +1,5 @@
-"""Request parsing and response shapes of vLLM's OpenAI server, for token prompts (§8.3).
+"""Request parsing and response shapes of vLLM's OpenAI server, for token prompts
+(``vllm-project/vllm: vllm/entrypoints/openai/``).
 
 Shapes follow vLLM's pydantic models field for field (``CompletionResponse``,
 ``CompletionStreamResponse``, ``GenerateResponse``, ``GenerateStreamResponse``, ``UsageInfo``,

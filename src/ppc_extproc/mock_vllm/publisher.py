@@ -1,6 +1,6 @@
 """KV-event publishers: vLLM's ``ZmqEventPublisher`` on asyncio, plus null and in-memory ones.
 
-Wire behaviour (kv_events_wire.md §1.2, §6):
+Wire behaviour (``vllm-project/vllm: vllm/distributed/kv_events.py`` ``ZmqEventPublisher``):
 
 * PUB frames ``[topic, seq (8-byte big-endian, from 0, +1 per batch), payload]``;
 * optional ROUTER replay socket keeping the last ``buffer_steps`` batches. A request
@@ -58,7 +58,7 @@ END_SEQ: Final = b"\xff" * 8
 
 
 def default_topic(advertised_endpoint: str, model: str) -> str:
-    """llm-d's topic convention ``kv@<ip:port>@<model>`` (§1.3)."""
+    """llm-d's topic convention ``kv@<ip:port>@<model>``."""
     return f"kv@{advertised_endpoint}@{model}"
 
 
@@ -116,7 +116,7 @@ class _BufferedPublisher:
         return self._seq
 
     def publish(self, events: Sequence[Event], ts: float | None = None) -> int | None:
-        """Encode and send ``events`` as one batch. A failure still consumes the seq (§1.2)."""
+        """Encode and send ``events`` as one batch. A failure still consumes the seq, as in vLLM."""
         if not events:
             return None
         seq = self._seq

@@ -27,7 +27,7 @@ from ppc_extproc.mock_vllm.publisher import (
     ZmqEventPublisher,
     default_topic,
 )
-from ppc_extproc.tokenizer import LocalTokenizer
+from ppc_extproc.tokenizer.local import LocalTokenizer
 
 __all__ = [
     "MockVllmFleet",

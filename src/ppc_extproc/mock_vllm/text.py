@@ -24,14 +24,15 @@ import numpy as np
 import orjson
 from aiohttp import web
 
+import ppc_extproc.mock_vllm.protocol as p
 from ppc_extproc.errors import BadRequestError
-from ppc_extproc.mock_vllm import protocol as p
 from ppc_extproc.mock_vllm.engine import EngineAborted, EngineRequest, MockEngine, RequestRejected
 from ppc_extproc.mock_vllm.http import ENGINE, TOKENIZER, sse_stream
-from ppc_extproc.tokenizer import LocalTokenizer, TokenizeResult
+from ppc_extproc.tokenizer.local import LocalTokenizer
 from ppc_extproc.tokenizer.requests import parse_chat
+from ppc_extproc.tokenizer.result import TokenizeResult
 
-__all__ = ["add_text_routes", "generate_request"]
+__all__ = ["add_text_routes", "chat_ids", "generate_request"]
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -103,6 +104,11 @@ def _tokenized(res: TokenizeResult) -> list[int]:
     if not res.ok:
         raise BadRequestError(f"the mock cannot tokenize this request: {res.reason}")
     return _ids(res.prompts[0])
+
+
+def chat_ids(tok: LocalTokenizer, body: Mapping[str, Any]) -> list[int]:
+    """The ids ``/v1/chat/completions`` computes for ``body`` (what ``/mock/match`` asks about)."""
+    return _tokenized(tok.tokenize_chat(parse_chat(body)))
 
 
 async def tokenize(request: web.Request) -> web.StreamResponse:

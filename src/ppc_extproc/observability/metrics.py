@@ -16,14 +16,14 @@ Read at scrape time (``StateCollector``):
     ppc_extproc_kv_events_total{endpoint,kind}, ppc_extproc_kv_events_dropped_total{endpoint,reason}
     ppc_extproc_kv_transport_total{endpoint,name}, ppc_extproc_kv_source_last_seq{endpoint}
     ppc_extproc_kv_source_lag_seconds{endpoint}, ppc_extproc_kv_source_queue_depth{endpoint}
-    ppc_extproc_endpoints
+    ppc_extproc_endpoints, ppc_extproc_endpoint_routable{endpoint}, ppc_extproc_endpoint_down_total{endpoint,reason}
     ppc_extproc_tokenize_total{producer,backend,outcome}       token producers: ok / passthrough / why not
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -87,7 +87,7 @@ class Metrics:
         for kind in ("prompt", "completion", "cached"):
             self.usage_tokens.labels(kind)
 
-    def count_request(self, outcome: str, code: int) -> None:
+    def count_request(self, outcome: str, code: int | str) -> None:
         child = self._requests.get((outcome, str(code)))
         if child is None:
             child = self._requests[(outcome, str(code))] = self.requests.labels(outcome, str(code))
@@ -115,6 +115,10 @@ class ServiceState:
     inflight: Mapping[str, Mapping[str, int]]
     endpoints: int
     plugins: Sequence[PluginState]
+    #: endpoint → whether it may receive traffic
+    routable: Mapping[str, bool] = field(default_factory=dict)
+    #: (endpoint, reason) → times it was taken down
+    down_transitions: Mapping[tuple[str, str], int] = field(default_factory=dict)
 
 
 class StateCollector(Collector):
@@ -135,6 +139,20 @@ class StateCollector(Collector):
         yield inflight
         yield inflight_tokens
         yield GaugeMetricFamily("ppc_extproc_endpoints", "Endpoints in the pool.", value=state.endpoints)
+        routable = GaugeMetricFamily(
+            "ppc_extproc_endpoint_routable", "1 when the endpoint may receive traffic, 0 while evidence holds it down.",
+            labels=["endpoint"],
+        )
+        for endpoint, ok in state.routable.items():
+            routable.add_metric([endpoint], 1.0 if ok else 0.0)
+        yield routable
+        down = CounterMetricFamily(
+            "ppc_extproc_endpoint_down", "Times an endpoint was taken out of routing, by evidence.",
+            labels=["endpoint", "reason"],
+        )
+        for (endpoint, reason), n in state.down_transitions.items():
+            down.add_metric([endpoint, reason], n)
+        yield down
         tokenize = CounterMetricFamily(
             "ppc_extproc_tokenize", "Text requests by token producer backend and outcome (ok, or why no ids).",
             labels=["producer", "backend", "outcome"],

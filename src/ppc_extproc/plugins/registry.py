@@ -20,11 +20,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
-from ppc_extproc.config.strict import Section
 from ppc_extproc.enginemetrics import EngineMetricsStore
 from ppc_extproc.errors import ConfigError
 from ppc_extproc.framework import Plugin
+from ppc_extproc.framework.params import Section
 from ppc_extproc.plugins.unsupported import unsupported_message
+from ppc_extproc.scheduling.health import EndpointHealth
 from ppc_extproc.scheduling.inflight import InflightTracker
 
 __all__ = ["PluginFactory", "Services", "create_plugin", "plugin_doc", "register", "registered_types"]
@@ -39,6 +40,8 @@ class Services:
     inflight: InflightTracker = field(default_factory=InflightTracker)
     #: Engine metrics per endpoint: metrics extractors write it, load scorers read it.
     engine_metrics: EngineMetricsStore = field(default_factory=EngineMetricsStore)
+    #: Which endpoints may receive traffic: KV-event, metrics and response evidence.
+    health: EndpointHealth = field(default_factory=EndpointHealth)
 
 
 class PluginFactory(Protocol):

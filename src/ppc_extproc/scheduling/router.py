@@ -33,6 +33,7 @@ from ppc_extproc.framework import (
     StreamingKeyProducer,
 )
 from ppc_extproc.ids import destination_host_port
+from ppc_extproc.scheduling.health import EndpointHealth
 from ppc_extproc.scheduling.inflight import InflightTracker
 from ppc_extproc.scheduling.pool import EndpointPool
 from ppc_extproc.scheduling.scheduler import Scheduler
@@ -93,20 +94,41 @@ class Decision:
 class Router:
     """Runs the pipeline over the endpoint pool."""
 
-    def __init__(self, pool: EndpointPool, pipeline: Pipeline, inflight: InflightTracker | None = None) -> None:
+    def __init__(
+        self,
+        pool: EndpointPool,
+        pipeline: Pipeline,
+        inflight: InflightTracker | None = None,
+        health: EndpointHealth | None = None,
+    ) -> None:
         self.pool = pool
         self.pipeline = pipeline
         #: Requests routed and not yet answered, per endpoint (read by load scorers).
         self.inflight = inflight if inflight is not None else InflightTracker()
+        #: The first filter: only endpoints no evidence holds down are candidates.
+        self.health = health if health is not None else EndpointHealth()
+
+    def candidates(self, subset: Sequence[str] | None) -> list[Endpoint]:
+        """The pool's endpoints (those the subset hint names, if any) that may receive traffic.
+        Raises ``NoEndpointsError`` when none is left."""
+        candidates = self.pool.candidates(subset)
+        if not candidates:
+            raise NoEndpointsError("failed to find endpoint candidates for serving the request")
+        routable = self.health.routable(candidates)
+        if not routable:
+            down = self.health.down()
+            reasons = sorted({reason for e in candidates for reason in down.get(e.id, ())})
+            raise NoEndpointsError(
+                f"every candidate endpoint is unavailable ({len(candidates)} down: {', '.join(reasons) or 'unhealthy'})"
+            )
+        return routable
 
     async def route(
         self, request: LLMRequest, subset: Sequence[str] | None = None, *, dry_run: bool = False
     ) -> Decision:
         """Pick the destination for ``request``. Raises ``NoEndpointsError`` / ``SaturatedError`` /
         ``SchedulingError``; producer failures never fail the request."""
-        candidates = self.pool.candidates(subset)
-        if not candidates:
-            raise NoEndpointsError("failed to find endpoint candidates for serving the request")
+        candidates = self.candidates(subset)
         ctx = SchedulingContext(request, candidates, dry_run=dry_run)
         t0 = time.perf_counter()
         await self._produce(ctx)
@@ -131,6 +153,7 @@ class Router:
         failed: set[DataKey] = set()
         for step in self.pipeline.producers:
             if failed and not failed.isdisjoint(step.requires):
+                failed.update(step.producer.produces())  # missing too: its dependants skip as well
                 continue
             try:
                 if isinstance(step, AsyncProducerStep):
@@ -149,15 +172,15 @@ class Router:
                 failed.update(step.producer.produces())
 
     def route_header_only(self, subset: Sequence[str] | None = None) -> Endpoint:
-        """A request without a body (``GET /v1/models``): any candidate, at random."""
-        candidates = self.pool.candidates(subset)
-        if not candidates:
-            raise NoEndpointsError("failed to find endpoint candidates for serving the request")
-        return random.choice(candidates)
+        """A request without a body (``GET /v1/models``): any routable candidate, at random."""
+        return random.choice(self.candidates(subset))
 
     def response_complete(self, ctx: SchedulingContext, info: ResponseInfo) -> None:
-        """The response ended (or the stream died): release per-request state in the plugins."""
+        """The response ended (or the stream died): release per-request state in the plugins, and
+        tell endpoint health whether the engine answered."""
         self.inflight.finish(ctx.request.request_id)
+        if info.reached is not None and not ctx.dry_run:
+            self.health.upstream(info.endpoint, info.reached)
         for hook in self.pipeline.response_complete:
             try:
                 hook.response_complete(ctx, info)

@@ -74,9 +74,12 @@ class Service:
         self.options = options
         self.loaded = loaded
         self.pool = EndpointPool()
-        # The data layer's sources (and through them the extractors) follow the endpoint set.
+        services = loaded.services
+        # Health first, so an endpoint's state exists before any source reports on it; then the
+        # data layer's sources (and through them the extractors) follow the endpoint set.
+        self.pool.subscribe(services.health.on_endpoint_event)
         self.pool.subscribe(loaded.data_layer.notify)
-        self.router = Router(self.pool, loaded.pipeline, inflight=loaded.services.inflight)
+        self.router = Router(self.pool, loaded.pipeline, inflight=services.inflight, health=services.health)
         self.registry = CollectorRegistry()
         self.metrics = Metrics(self.registry)
         self.registry.register(StateCollector(self.state_for_metrics))
@@ -112,7 +115,14 @@ class Service:
         return [plugin.state(detailed=detailed) for plugin in self.loaded.roles.state_reporters]
 
     def state_for_metrics(self) -> ServiceState:
-        return ServiceState(self.router.inflight.snapshot(), len(self.pool), self.plugin_states())
+        health = self.router.health
+        routable = {ep: not reasons for ep, reasons in self._health_view().items()}
+        return ServiceState(self.router.inflight.snapshot(), len(self.pool), self.plugin_states(), routable,
+                            health.transitions())  # fmt: skip
+
+    def _health_view(self) -> dict[str, list[str]]:
+        down = self.router.health.down()
+        return {e.id: down.get(e.id, []) for e in self.pool.endpoints()}
 
     def debug_state(self) -> dict[str, Any]:
         return {
@@ -121,6 +131,7 @@ class Service:
                 {"endpoint": e.id, "name": e.name, "rank": e.rank, "labels": dict(e.labels)} for e in self.pool.endpoints()
             ],
             "inflight": self.router.inflight.snapshot(),
+            "health": {"down": {ep: reasons for ep, reasons in self._health_view().items() if reasons}},
             "plugins": {state.name: plugin_state_json(state) for state in self.plugin_states(detailed=True)},
             "config": {"source": self.loaded.source, "warnings": self.loaded.warnings, "injected": self.loaded.injected},
         }

@@ -1,6 +1,7 @@
 """gRPC health on the ext_proc port: ``liveness`` always serves; ``readiness``, ``""`` and the
 ext_proc service name serve once the configuration is loaded and discovery has produced its first
-endpoint list (``ext_proc_protocol.md`` §11). Unknown names answer NOT_FOUND."""
+endpoint list, as llm-d's EPP health server does (``llm-d/llm-d-router: cmd/epp/runner/health.go``).
+Unknown names answer NOT_FOUND."""
 
 from __future__ import annotations
 

@@ -1,7 +1,10 @@
 """Builders for the ext_proc ``ProcessingResponse`` messages the endpoint picker sends.
 
-Spec: ``ext_proc_protocol.md`` §4.3–§4.4 (full duplex), §5 (header-only), §6 (buffered), §7
-(response path), §9 (errors), §10 (destination header and ``envoy.lb`` metadata).
+The shapes are the endpoint picker protocol's (``kubernetes-sigs/gateway-api-inference-extension:
+docs/proposals/004-endpoint-picker-protocol``) as llm-d's EPP builds them
+(``llm-d/llm-d-router: pkg/epp/handlers/response.go``, ``request.go``): the destination header
+and the same value in ``envoy.lb`` dynamic metadata, body chunks echoed in full-duplex mode,
+immediate responses for errors.
 """
 
 from __future__ import annotations
@@ -36,7 +39,8 @@ __all__ = [
 DESTINATION_HEADER = "x-gateway-destination-endpoint"
 DROPPED_REASON_HEADER = "x-llm-d-request-dropped-reason"
 METADATA_NAMESPACE = "envoy.lb"
-#: Body chunks sent back to Envoy stay at or under this size (spec §4.4).
+#: Body chunks sent back to Envoy stay at or under this size (llm-d's bodyByteLimit, under gRPC's
+#: default message size with headroom).
 MAX_CHUNK_BYTES = 62_000
 
 

@@ -28,7 +28,7 @@ from envoy.service.ext_proc.v3.external_processor_pb2 import ProcessingRequest, 
 
 from ppc_extproc.errors import BadRequestError, PayloadTooLargeError, RequestError
 from ppc_extproc.framework import LLMRequest, ResponseInfo, StreamedKeys
-from ppc_extproc.ids import EndpointId, destination_host_port
+from ppc_extproc.ids import EndpointId, destination_host_port, endpoint_id
 from ppc_extproc.observability.metrics import Metrics
 from ppc_extproc.plugins.parsers import claims_path
 from ppc_extproc.scheduling.router import Decision, Router
@@ -45,6 +45,7 @@ SUBSET_NAMESPACE = "envoy.lb.subset_hint"
 SUBSET_KEY = "x-gateway-destination-endpoint-subset"
 SERVED_KEY = "x-gateway-destination-endpoint-served"
 _REWRITE_HEADERS = ("x-llm-d-model-name-rewrite", "x-gateway-model-name-rewrite")
+_UPSTREAM_TIME = "x-envoy-upstream-service-time"
 #: Bodies that arrive in several messages are parsed and hashed while they stream in once they
 #: reach this size; smaller ones are parsed whole at the end (cheaper for them).
 STREAMING_THRESHOLD_BYTES = 64 * 1024
@@ -126,6 +127,8 @@ class ExtProcStream:
         self.usage: UsageParser | None = None
         self.served: str | None = None
         self.status = 0
+        #: None until response headers tell whether the engine itself answered.
+        self.reached: bool | None = None
         self._completed = False
         self._mode_known = False
 
@@ -164,7 +167,7 @@ class ExtProcStream:
         """The stream ended (normally, by client disconnect or by an Envoy reset): release state."""
         if cancelled and not self._completed and self.decision is not None:
             self.metrics.anomalies.labels("cancelled").inc()
-        self._complete()
+        self._complete(cancelled=cancelled)
 
     # --- request phase ---------------------------------------------------------------------------
 
@@ -269,7 +272,7 @@ class ExtProcStream:
         if parsed is None:
             if body:
                 parsed = parse_body(self.path, body, model_override=rewrite)
-            else:  # an empty body is routed like a header-only request, then echoed (spec §4.4)
+            else:  # an empty body is routed like a header-only request, then echoed (as llm-d does)
                 parsed = ParsedBody(rewrite or "", False, None, rewrite or "")
         parse_done = time.perf_counter()
         self.stream_flag = parsed.stream
@@ -314,7 +317,6 @@ class ExtProcStream:
             "pre_request": timings["pre_request"],
         }
         self.metrics.observe_decision(elapsed, stages)
-        self.metrics.count_request("routed", 200)
         info = decision.ctx.match_info(decision.primary.id)
         if info is not None and info.total_blocks:
             self.metrics.match_ratio.observe(info.match_blocks / info.total_blocks)
@@ -350,6 +352,9 @@ class ExtProcStream:
             self.status = 0
         served = _struct_value(self.metadata, "envoy.lb", SERVED_KEY)
         self.served = served if isinstance(served, str) else None
+        # Envoy stamps responses that came from the upstream; its own 502/503/504 for a failed
+        # connect, reset or timeout lack the header (envoy: source/common/router/router.cc).
+        self.reached = not (self.status in (502, 503, 504) and _UPSTREAM_TIME not in values)
         streaming = self.stream_flag or "text/event-stream" in values.get("content-type", "")
         self.usage = UsageParser(streaming)
         if headers.end_of_stream:
@@ -367,7 +372,7 @@ class ExtProcStream:
             return [messages.streamed_chunk(body.body, body.end_of_stream, response=True)]
         return [messages.continue_body(response=True)]
 
-    def _complete(self) -> None:
+    def _complete(self, *, cancelled: bool = False) -> None:
         """Finalise once: usage metrics, predicted-vs-reported cache hit, in-flight release."""
         if self._completed:
             return
@@ -375,18 +380,18 @@ class ExtProcStream:
         decision = self.decision
         if decision is None:
             return
+        self.metrics.count_request(self._outcome(cancelled), self.status or "none")
         usage = self.usage.finish() if self.usage is not None else None
-        endpoint = EndpointId(self.served.split(",")[0]) if self.served else decision.primary.id
-        if self.served and self.served.split(",")[0] != decision.primary.id:
-            self.metrics.anomalies.labels("served_elsewhere").inc()
+        endpoint = self._served_endpoint(decision)
         predicted = decision.ctx.match_info(endpoint)
         if usage is not None:
             for kind, value in (("prompt", usage.prompt_tokens), ("completion", usage.completion_tokens),
                                 ("cached", usage.cached_tokens)):
                 if value:
                     self.metrics.usage_tokens.labels(kind).inc(value)
-            if usage.cached_tokens is not None and self.status == 200:
-                self.metrics.observe_cached_tokens(predicted.cached_tokens if predicted else 0, usage.cached_tokens)
+            if usage.cached_tokens is not None and self.status == 200 and predicted is not None:
+                # vLLM reports only the last prompt's cached tokens for a batch: compare like with like
+                self.metrics.observe_cached_tokens(predicted.reported_cached_tokens, usage.cached_tokens)
         self.router.response_complete(
             decision.ctx,
             ResponseInfo(
@@ -394,6 +399,31 @@ class ExtProcStream:
                 usage.prompt_tokens if usage else None,
                 usage.cached_tokens if usage else None,
                 usage.completion_tokens if usage else None,
+                self.reached,
+                cancelled,
             ),
         )
+
+    def _outcome(self, cancelled: bool) -> str:
+        """``requests_total``'s outcome of a routed request, from what the response path saw."""
+        if self.reached is False:
+            return "upstream_unreached"  # Envoy answered in the engine's place
+        if self.status == 0 and cancelled:
+            return "cancelled"
+        return "routed"
+
+    def _served_endpoint(self, decision: Decision) -> EndpointId:
+        """The target that served: from the served-endpoint metadata (a destination, which a
+        data-parallel handler rewrites, mapped back to its target), else the primary target."""
+        if not self.served:
+            return decision.primary.id
+        served = self.served.split(",")[0]
+        for target, destination in zip(decision.targets, decision.result.destinations):
+            if served in (target.id, destination_host_port(destination), destination):
+                if target is not decision.primary:
+                    self.metrics.anomalies.labels("served_elsewhere").inc()
+                return target.id
+        self.metrics.anomalies.labels("served_elsewhere").inc()
+        host, _, port = served.rpartition(":")
+        return endpoint_id(host, port)
 

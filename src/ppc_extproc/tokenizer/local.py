@@ -29,8 +29,8 @@ from typing import Any
 import numpy as np
 import orjson
 
+import ppc_extproc.tokenizer.chat_template as ct
 from ppc_extproc.errors import BadRequestError
-from ppc_extproc.tokenizer import chat_template as ct
 from ppc_extproc.tokenizer.hf import HfTokenizer
 from ppc_extproc.tokenizer.requests import (
     TEXT_PART_KEYS,

@@ -4,12 +4,15 @@ Importing this package starts nothing and imports its modules on first use.
 
 * :mod:`~ppc_extproc.workload.spec` — ``WorkloadSpec``, arrival ``Stage``s, ``EngineProfile``;
 * :mod:`~ppc_extproc.workload.generator` — seeded token ids, Poisson ``arrivals``, conversations;
-* :mod:`~ppc_extproc.workload.runner` — ``WorkloadRunner``: aiohttp, streaming, per-request records;
+* :mod:`~ppc_extproc.workload.text` — the same workload as text (string, chat or token-id forms);
+* :mod:`~ppc_extproc.workload.clients` — the request forms on the wire (aiohttp, ``openai``);
+* :mod:`~ppc_extproc.workload.runner` — ``WorkloadRunner``: streaming, per-request records;
 * :mod:`~ppc_extproc.workload.report` / :mod:`~ppc_extproc.workload.table` — the numbers, as tables;
 * :mod:`~ppc_extproc.workload.policies` — routing policies as service configs;
 * :mod:`~ppc_extproc.workload.oracle` — the client-side cache oracle;
 * :mod:`~ppc_extproc.workload.experiment` — one policy on a fresh ``LocalCluster``;
-* :mod:`~ppc_extproc.workload.disturbance` — an engine restart mid-run (``EngineRestart``);
+* :mod:`~ppc_extproc.workload.disturbance` — an engine restart mid-run (``EngineRestart``), outside
+  traffic around the router (``OutsideTraffic``);
 * :mod:`~ppc_extproc.workload.probes` / :mod:`~ppc_extproc.workload.progress` — CPU, decision
   latency, a progress line.
 """

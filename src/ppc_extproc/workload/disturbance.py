@@ -1,4 +1,4 @@
-"""Disturbances the router does not cause: an engine restart in the middle of a run.
+"""Disturbances the router does not cause: an engine restart mid-run, and outside traffic.
 
 :class:`EngineRestart` restarts, ``at_s`` seconds into the schedule, the engine that holds the
 most tenants at that moment — the one whose loss hurts most. "Holds" is measured, not guessed:
@@ -12,22 +12,29 @@ Two ways to restart:
 ``process``  stop the engine process and start it again on the same address (what a pod restart
              is): requests routed to it meanwhile fail as well. The run's CPU meter keeps
              watching the old pid, so the restarted engine's CPU after the restart is not counted.
+
+:class:`OutsideTraffic` sends a share of the arrivals straight to the engines, round-robin,
+bypassing the router — what batch jobs and other gateways sharing the engines do. Which arrivals
+is a pure function of the seed, so every policy sees the same outside requests; the router never
+sees them, but the engines cache (and report through their KV events) what they served.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+import random
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import aiohttp
 import orjson
 import structlog
 
-from ppc_extproc.workload.generator import Workload
+from ppc_extproc.workload.generator import Arrival
+from ppc_extproc.workload.spec import WorkloadSpec
 
-__all__ = ["EngineRestart", "RestartRecord", "busiest_engine", "tenants_by_engine"]
+__all__ = ["EngineRestart", "OutsideTraffic", "RestartRecord", "busiest_engine", "tenants_by_engine"]
 
 log = structlog.get_logger(__name__)
 
@@ -69,11 +76,22 @@ class RestartRecord:
         return asdict(self)
 
 
-async def _matched(http: aiohttp.ClientSession, url: str, prompt: Sequence[int]) -> int:
+class _Contexts(Protocol):
+    @property
+    def spec(self) -> WorkloadSpec: ...
+
+    def context(self, tenant: int) -> Any: ...
+
+
+def _context_body(context: Any) -> dict[str, Any]:
+    return {"prompt": context if isinstance(context, str) else list(context)}
+
+
+async def _matched(http: aiohttp.ClientSession, url: str, body: Mapping[str, Any]) -> int:
     try:
         async with http.post(
             url + "/mock/match",
-            data=orjson.dumps({"prompt": list(prompt)}),
+            data=orjson.dumps(body),
             headers={"content-type": "application/json"},
         ) as resp:
             return int((await resp.json())["matched_tokens"]) if resp.status == 200 else 0
@@ -82,14 +100,22 @@ async def _matched(http: aiohttp.ClientSession, url: str, prompt: Sequence[int])
 
 
 async def tenants_by_engine(
-    http: aiohttp.ClientSession, engine_urls: Sequence[str], workload: Workload
+    http: aiohttp.ClientSession,
+    engine_urls: Sequence[str],
+    workload: _Contexts,
+    context_match: Callable[[int], Mapping[str, Any]] | None = None,
 ) -> list[list[int]]:
-    """Per engine, the tenants whose context it holds the longest cached prefix of (ties: none)."""
-    contexts = [workload.context(t) for t in range(workload.spec.tenants)]
-    matched = await asyncio.gather(*(_matched(http, u, c) for c in contexts for u in engine_urls))
+    """Per engine, the tenants whose context it holds the longest cached prefix of (ties: none).
+
+    ``context_match(tenant)`` is the ``/mock/match`` body of the tenant's context in the run's
+    request form (default: ``{"prompt": context}``)."""
+    bodies = [
+        context_match(t) if context_match else _context_body(workload.context(t)) for t in range(workload.spec.tenants)
+    ]
+    matched = await asyncio.gather(*(_matched(http, u, b) for b in bodies for u in engine_urls))
     n = len(engine_urls)
     held: list[list[int]] = [[] for _ in engine_urls]
-    for tenant in range(len(contexts)):
+    for tenant in range(len(bodies)):
         row = matched[tenant * n : (tenant + 1) * n]
         best = max(row)
         if best > 0 and row.count(best) == 1:
@@ -106,10 +132,11 @@ def busiest_engine(held: Sequence[Sequence[int]]) -> int:
 async def run_restart(
     restart: EngineRestart,
     engine_urls: Sequence[str],
-    workload: Workload,
+    workload: _Contexts,
     *,
     now: Callable[[], float],
     restart_process: Callable[[int], Awaitable[None]],
+    context_match: Callable[[int], Mapping[str, Any]] | None = None,
 ) -> RestartRecord:
     """Wait until ``now() >= restart.at_s``, pick the busiest engine and restart it.
 
@@ -120,7 +147,7 @@ async def run_restart(
     if (delay := restart.at_s - now()) > 0:
         await asyncio.sleep(delay)
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as http:
-        held = await tenants_by_engine(http, engine_urls, workload)
+        held = await tenants_by_engine(http, engine_urls, workload, context_match)
         index = busiest_engine(held)
         record = RestartRecord(
             at_s=round(now(), 3), mode=restart.mode, engine=index,
@@ -140,3 +167,22 @@ async def run_restart(
         record.took_s = round(loop.time() - started, 3)
     log.info("engine_restarted", **record.as_dict())
     return record
+
+
+@dataclass(frozen=True, slots=True)
+class OutsideTraffic:
+    """Send ``share`` of the arrivals straight to the engines (round-robin), bypassing the router."""
+
+    share: float = 0.3
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.share <= 1.0:
+            raise ValueError("share must be in [0, 1]")
+
+    def plan(self, schedule: Sequence[Arrival], engine_urls: Sequence[str], seed: int) -> dict[int, str]:
+        """Arrival index → engine base URL, for the arrivals that bypass the router."""
+        if not engine_urls:
+            raise ValueError("outside traffic needs at least one engine")
+        rng = random.Random(f"{seed}/outside")
+        chosen = [a.index for a in schedule if rng.random() < self.share]
+        return {index: engine_urls[i % len(engine_urls)] for i, index in enumerate(chosen)}

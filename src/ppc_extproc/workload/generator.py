@@ -83,8 +83,13 @@ class Workload:
         """The tenant's shared context (system prompt / document)."""
         ctx = self._contexts.get(tenant)
         if ctx is None:
-            ctx = self._contexts[tenant] = _tokens(self.spec, f"context/{tenant}", self.spec.context_tokens)
+            n = self.spec.context_tokens_of(tenant)
+            ctx = self._contexts[tenant] = _tokens(self.spec, f"context/{tenant}", n)
         return ctx
+
+    def context_prompt(self, tenant: int) -> list[int]:
+        """The tenant's context as a prompt of its own."""
+        return self.context(tenant)
 
     def question(self, user: int, session: int, turn: int) -> list[int]:
         return _tokens(self.spec, f"question/{user}/{session}/{turn}", self.spec.question_tokens)

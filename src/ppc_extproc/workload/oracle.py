@@ -1,9 +1,10 @@
 """The oracle: route client-side with perfect knowledge of the engines' caches.
 
-For each request, ask every engine ``POST /mock/match`` (what it would serve from cache right
-now, no side effects) and send the request straight to the engine with the most cached tokens;
-ties go to the engine with the fewest requests this client has in flight there, then at random
-(seeded). No Envoy and no service in the path — same engines, same time model. It is the bound
+For each request, ask every engine ``POST /mock/match`` with the prompt in the form the request
+carries (token ids, text or chat messages: the engine tokenises it as it would the request) —
+what it would serve from cache right now, no side effects — and send the request straight to
+the engine with the most cached tokens; ties go to the engine with the fewest requests this
+client has in flight there, then at random (seeded). No Envoy and no service in the path — same engines, same time model. It is the bound
 on hit rate for this workload, not on latency: it does not trade cache for load.
 """
 
@@ -11,7 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import aiohttp
 import orjson
@@ -29,8 +31,10 @@ class OracleTarget:
         self.in_flight = {u: 0 for u in self.engine_urls}
         self._rng = random.Random(f"{seed}/oracle")
         self._timeout = aiohttp.ClientTimeout(total=match_timeout_s)
-        #: Requests routed and how many had a cache hit somewhere.
+        #: Requests routed, and how many of them no engine could match (e.g. a request form
+        #: its ``/mock/match`` does not take): those were routed by load alone.
         self.routed = 0
+        self.unanswered = 0
 
     async def _cached(self, http: aiohttp.ClientSession, url: str, body: bytes) -> int:
         try:
@@ -54,9 +58,11 @@ class OracleTarget:
         least_loaded = [u for u in tied if self.in_flight[u] == fewest]
         return least_loaded[0] if len(least_loaded) == 1 else self._rng.choice(least_loaded)
 
-    async def acquire(self, http: aiohttp.ClientSession, prompt: Sequence[int]) -> str:
-        body = orjson.dumps({"prompt": list(prompt)})
+    async def acquire(self, http: aiohttp.ClientSession, match: Mapping[str, Any]) -> str:
+        body = orjson.dumps(match)
         cached = await asyncio.gather(*(self._cached(http, u, body) for u in self.engine_urls))
+        if max(cached) < 0:
+            self.unanswered += 1
         url = self.choose(cached)
         self.in_flight[url] += 1
         self.routed += 1

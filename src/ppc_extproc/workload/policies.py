@@ -14,6 +14,11 @@ default           the service's embedded default config (precise + speculative, 
                   active-request 2)
 oracle            no service: the client asks every engine's ``/mock/match`` and sends the
                   request straight to the engine holding the most of it (ties: least loaded)
+vllm-router       no service: ``vllm-router`` 0.1.17 ``--policy cache_aware`` in front of the
+                  engines (:mod:`~ppc_extproc.workload.peers`)
+sglang-router     no service: ``sglang-router`` 0.3.2 ``--policy cache_aware``
+vllm-router-kv    no service: ``vllm-router --policy kv_aware``, which reads every engine's KV
+                  events (precise, like ours)
 ================  =============================================================================
 """
 
@@ -22,6 +27,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from ppc_extproc.workload.clients import Form
+from ppc_extproc.workload.peers import PEERS, PeerRouter
 
 __all__ = ["ALL_POLICIES", "BENCHMARK_POLICIES", "Policy", "policy"]
 
@@ -33,12 +41,37 @@ _APPROX = "approx-prefix-cache-producer"
 class Policy:
     name: str
     description: str
-    #: The service config; None for the client-side oracle (no service in the path).
+    #: The service config; None for the client-side oracle and the peer routers.
     service_config: Mapping[str, Any] | None
+    #: A peer router in place of Envoy + the service.
+    peer: PeerRouter | None = None
 
     @property
     def oracle(self) -> bool:
-        return self.service_config is None
+        return self.service_config is None and self.peer is None
+
+    @property
+    def ours(self) -> bool:
+        """Routed by ppc-extproc (Envoy + the service)."""
+        return self.service_config is not None
+
+    @property
+    def kind(self) -> str:
+        """``ours``, ``peer`` or ``oracle``."""
+        return "ours" if self.ours else "peer" if self.peer is not None else "oracle"
+
+    def wire_form(self, form: Form, *, service_reads_text: bool = False) -> Form:
+        """The request form this policy is sent when the run's workload is ``form``.
+
+        The same prompt reaches every engine as the same tokens; only the wire form differs:
+        ppc-extproc routes text (``text``) only once the service tokenises it
+        (``service_reads_text``) and is sent the engine's token ids of that text until then;
+        sglang-router rejects token ids and is sent the text instead."""
+        if self.ours and form == "text" and not service_reads_text:
+            return "tokens"
+        if self.peer is not None and form == "tokens" and not self.peer.accepts_token_ids:
+            return "text"
+        return form
 
 
 def _config(plugins: Sequence[Mapping[str, Any]], profile: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -129,6 +162,9 @@ _DESCRIPTIONS = {
     "precise+load": "precise + speculative: prefix 3 + kv-util 2 + queue 2",
     "default": "service default: precise + speculative, prefix 3 + active-request 2",
     "oracle": "client reads every engine's cache (/mock/match), most cached wins, ties least loaded",
+    "vllm-router": "vllm-router 0.1.17 --policy cache_aware (approximate text tree + shortest queue)",
+    "sglang-router": "sglang-router 0.3.2 --policy cache_aware (approximate text tree + shortest queue)",
+    "vllm-router-kv": "vllm-router 0.1.17 --policy kv_aware (the engines' KV events, tokens via the worker)",
 }
 ALL_POLICIES: tuple[str, ...] = tuple(_DESCRIPTIONS)
 #: The routing benchmark's default line-up (issue #6).
@@ -151,6 +187,8 @@ def policy(name: str, *, block_size: int = 64) -> Policy:
         "default": lambda: _service_default(block_size),
         "oracle": lambda: None,
     }
+    if name in PEERS:
+        return Policy(name, _DESCRIPTIONS[name], None, PEERS[name])
     if name not in configs:
         raise ValueError(f"unknown policy {name!r}; choose from {', '.join(ALL_POLICIES)}")
     return Policy(name, _DESCRIPTIONS[name], configs[name]())

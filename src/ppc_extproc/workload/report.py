@@ -46,6 +46,8 @@ class RequestRecord:
     error: str | None = None
     #: How late the generator sent it, beyond the user's own previous turn (event-loop lag).
     send_lag_s: float | None = None
+    #: Sent straight to an engine, bypassing the router (outside traffic).
+    direct: bool = False
 
     @property
     def ok(self) -> bool:

@@ -1,11 +1,12 @@
-"""Drive a schedule of arrivals against a base URL with aiohttp and record every request.
+"""Drive a schedule of arrivals against a base URL and record every request.
 
 Each user is one task: it waits for its arrival time (and for its own previous turn — the next
-prompt needs the answer), sends a streaming ``/v1/completions`` request with token ids,
-``stream_options.include_usage`` and ``return_token_ids``, and records the first token chunk,
-the end, ``usage`` (prompt and cached tokens) and the ``x-mock-vllm-endpoint`` header. The run
-ends when every request is done or at ``deadline_s``; what is still open then is recorded as an
-error. A failed request's answer is replaced by the mock engine's deterministic answer, so the
+prompt needs the answer) and sends its turn through a :class:`~ppc_extproc.workload.clients.
+RequestClient` (by default streaming ``/v1/completions`` with token ids), which records the first
+token chunk, ``usage`` (prompt and cached tokens) and the ``x-mock-vllm-endpoint`` header. Arrivals
+in ``bypass`` skip the target and go straight to the engine named there (outside traffic). The
+run ends when every request is done or at ``deadline_s``; what is still open then is recorded as
+an error. A failed request's answer is replaced by the mock engine's deterministic answer, so the
 following turns stay the same under every policy.
 """
 
@@ -13,35 +14,30 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import aiohttp
-import orjson
 import structlog
 
-from ppc_extproc.mock_vllm.request import output_tokens
-from ppc_extproc.workload.generator import Arrival, Workload
+from ppc_extproc.workload.clients import CompletionsClient, RequestClient, mock_answer
+from ppc_extproc.workload.generator import Arrival
 from ppc_extproc.workload.report import RequestRecord, percentile
+from ppc_extproc.workload.spec import WorkloadSpec
 
-__all__ = ["FixedTarget", "Progress", "RunResult", "Target", "WorkloadRunner", "mock_answer"]
+__all__ = [
+    "Conversations", "FixedTarget", "Progress", "RunResult", "Target", "WorkloadRunner", "mock_answer",
+]  # fmt: skip
 
 log = structlog.get_logger(__name__)
 
-ENDPOINT_HEADER = "x-mock-vllm-endpoint"
-
-
-def mock_answer(prompt: Sequence[int], max_tokens: int) -> list[int]:
-    """The answer a mock engine (seed 0) gives to ``prompt``."""
-    return output_tokens(prompt, max_tokens, 0)
-
 
 class Target(Protocol):
-    """Where a request goes: Envoy's listener, or an engine chosen client-side (the oracle)."""
+    """Where a request goes: a router's listener, or an engine chosen client-side (the oracle)."""
 
-    async def acquire(self, http: aiohttp.ClientSession, prompt: Sequence[int]) -> str:
-        """Base URL for this request."""
+    async def acquire(self, http: aiohttp.ClientSession, match: Mapping[str, Any]) -> str:
+        """Base URL for this request; ``match`` is the prompt's ``/mock/match`` body."""
         ...
 
     def release(self, url: str) -> None:
@@ -55,11 +51,34 @@ class FixedTarget:
 
     base_url: str
 
-    async def acquire(self, http: aiohttp.ClientSession, prompt: Sequence[int]) -> str:
+    async def acquire(self, http: aiohttp.ClientSession, match: Mapping[str, Any]) -> str:
         return self.base_url
 
     def release(self, url: str) -> None:
         return None
+
+
+class _Conversation(Protocol):
+    def prompt(self, arrival: Arrival) -> Any: ...
+
+    def answered(self, prompt: Any, answer: Any) -> None: ...
+
+
+class Conversations(Protocol):
+    """A workload: its spec and one conversation per user (token or text prompts)."""
+
+    @property
+    def spec(self) -> WorkloadSpec: ...
+
+    def conversation(self, user: int) -> _Conversation: ...
+
+    def context(self, tenant: int) -> Any:
+        """The tenant's shared context (token ids or text)."""
+        ...
+
+    def context_prompt(self, tenant: int) -> Any:
+        """The tenant's context alone as a prompt (what an engine holding the tenant caches)."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +119,7 @@ class WorkloadRunner:
 
     def __init__(
         self,
-        workload: Workload,
+        workload: Conversations,
         schedule: Sequence[Arrival],
         target: Target | str,
         *,
@@ -111,7 +130,8 @@ class WorkloadRunner:
         max_in_flight: int = 512,
         on_progress: Callable[[Progress], None] | None = None,
         progress_interval_s: float = 0.5,
-        answer_fallback: Callable[[Sequence[int], int], list[int]] = mock_answer,
+        client: RequestClient | None = None,
+        bypass: Mapping[int, str] | None = None,
     ) -> None:
         self.workload = workload
         self.schedule = list(schedule)
@@ -123,8 +143,15 @@ class WorkloadRunner:
         self.max_in_flight = max_in_flight
         self.on_progress = on_progress
         self.progress_interval_s = progress_interval_s
-        self.answer_fallback = answer_fallback
-        self.records = [RequestRecord(a.index, a.user, a.tenant, a.stage, a.turn, a.at_s) for a in self.schedule]
+        self.client: RequestClient = client or CompletionsClient(
+            "token-ids", model=model, max_tokens=workload.spec.output_tokens
+        )
+        #: Arrival index → base URL of the engine it goes to, bypassing ``target``.
+        self.bypass = dict(bypass or {})
+        self.records = [
+            RequestRecord(a.index, a.user, a.tenant, a.stage, a.turn, a.at_s, direct=a.index in self.bypass)
+            for a in self.schedule
+        ]
         self._t0 = 0.0
         self._lags: list[float] = []
 
@@ -160,6 +187,7 @@ class WorkloadRunner:
                     task.cancel()
                 ticker.cancel()
                 await asyncio.gather(*tasks, ticker, return_exceptions=True)
+                await self.client.aclose()
         wall = self._now()
         for rec in self.records:
             if rec.error is None and not rec.ok:
@@ -218,74 +246,29 @@ class WorkloadRunner:
                 await asyncio.sleep(delay)
             rec = self.records[arrival.index]
             prompt = conversation.prompt(arrival)
-            rec.prompt_tokens = len(prompt)
+            rec.prompt_tokens = self.client.prompt_tokens(prompt)
             async with sem:
                 rec.send_lag_s = max(0.0, self._now() - due)
                 answer = await self._send(http, rec, prompt)
             if answer is None:
-                answer = self.answer_fallback(prompt, self.workload.spec.output_tokens)
+                answer = self.client.fallback(prompt)
             conversation.answered(prompt, answer)
             ready_at = self._now()
 
-    async def _send(self, http: aiohttp.ClientSession, rec: RequestRecord, prompt: list[int]) -> list[int] | None:
-        """Send one request and fill ``rec``; the answer's token ids, or None on failure."""
-        body = {
-            "model": self.model,
-            "prompt": prompt,
-            "max_tokens": self.workload.spec.output_tokens,
-            "stream": True,
-            "stream_options": {"include_usage": True},
-            "return_token_ids": True,
-        }
-        url = await self.target.acquire(http, prompt)
+    async def _send(self, http: aiohttp.ClientSession, rec: RequestRecord, prompt: Any) -> Any | None:
+        """Send one request and fill ``rec``; the answer, or None on failure."""
+        direct = self.bypass.get(rec.index)
+        url = direct if direct is not None else await self.target.acquire(http, self.client.match_body(prompt))
         rec.sent_s = self._now()
-        answer: list[int] = []
         try:
-            async with http.post(
-                url + "/v1/completions",
-                data=orjson.dumps(body),
-                headers={"content-type": "application/json"},
-            ) as resp:
-                rec.status = resp.status
-                rec.endpoint = resp.headers.get(ENDPOINT_HEADER)
-                if resp.status != 200:
-                    text = (await resp.read())[:300].decode("utf-8", "replace")
-                    rec.error = f"http {resp.status}: {text}"
-                    return None
-                await self._read_stream(resp, rec, answer)
+            answer = await self.client.send(http, url, prompt, rec, self._now)
         except asyncio.CancelledError:
             rec.error = rec.error or "deadline"
             raise
-        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-            rec.error = f"{type(exc).__name__}: {exc}"[:300]
-            return None
         finally:
-            self.target.release(url)
-        if rec.error is not None:
+            if direct is None:
+                self.target.release(url)
+        if answer is None or rec.error is not None:
             return None
         rec.done_s = self._now()
         return answer
-
-    async def _read_stream(self, resp: aiohttp.ClientResponse, rec: RequestRecord, answer: list[int]) -> None:
-        async for raw in resp.content:
-            if not raw.startswith(b"data: "):
-                continue
-            data = raw[6:].strip()
-            if data == b"[DONE]":
-                break
-            chunk = orjson.loads(data)
-            if "error" in chunk and "choices" not in chunk:
-                rec.error = f"stream error: {str(chunk['error'])[:200]}"
-                continue
-            for choice in chunk.get("choices") or ():
-                if rec.first_token_s is None:
-                    rec.first_token_s = self._now()
-                answer.extend(choice.get("token_ids") or ())
-            usage = chunk.get("usage")
-            if usage:
-                rec.prompt_tokens = int(usage.get("prompt_tokens", rec.prompt_tokens))
-                rec.output_tokens = int(usage.get("completion_tokens", len(answer)))
-                details = usage.get("prompt_tokens_details") or {}
-                rec.cached_tokens = int(details.get("cached_tokens") or 0)
-        if rec.cached_tokens is None and rec.error is None:
-            rec.error = "no usage in stream"

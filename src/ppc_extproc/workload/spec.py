@@ -7,10 +7,11 @@ cluster of mock engines fits on a 2-core machine.
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-__all__ = ["EngineProfile", "Stage", "WorkloadSpec", "staircase"]
+__all__ = ["EngineProfile", "Stage", "WorkloadSpec", "from_flags", "staircase"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +39,10 @@ class WorkloadSpec:
     #: Token ids are drawn uniformly from ``[token_low, token_high)``.
     token_low: int = 1000
     token_high: int = 50_000
+    #: The last ``long_tenants`` tenants have a ``long_context_tokens`` context instead (agentic
+    #: sessions over a large repository or document: a length mix).
+    long_tenants: int = 0
+    long_context_tokens: int = 0
 
     def __post_init__(self) -> None:
         positive = (
@@ -48,6 +53,8 @@ class WorkloadSpec:
             raise ValueError("tenants, users, token counts and turns must be >= 1")
         if not 0 <= self.token_low < self.token_high <= 1 << 32:
             raise ValueError("token range must satisfy 0 <= token_low < token_high <= 2^32")
+        if not 0 <= self.long_tenants <= self.tenants or (self.long_tenants and self.long_context_tokens < 1):
+            raise ValueError("long_tenants must be in [0, tenants], with long_context_tokens >= 1")
 
     @property
     def num_users(self) -> int:
@@ -56,19 +63,24 @@ class WorkloadSpec:
     def tenant_of(self, user: int) -> int:
         return user // self.users_per_tenant
 
-    def prompt_tokens(self, turn: int) -> int:
-        """Prompt length of turn ``turn`` (0-based) of any session."""
-        return self.context_tokens + turn * (self.question_tokens + self.output_tokens) + (self.question_tokens)
+    def context_tokens_of(self, tenant: int) -> int:
+        """Context length of ``tenant`` (the last ``long_tenants`` have the long one)."""
+        return self.long_context_tokens if tenant >= self.tenants - self.long_tenants else self.context_tokens
+
+    def prompt_tokens(self, turn: int, tenant: int = 0) -> int:
+        """Prompt length of turn ``turn`` (0-based) of any session of ``tenant``."""
+        return self.context_tokens_of(tenant) + turn * (self.question_tokens + self.output_tokens) + self.question_tokens
 
     @property
     def max_prompt_tokens(self) -> int:
-        return self.prompt_tokens(self.turns_per_session - 1)
+        return self.prompt_tokens(self.turns_per_session - 1, self.tenants - 1 if self.long_tenants else 0)
 
     @property
     def working_set_tokens(self) -> int:
         """Tokens worth caching at once: every context plus every user's longest history."""
-        history = self.max_prompt_tokens + self.output_tokens - self.context_tokens
-        return self.tenants * self.context_tokens + self.num_users * history
+        history = self.prompt_tokens(self.turns_per_session - 1) + self.output_tokens - self.context_tokens
+        contexts = sum(self.context_tokens_of(t) for t in range(self.tenants))
+        return contexts + self.num_users * history
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,3 +132,20 @@ class EngineProfile:
             raise ValueError(
                 f"longest request needs {need} blocks of {self.block_size} tokens; engines have {self.num_blocks}"
             )
+
+
+def from_flags(args: argparse.Namespace) -> tuple[WorkloadSpec, EngineProfile]:
+    """The workload and engine flags the demo and the routing benchmark share (``--tenants``,
+    ``--users-per-tenant``, ``--context-tokens``, ``--question-tokens``, ``--output-tokens``,
+    ``--turns``, ``--seed``; ``--block-size``, ``--num-blocks``, ``--max-num-seqs``,
+    ``--prefill-tokens-per-s``, ``--decode-ms-per-token``)."""
+    spec = WorkloadSpec(
+        tenants=args.tenants, users_per_tenant=args.users_per_tenant, context_tokens=args.context_tokens,
+        question_tokens=args.question_tokens, output_tokens=args.output_tokens, turns_per_session=args.turns,
+        seed=args.seed,
+    )  # fmt: skip
+    profile = EngineProfile(
+        block_size=args.block_size, num_blocks=args.num_blocks, max_num_seqs=args.max_num_seqs,
+        prefill_tokens_per_s=args.prefill_tokens_per_s, decode_ms_per_token=args.decode_ms_per_token,
+    )  # fmt: skip
+    return spec, profile

@@ -7,18 +7,21 @@ from collections.abc import Callable, Sequence
 
 from ppc_extproc.workload.report import Summary
 
-__all__ = ["COLUMNS", "format_table"]
+__all__ = ["COLUMNS", "format_table", "ms", "num", "pct"]
 
 
-def _pct(v: float) -> str:
+def pct(v: float) -> str:
+    """A fraction as a percentage (``-`` for NaN)."""
     return "-" if math.isnan(v) else f"{100 * v:.1f}%"
 
 
-def _ms(v: float) -> str:
+def ms(v: float) -> str:
+    """Seconds as whole milliseconds (``-`` for NaN)."""
     return "-" if math.isnan(v) else f"{1000 * v:,.0f}"
 
 
-def _num(v: float, digits: int = 1) -> str:
+def num(v: float, digits: int = 1) -> str:
+    """A number with ``digits`` decimals (``-`` for NaN)."""
     return "-" if math.isnan(v) else f"{v:,.{digits}f}"
 
 
@@ -26,13 +29,13 @@ def _num(v: float, digits: int = 1) -> str:
 COLUMNS: dict[str, tuple[str, bool, Callable[[Summary], str]]] = {
     "policy": ("policy", False, lambda s: s.policy),
     "label": ("rate", False, lambda s: s.label),
-    "hit_rate": ("hit rate", True, lambda s: _pct(s.hit_rate)),
-    "ttft_p50": ("TTFT p50 ms", True, lambda s: _ms(s.ttft_p50_s)),
-    "ttft_p90": ("TTFT p90 ms", True, lambda s: _ms(s.ttft_p90_s)),
-    "output_tps": ("out tok/s", True, lambda s: _num(s.output_tokens_per_s)),
-    "rps": ("req/s", True, lambda s: _num(s.requests_per_s, 2)),
-    "imbalance": ("max/mean", True, lambda s: _num(s.imbalance_max_mean, 2)),
-    "cv": ("CV", True, lambda s: _num(s.imbalance_cv, 2)),
+    "hit_rate": ("hit rate", True, lambda s: pct(s.hit_rate)),
+    "ttft_p50": ("TTFT p50 ms", True, lambda s: ms(s.ttft_p50_s)),
+    "ttft_p90": ("TTFT p90 ms", True, lambda s: ms(s.ttft_p90_s)),
+    "output_tps": ("out tok/s", True, lambda s: num(s.output_tokens_per_s)),
+    "rps": ("req/s", True, lambda s: num(s.requests_per_s, 2)),
+    "imbalance": ("max/mean", True, lambda s: num(s.imbalance_max_mean, 2)),
+    "cv": ("CV", True, lambda s: num(s.imbalance_cv, 2)),
     "completed": ("done", True, lambda s: str(s.completed)),
     "errors": ("errors", True, lambda s: str(s.errors)),
     "unfinished": ("unfinished", True, lambda s: str(s.unfinished)),

@@ -124,11 +124,17 @@ def trailers() -> ProcessingRequest:
     return ProcessingRequest(request_trailers=HttpTrailers(trailers=HeaderMap()))
 
 
-def response_headers(status: int = 200, content_type: str = "application/json", served: str | None = None) -> ProcessingRequest:
-    message = ProcessingRequest(response_headers=HttpHeaders(headers=HeaderMap(headers=[
+def response_headers(status: int = 200, content_type: str = "application/json", served: str | None = None,
+                     upstream: bool = True) -> ProcessingRequest:
+    """Response headers as Envoy sends them; ``upstream=False``: Envoy's own reply (no
+    ``x-envoy-upstream-service-time``), as for a failed connect."""
+    values = [
         HeaderValue(key=":status", raw_value=str(status).encode()),
         HeaderValue(key="content-type", raw_value=content_type.encode()),
-    ])))
+    ]
+    if upstream:
+        values.append(HeaderValue(key="x-envoy-upstream-service-time", raw_value=b"3"))
+    message = ProcessingRequest(response_headers=HttpHeaders(headers=HeaderMap(headers=values)))
     if served is not None:
         metadata = Metadata()
         metadata.filter_metadata["envoy.lb"].update({"x-gateway-destination-endpoint-served": served})

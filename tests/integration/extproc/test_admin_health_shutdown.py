@@ -18,7 +18,7 @@ import grpc
 import orjson
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from harness import Client, body, headers, running_service, set_headers
+from harness import Client, body, headers, response_body, response_headers, running_service, set_headers
 
 from ppc_extproc.blockkeys import tokens_to_le32
 from ppc_extproc.index import PodEntry
@@ -89,9 +89,13 @@ def test_admin_endpoints(tmp_path: Path) -> None:
         status, answer = http("POST", base + "/debug/score", b'{"prompt":[1]}')
         assert status == 400 and b"model not found" in answer
 
-        Client(svc.grpc_port).run([headers(), body(orjson.dumps({"model": "m", "prompt": tokens}))])
+        Client(svc.grpc_port).run([
+            headers(), body(orjson.dumps({"model": "m", "prompt": tokens})),
+            response_headers(200, upstream=True), response_body(b"{}", eos=True),
+        ])
         status, metrics = http("GET", base + "/metrics")
         text = metrics.decode()
+        # counted when the response ends, with the status the engine answered
         assert 'ppc_extproc_requests_total{code="200",outcome="routed"} 1.0' in text
         assert "ppc_extproc_decision_duration_seconds_count 1.0" in text
         assert 'ppc_extproc_index_request_keys{producer="precise-prefix-cache-producer"} 40.0' in text

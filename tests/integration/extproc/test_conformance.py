@@ -1,5 +1,6 @@
 """Endpoint-picker protocol conformance over a real gRPC channel (no Envoy): every row of the
-test-case table of ext_proc_protocol.md §14, in FULL_DUPLEX_STREAMED and BUFFERED."""
+test cases of llm-d's EPP handlers (llm-d/llm-d-router: pkg/epp/handlers/*_test.go), in
+FULL_DUPLEX_STREAMED and BUFFERED."""
 
 from __future__ import annotations
 

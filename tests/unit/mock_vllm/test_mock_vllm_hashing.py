@@ -1,4 +1,4 @@
-"""vLLM sha256 block hashing against the kv_events_wire.md §8.2 table."""
+"""vLLM sha256 block hashing against hashes vLLM computed (vllm/v1/core/kv_cache_utils.py)."""
 
 from __future__ import annotations
 

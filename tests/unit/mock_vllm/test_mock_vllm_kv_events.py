@@ -1,4 +1,4 @@
-"""Byte-exact KV-event encodings against kv_events_wire.md §9 and vllm_wire_vectors.json."""
+"""Byte-exact KV-event encodings against payloads captured from vLLM (fixtures/vectors/vllm_wire_vectors.json)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ H1 = 0x16D077AD0843C577
 TS = 1700000000.5
 VECTORS = load_vectors("vllm_wire_vectors.json")["vllm_wire_vectors"]
 
-# §9.3 full payload (0.26.0 publisher; 0.24 and 0.25 byte-identical).
+# A full payload captured from vLLM 0.26.0's publisher (0.24 and 0.25 are byte-identical).
 MAP_STORED_2_BLOCKS = bytes.fromhex(
     "93cb41d954fc40200000918ba474797065ab426c6f636b53746f726564ac626c6f636b5f686173686573"
     "92cf137bb037547f4cafcf16d077ad0843c577b1706172656e745f626c6f636b5f68617368c0a9746f6b"
@@ -33,7 +33,7 @@ MAP_STORED_2_BLOCKS = bytes.fromhex(
 
 
 def stored_2_blocks(**overrides: Any) -> BlockStored:
-    """The §9.3 event: blocks h0, h1 of tokens 1..32, no parent, HMA group 0."""
+    """The captured event: blocks h0, h1 of tokens 1..32, no parent, HMA group 0."""
     fields: dict[str, Any] = {
         "block_hashes": [H0, H1],
         "parent_block_hash": None,

@@ -1,4 +1,4 @@
-"""Request parsing, response shapes (§8.3) and the in-memory publisher."""
+"""Request parsing, vLLM's response shapes and the in-memory publisher."""
 
 from __future__ import annotations
 

@@ -6,13 +6,14 @@ Behaviour   the endpoint's engine is its label ``engineLabelKey`` (falling back 
             specs pick the families read (only those are parsed). Queued and running requests, KV
             usage, cache block size and count, LoRA adapters and custom metrics are stored as the
             endpoint's ``EngineMetrics`` (what the load scorers read). A spec'd family the body
-            lacks is an extract error; the other fields still update. A body with none of the
-            load families is refused (wrong port, not an engine).
+            lacks is an extract error; the other fields still update. A body with none of the load
+            families its engine config names is refused (wrong port, not an engine).
 Parameters  ``engineLabelKey`` ["llm-d.ai/engine-type"], ``defaultEngine`` ["vllm"],
             ``engineConfigs`` [built-ins: vllm, sglang, trtllm-serve, triton-tensorrt-llm, triton]:
             ``{name, queuedRequestsSpec, runningRequestsSpec, kvUsageSpec, loraSpec, cacheInfoSpec,
             cacheBlockSizeLabelName, cacheNumBlocksLabelName, cacheBlockSizeSpec, cacheNumBlocksSpec,
-            customMetrics: [{attributeKey, metricSpec}]}``; an entry replaces the built-in of its name.
+            customMetrics: [{attributeKey, metricSpec}]}``; an entry replaces the built-in of its name
+            whole (a spec it leaves out is not read); a name may appear once.
             Spec syntax: ``name`` or ``name{label=value,…}``.
 
     plugins:
@@ -33,7 +34,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ppc_extproc.config.strict import Section
 from ppc_extproc.enginemetrics import (
     BUILTIN_ENGINES,
     EngineMapping,
@@ -48,6 +48,7 @@ from ppc_extproc.framework import (
     PluginState,
     StateReporter,
 )
+from ppc_extproc.framework.params import Section
 from ppc_extproc.plugins.registry import Services, register
 
 __all__ = ["CoreMetricsExtractor"]
@@ -71,7 +72,7 @@ def _engine(section: Section) -> EngineMapping:
         raise ConfigError(section.child_path("name"), "engine config name cannot be empty")
     if name == "default":
         raise ConfigError(section.child_path("name"), 'engine config name cannot be "default" (reserved)')
-    base = BUILTIN_ENGINES.get(name, EngineMapping(name))
+    base = EngineMapping(name)  # replaces a built-in of the same name whole, as llm-d does
     custom = []
     for path, item in section.items("customMetrics"):
         metric = Section(item, path, "core-metrics-extractor")
@@ -126,8 +127,12 @@ class CoreMetricsExtractor(MetricsExtractor, StateReporter):
     @classmethod
     def from_parameters(cls, name: str, params: Section, services: Services) -> CoreMetricsExtractor:
         engines = dict(BUILTIN_ENGINES)
+        configured: set[str] = set()
         for path, item in params.items("engineConfigs"):
             mapping = _engine(Section(item, path, "core-metrics-extractor"))
+            if mapping.name in configured:
+                raise ConfigError(f"{path}.name", f"engine config {mapping.name!r} already exists")
+            configured.add(mapping.name)
             engines[mapping.name] = mapping
         default = params.string("defaultEngine", "vllm") or "vllm"
         if default not in engines:
@@ -145,7 +150,8 @@ class CoreMetricsExtractor(MetricsExtractor, StateReporter):
         metrics = parsed.metrics
         for family in parsed.missing:
             self.missing_families[family] = self.missing_families.get(family, 0) + 1
-        if metrics.waiting is None and metrics.running is None and metrics.kv_usage is None:
+        reads_load = any(s is not None for s in (mapping.queued, mapping.running, mapping.kv_usage))
+        if reads_load and metrics.waiting is None and metrics.running is None and metrics.kv_usage is None:
             self.extract_errors += 1
             raise ValueError(f"no {mapping.name} load metrics in the response")
         if parsed.missing:

@@ -27,8 +27,8 @@ from collections.abc import Sequence
 
 import structlog
 
-from ppc_extproc.config.strict import Section
 from ppc_extproc.framework import EndpointEvent, EndpointExtractor, EndpointSource
+from ppc_extproc.framework.params import Section
 from ppc_extproc.plugins.registry import Services, register
 
 __all__ = ["EndpointNotificationSource"]

@@ -38,7 +38,6 @@ from dataclasses import dataclass
 import aiohttp
 import structlog
 
-from ppc_extproc.config.strict import Section
 from ppc_extproc.errors import ConfigError
 from ppc_extproc.framework import (
     Endpoint,
@@ -50,7 +49,9 @@ from ppc_extproc.framework import (
     PollingSource,
     StateReporter,
 )
+from ppc_extproc.framework.params import Section
 from ppc_extproc.plugins.registry import Services, register
+from ppc_extproc.scheduling.health import EndpointHealth
 
 __all__ = ["BASE_TICK_SECONDS", "Fetch", "MetricsDataSource", "PollOptions"]
 
@@ -123,10 +124,13 @@ class MetricsDataSource(PollingSource, Lifecycle, StateReporter):
         *,
         clock: Callable[[], float] = time.monotonic,
         fetch: Fetch | None = None,
+        health: EndpointHealth | None = None,
     ) -> None:
         self.name = name
         self.options = options or PollOptions()
         self.clock = clock
+        #: Told of every poll's outcome (consecutive failures take an endpoint out of routing).
+        self.health = health
         self.extractors: list[MetricsExtractor] = []
         #: None ⇒ aiohttp (a session is opened by ``start``).
         self._custom_fetch = fetch
@@ -164,7 +168,7 @@ class MetricsDataSource(PollingSource, Lifecycle, StateReporter):
             client_key_path=client_key,
         )
         services.engine_metrics.expect_updates_every(options.interval_seconds)
-        return cls(name, options, clock=services.clock)
+        return cls(name, options, clock=services.clock, health=services.health)
 
     # --- wiring ---------------------------------------------------------------------------------
 
@@ -316,6 +320,7 @@ class MetricsDataSource(PollingSource, Lifecycle, StateReporter):
             except Exception as exc:
                 self.poll_errors += 1
                 self._failed(target, exc)
+                self._report(endpoint_id, False)
                 return False
             finally:
                 target.last_duration = time.perf_counter() - started
@@ -333,7 +338,9 @@ class MetricsDataSource(PollingSource, Lifecycle, StateReporter):
                 error = exc
         if self.extractors and not accepted:
             self._failed(target, error or ValueError("no extractor accepted the body"))
+            self._report(endpoint_id, False)
             return False
+        self._report(endpoint_id, True)
         target.polls += 1
         if target.failures:
             log.info("metrics_poll_recovered", endpoint=endpoint_id, failures=target.failures)
@@ -353,6 +360,10 @@ class MetricsDataSource(PollingSource, Lifecycle, StateReporter):
             if len(body) > self.options.max_body_bytes:
                 raise ValueError("body is too large")
             return body
+
+    def _report(self, endpoint_id: str, ok: bool) -> None:
+        if self.health is not None:
+            self.health.poll(endpoint_id, ok)
 
     def _failed(self, target: _Target, exc: Exception) -> None:
         error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__

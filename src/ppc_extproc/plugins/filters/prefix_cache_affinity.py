@@ -38,7 +38,6 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
-from ppc_extproc.config.strict import Section
 from ppc_extproc.errors import ConfigError
 from ppc_extproc.framework import (
     PREFIX_CACHE_MATCH_INFO,
@@ -48,6 +47,7 @@ from ppc_extproc.framework import (
     Filter,
     SchedulingContext,
 )
+from ppc_extproc.framework.params import Section
 from ppc_extproc.matchinfo import match_info_key
 from ppc_extproc.plugins.registry import Services, register
 from ppc_extproc.plugins.scorers.prefix_cache import APPROXIMATE_PRODUCER

@@ -25,8 +25,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ppc_extproc.config.strict import Section
 from ppc_extproc.framework import Endpoint, Filter, SchedulingContext
+from ppc_extproc.framework.params import Section
 from ppc_extproc.plugins.registry import Services, register
 
 __all__ = ["DECODE", "ENCODE", "PREFILL", "ROLE_LABEL", "DecodeFilter", "RoleRule"]

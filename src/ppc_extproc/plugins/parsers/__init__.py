@@ -21,8 +21,8 @@ Claims follow ``llm-d/llm-d-router: pkg/epp/framework/plugins/requesthandling/pa
 
 from __future__ import annotations
 
-from ppc_extproc.config.strict import Section
 from ppc_extproc.framework import RequestParser
+from ppc_extproc.framework.params import Section
 from ppc_extproc.plugins.registry import Services, register
 
 __all__ = ["DEFAULT_PARSERS", "BuiltinParser", "claims_path"]

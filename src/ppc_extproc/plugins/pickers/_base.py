@@ -6,8 +6,8 @@ import random
 import threading
 from typing import Self
 
-from ppc_extproc.config.strict import Section
 from ppc_extproc.framework import Picker
+from ppc_extproc.framework.params import Section
 from ppc_extproc.plugins.registry import Services
 
 __all__ = ["BasePicker", "max_num_of_endpoints"]

@@ -22,8 +22,8 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 
-from ppc_extproc.config.strict import Section
 from ppc_extproc.framework import Endpoint, Picker, SchedulingContext
+from ppc_extproc.framework.params import Section
 from ppc_extproc.plugins.pickers._base import max_num_of_endpoints
 from ppc_extproc.plugins.registry import Services, register
 

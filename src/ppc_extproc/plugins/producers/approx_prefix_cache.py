@@ -43,7 +43,6 @@ from collections.abc import Sequence
 import structlog
 
 from ppc_extproc.blockkeys.prefixhash import prefix_block_hashes
-from ppc_extproc.config.strict import Section
 from ppc_extproc.enginemetrics import EngineMetricsReader
 from ppc_extproc.framework import (
     ENGINE_METRICS,
@@ -62,8 +61,9 @@ from ppc_extproc.framework import (
     SchedulingResult,
     StateReporter,
 )
+from ppc_extproc.framework.params import Section
 from ppc_extproc.ids import EndpointId
-from ppc_extproc.matchinfo import PrefixCacheMatchInfo, match_info_key
+from ppc_extproc.matchinfo import PrefixCacheMatchInfo, engine_cached_tokens, match_info_key
 from ppc_extproc.plugins.registry import Services, register
 from ppc_extproc.tokens import TokenizedPrompt
 
@@ -132,11 +132,6 @@ class ApproxPrefixCacheProducer(DataProducer, PreRequest, EndpointExtractor, Sta
         self._engine_block_size: int | None = None
         self._endpoints: dict[EndpointId, _EndpointBlocks] = {}
         self._lock = threading.Lock()
-        if 0 < block_size_tokens < MIN_BLOCK_SIZE_TOKENS:
-            log.warning(
-                "approx_block_size_raised", producer=name, block_size_tokens=block_size_tokens,
-                minimum=MIN_BLOCK_SIZE_TOKENS,
-            )
 
     @classmethod
     def from_parameters(cls, name: str, params: Section, services: Services) -> ApproxPrefixCacheProducer:
@@ -147,6 +142,9 @@ class ApproxPrefixCacheProducer(DataProducer, PreRequest, EndpointExtractor, Sta
             block = legacy  # deprecated alias, applied as llm-d does
         if block <= 0:
             block = DEFAULT_BLOCK_SIZE_TOKENS if auto_tune else MIN_BLOCK_SIZE_TOKENS
+        if (params.has("blockSizeTokens") or legacy) and 0 < block < MIN_BLOCK_SIZE_TOKENS:
+            params.warn("blockSizeTokens", f"{block} is raised to {MIN_BLOCK_SIZE_TOKENS} (llm-d #1158 bounds router "
+                                           "memory the same way)")  # fmt: skip
         return cls(
             name,
             auto_tune=auto_tune,
@@ -209,23 +207,29 @@ class ApproxPrefixCacheProducer(DataProducer, PreRequest, EndpointExtractor, Sta
         if tokenized is None:
             return
         block_size = self.block_size(ctx.candidates)
-        per_prompt = [h for h in self.hashes(tokenized, block_size) if h]
+        all_hashes = self.hashes(tokenized, block_size)
+        per_prompt = [h for h in all_hashes if h]
         total = sum(len(h) for h in per_prompt)
         if total == 0:
             return
         ctx.plugin_data[self.name] = (block_size, per_prompt)
+        lengths = [len(p) // 4 for p, h in zip(tokenized.prompts, all_hashes) if h]
         with self._lock:
             histories = {e.id: self._endpoints.get(e.id) for e in ctx.candidates}
             matched = {
-                ep: sum(blocks.prefix_length(h) for h in per_prompt) if blocks is not None else 0
+                ep: [blocks.prefix_length(h) for h in per_prompt] if blocks is not None else [0] * len(per_prompt)
                 for ep, blocks in histories.items()
             }
-        for endpoint_id, n in matched.items():
+        for endpoint_id, runs in matched.items():
+            n = sum(runs)
             ctx.set_attribute(
                 endpoint_id,
                 self.attribute_key,
                 PrefixCacheMatchInfo(
-                    match_blocks=n, total_blocks=total, block_size_tokens=block_size, cached_block_count=n
+                    match_blocks=n, total_blocks=total, block_size_tokens=block_size, cached_block_count=n,
+                    cached_tokens_per_prompt=tuple(
+                        engine_cached_tokens(r, block_size, t) for r, t in zip(runs, lengths)
+                    ),
                 ),
             )
 

@@ -33,7 +33,6 @@ import asyncio
 from dataclasses import dataclass, field
 
 from ppc_extproc.blockkeys.prefixhash import prefix_block_hashes
-from ppc_extproc.config.strict import Section
 from ppc_extproc.enginemetrics import EngineMetricsReader
 from ppc_extproc.errors import ConfigError
 from ppc_extproc.framework import (
@@ -45,7 +44,8 @@ from ppc_extproc.framework import (
     Endpoint,
     SchedulingContext,
 )
-from ppc_extproc.matchinfo import PrefixCacheMatchInfo, match_info_key
+from ppc_extproc.framework.params import Section
+from ppc_extproc.matchinfo import PrefixCacheMatchInfo, engine_cached_tokens, match_info_key
 from ppc_extproc.plugins.producers.burst_assign import UNLIMITED, BurstEntry, assign
 from ppc_extproc.plugins.registry import Services, register
 
@@ -167,9 +167,15 @@ class BurstPrefixCacheProducer(AsyncDataProducer):
         await batch.sealed.wait()
         total = len(entry.flat)
         assigned = entry.assigned.id if entry.assigned is not None else None
+        lengths = [len(p) // 4 for p in tokenized.prompts]
         for endpoint in ctx.candidates:
-            match = total if endpoint.id == assigned else 0
+            here = endpoint.id == assigned
+            match = total if here else 0
+            cached = tuple(
+                engine_cached_tokens(len(h) if here else 0, config.block_size_tokens, n) for h, n in zip(hashes, lengths)
+            )
             ctx.set_attribute(
                 endpoint.id, self.attribute_key,
-                PrefixCacheMatchInfo(match, total, config.block_size_tokens, cached_block_count=match),
+                PrefixCacheMatchInfo(match, total, config.block_size_tokens, cached_block_count=match,
+                                     cached_tokens_per_prompt=cached),
             )

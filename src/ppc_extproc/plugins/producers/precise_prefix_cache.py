@@ -45,7 +45,6 @@ from typing import TYPE_CHECKING
 import structlog
 
 from ppc_extproc.blockkeys import TokenProcessor, compute_block_extras, fold_cache_salt
-from ppc_extproc.config.strict import Section
 from ppc_extproc.events.apply import EventApplier
 from ppc_extproc.events.stats import IngestStats
 from ppc_extproc.framework import (
@@ -60,15 +59,24 @@ from ppc_extproc.framework import (
     Lifecycle,
     PluginState,
     PreRequest,
+    ResponseComplete,
+    ResponseInfo,
     SchedulingContext,
     SchedulingResult,
     StateReporter,
     StreamingKeyProducer,
     Ticker,
 )
+from ppc_extproc.framework.params import Section
 from ppc_extproc.ids import EndpointId, RequestKey
 from ppc_extproc.index import InMemoryIndex, SpeculativeIndexer
-from ppc_extproc.matchinfo import PrefixCacheMatchInfo, PrefixScore, match_info_key, score_prefix_runs
+from ppc_extproc.matchinfo import (
+    PrefixCacheMatchInfo,
+    PrefixScore,
+    engine_cached_tokens,
+    match_info_key,
+    score_prefix_runs,
+)
 from ppc_extproc.plugins.producers.precise_prefix_cache_config import (
     PrecisePrefixCacheProducerConfig,
     parse_producer_config,
@@ -81,12 +89,27 @@ if TYPE_CHECKING:
 
 __all__ = ["PrecisePrefixCacheProducer"]
 
+
+
+def _summed(per_prompt: list[dict[EndpointId, PrefixScore]]) -> dict[EndpointId, PrefixScore]:
+    """Longest-prefix scores per endpoint, summed over the prompts of a batch in prompt order."""
+    total: dict[EndpointId, PrefixScore] = {}
+    for scores in per_prompt:
+        for endpoint, score in scores.items():
+            summed = total.setdefault(endpoint, PrefixScore())
+            summed.weighted += score.weighted
+            summed.blocks += score.blocks
+            for tier, n in score.blocks_by_tier.items():
+                summed.blocks_by_tier[tier] = summed.blocks_by_tier.get(tier, 0) + n
+    return total
+
 log = structlog.get_logger(__name__)
 
 
 @register("precise-prefix-cache-producer")
 class PrecisePrefixCacheProducer(
-    DataProducer, PreRequest, EndpointExtractor, Lifecycle, Ticker, StateReporter, StreamingKeyProducer
+    DataProducer, PreRequest, ResponseComplete, EndpointExtractor, Lifecycle, Ticker, StateReporter,
+    StreamingKeyProducer,
 ):
     """Writes ``PrefixCacheMatchInfoDataKey/<name>`` for every candidate endpoint."""
 
@@ -111,6 +134,10 @@ class PrecisePrefixCacheProducer(
         self.speculative = SpeculativeIndexer(
             self.index, self.config.speculative_ttl_seconds, clock=services.clock
         )
+        #: Told whether each endpoint's KV-event subscriber is connected (per-endpoint mode).
+        self.health = services.health
+        #: ``plugin_data`` key of the speculative entries a request was given.
+        self._seeded_key = f"{name}/speculative"
         #: The KV-event transport (ZMQ subscribers); created in ``start``.
         self.transport: EventTransport | None = None
 
@@ -156,8 +183,13 @@ class PrecisePrefixCacheProducer(
             self.transport = None
 
     def tick(self, now: float) -> None:
-        """Periodic housekeeping: expire speculative entries."""
+        """Periodic housekeeping: expire speculative entries; report subscriber connections to
+        endpoint health (a dropped connection is a dead or restarting engine)."""
         self.speculative.expire(now)
+        events = self.config.kv_events
+        if self.transport is not None and events.discover_pods and not events.zmq_endpoint:
+            for endpoint, source in list(self.stats.sources.items()):
+                self.health.kv_connection(endpoint, source.connected)
 
     def state(self, *, detailed: bool = False) -> PluginState:
         return PluginState(
@@ -204,14 +236,22 @@ class PrecisePrefixCacheProducer(
             return
         ctx.plugin_data[self.name] = keys_per_prompt
         candidates = [e.id for e in ctx.candidates]
-        scores = self._scores(keys_per_prompt, candidates)
+        per_prompt = [
+            score_prefix_runs(self.index.prefix_runs(keys, candidates)) if keys else {} for keys in keys_per_prompt
+        ]
+        scores = per_prompt[0] if len(per_prompt) == 1 else _summed(per_prompt)
         mm_blocks = self._multimodal_blocks(tokenized)
         block = self.processor.block_size
+        prompt_tokens = [len(p) // 4 for p in tokenized.prompts]
         for endpoint in candidates:
             score = scores.get(endpoint)
             if score is None:
                 info = PrefixCacheMatchInfo(0, total_blocks, block, 0, {}, None if mm_blocks is None else 0)
             else:
+                cached = tuple(
+                    engine_cached_tokens(s.blocks if (s := prompt.get(endpoint)) else 0, block, n)
+                    for prompt, n in zip(per_prompt, prompt_tokens)
+                )
                 info = PrefixCacheMatchInfo(
                     match_blocks=int(score.weighted),
                     total_blocks=total_blocks,
@@ -219,25 +259,10 @@ class PrecisePrefixCacheProducer(
                     cached_block_count=score.blocks,
                     cached_blocks_by_tier=score.blocks_by_tier,
                     mm_match_blocks=None if mm_blocks is None else sum(1 for b in mm_blocks if b < score.blocks),
+                    cached_tokens_per_prompt=cached,
                 )
             ctx.set_attribute(endpoint, self.attribute_key, info)
         ctx.timings["lookup"] = ctx.timings.get("lookup", 0.0) + time.perf_counter() - keyed
-
-    def _scores(self, keys_per_prompt: list[list[RequestKey]], candidates: list[EndpointId]) -> dict[EndpointId, PrefixScore]:
-        """Longest-prefix scores per endpoint, summed over prompts in prompt order."""
-        if len(keys_per_prompt) == 1:
-            return score_prefix_runs(self.index.prefix_runs(keys_per_prompt[0], candidates))
-        total: dict[EndpointId, PrefixScore] = {}
-        for keys in keys_per_prompt:
-            if not keys:
-                continue
-            for endpoint, score in score_prefix_runs(self.index.prefix_runs(keys, candidates)).items():
-                summed = total.setdefault(endpoint, PrefixScore())
-                summed.weighted += score.weighted
-                summed.blocks += score.blocks
-                for tier, n in score.blocks_by_tier.items():
-                    summed.blocks_by_tier[tier] = summed.blocks_by_tier.get(tier, 0) + n
-        return total
 
     def _multimodal_blocks(self, tokenized: TokenizedPrompt) -> list[int] | None:
         if not tokenized.features or len(tokenized.prompts) != 1:
@@ -255,7 +280,14 @@ class PrecisePrefixCacheProducer(
             return
         keys_per_prompt = ctx.plugin_data.get(self.name)
         if keys_per_prompt:
-            self.speculative.seed(result.targets[0].id, keys_per_prompt)
+            ctx.plugin_data[self._seeded_key] = self.speculative.seed(result.targets[0].id, keys_per_prompt)
+
+    def response_complete(self, ctx: SchedulingContext, info: ResponseInfo) -> None:
+        """An engine that rejected the request (4xx/5xx), or a stream that ended before any
+        response, never cached its prompt: take back the speculative entries it was given."""
+        seeded = ctx.plugin_data.get(self._seeded_key)
+        if seeded is not None and info.failed:
+            self.speculative.undo(seeded)
 
     # --- endpoint lifecycle --------------------------------------------------------------------
 

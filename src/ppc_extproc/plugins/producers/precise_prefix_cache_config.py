@@ -1,7 +1,8 @@
 """Parameters of ``precise-prefix-cache-producer``, decoded strictly with llm-d's names and defaults.
 
 Unknown keys are errors naming the key and the plugin; every error carries the field's path.
-Spec: ``block_keys_and_index.md`` §7.1.
+Follows ``llm-d/llm-d-router: pkg/epp/framework/plugins/requestcontrol/dataproducer/preciseprefixcache/``
+and the indexer configuration in ``pkg/kvcache/``.
 """
 
 from __future__ import annotations
@@ -10,9 +11,9 @@ from dataclasses import dataclass, field
 
 from ppc_extproc.blockkeys import TokenProcessorConfig
 from ppc_extproc.blockkeys.config import HASH_ALGORITHMS
-from ppc_extproc.config.strict import Section
 from ppc_extproc.errors import ConfigError
 from ppc_extproc.events.config import ENGINE_TYPES, KVEventsConfig, PodDiscoveryConfig
+from ppc_extproc.framework.params import Section
 from ppc_extproc.index.config import IndexerConfig
 from ppc_extproc.index.entries import DEFAULT_TIER_WEIGHTS
 from ppc_extproc.index.memory import DEFAULT_INDEX_SIZE

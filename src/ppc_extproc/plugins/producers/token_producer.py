@@ -41,7 +41,6 @@ from typing import Any, Protocol
 import orjson
 import structlog
 
-from ppc_extproc.config.strict import Section
 from ppc_extproc.errors import BadRequestError, ConfigError
 from ppc_extproc.framework import (
     TOKENIZED_PROMPT,
@@ -54,6 +53,7 @@ from ppc_extproc.framework import (
     SchedulingContext,
     StateReporter,
 )
+from ppc_extproc.framework.params import Section
 from ppc_extproc.plugins.producers.token_producer_config import TokenProducerConfig, parse_token_producer_config
 from ppc_extproc.plugins.registry import Services, register
 from ppc_extproc.tokenizer import LocalTokenizer, api_for_path
@@ -182,9 +182,6 @@ class TokenProducer(AsyncDataProducer, Lifecycle, StateReporter):
                 "", "the estimate backend packs about 4 bytes per pseudo-token: it defeats precise routing "
                 "(the precise producer ignores its ids); set local.tokenizerPath (or vllm.url) for exact ids",
             )
-        if name != "token-producer":
-            params.warn("", f"token-producer named {name!r}: llm-d would also create an estimate 'token-producer'; "
-                            "ppc-extproc uses this one for every consumer")  # fmt: skip
         if config.local is not None:
             directory = Path(config.local.tokenizer_path)
             if not (directory / "tokenizer.json").is_file():

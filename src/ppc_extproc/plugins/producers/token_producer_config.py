@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ppc_extproc.config.strict import Section
 from ppc_extproc.errors import ConfigError
+from ppc_extproc.framework.params import Section
 from ppc_extproc.tokenizer.estimate import EstimateConfig, ImageEstimate, VideoEstimate
 from ppc_extproc.tokenizer.render_client import RenderConfig
 

@@ -23,9 +23,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from ppc_extproc.config.strict import Section
 from ppc_extproc.errors import ConfigError, SchedulingError
 from ppc_extproc.framework import ProfileHandler, ProfileResult, SchedulingContext, SchedulingResult
+from ppc_extproc.framework.params import Section
 from ppc_extproc.ids import destination_host_port, endpoint_id
 from ppc_extproc.plugins.registry import Services, register
 

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from ppc_extproc.config.strict import Section
 from ppc_extproc.errors import SchedulingError
 from ppc_extproc.framework import ProfileHandler, ProfileResult, SchedulingContext, SchedulingResult
+from ppc_extproc.framework.params import Section
 from ppc_extproc.plugins.registry import Services, register
 
 __all__ = ["SingleProfileHandler"]

@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Self
 
-from ppc_extproc.config.strict import Section
 from ppc_extproc.enginemetrics import EngineMetrics, EngineMetricsReader
 from ppc_extproc.framework import ENGINE_METRICS, Consumes, DataConsumer, Endpoint, Scorer
+from ppc_extproc.framework.params import Section
 from ppc_extproc.ids import EndpointId
 from ppc_extproc.plugins.registry import Services
 

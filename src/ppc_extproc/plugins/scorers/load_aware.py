@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ppc_extproc.config.strict import Section
 from ppc_extproc.enginemetrics import EngineMetricsReader
 from ppc_extproc.framework import Endpoint, SchedulingContext
+from ppc_extproc.framework.params import Section
 from ppc_extproc.ids import EndpointId
 from ppc_extproc.plugins.registry import Services, register
 from ppc_extproc.plugins.scorers._engine import EngineMetricsScorer, fresh_metrics

@@ -24,7 +24,6 @@ import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 
-from ppc_extproc.config.strict import Section
 from ppc_extproc.framework import (
     PREFIX_CACHE_MATCH_INFO,
     Consumes,
@@ -35,6 +34,7 @@ from ppc_extproc.framework import (
     SchedulingResult,
     Scorer,
 )
+from ppc_extproc.framework.params import Section
 from ppc_extproc.ids import EndpointId
 from ppc_extproc.matchinfo import match_info_key
 from ppc_extproc.plugins.registry import Services, register

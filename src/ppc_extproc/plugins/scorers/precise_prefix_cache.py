@@ -24,8 +24,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ppc_extproc.config.strict import Section
-from ppc_extproc.framework import Endpoint, SchedulingContext, Scorer
+from ppc_extproc.framework import PREFIX_CACHE_MATCH_INFO, Consumes, Endpoint, SchedulingContext, Scorer
+from ppc_extproc.framework.params import Section
 from ppc_extproc.ids import EndpointId
 from ppc_extproc.plugins.producers.precise_prefix_cache import PrecisePrefixCacheProducer
 from ppc_extproc.plugins.producers.precise_prefix_cache_config import parse_producer_config
@@ -46,6 +46,10 @@ class PrecisePrefixCacheScorer(PrecisePrefixCacheProducer, Scorer):
             params.data["indexerConfig"] = indexer
             params.warn("indexerConfig.tokenizersPoolConfig", "ignored: configure a token-producer for text requests")
         return cls(name, parse_producer_config(params), services)
+
+    def consumes(self) -> tuple[Consumes, ...]:
+        """The producer's token ids, and (as a scorer) the match info it writes itself."""
+        return (*super().consumes(), Consumes(PREFIX_CACHE_MATCH_INFO, self.name))
 
     def score(self, ctx: SchedulingContext, endpoints: Sequence[Endpoint]) -> dict[EndpointId, float]:
         return {e.id: prefix_score(ctx.attribute(e.id, self.attribute_key)) for e in endpoints}

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ppc_extproc.config.strict import Section
 from ppc_extproc.errors import ConfigError
 from ppc_extproc.framework import (
     PREFIX_CACHE_MATCH_INFO,
@@ -34,6 +33,7 @@ from ppc_extproc.framework import (
     SchedulingContext,
     Scorer,
 )
+from ppc_extproc.framework.params import Section
 from ppc_extproc.ids import EndpointId
 from ppc_extproc.matchinfo import PrefixCacheMatchInfo, match_info_key
 from ppc_extproc.plugins.registry import Services, register

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ppc_extproc.config.strict import Section
 from ppc_extproc.framework import (
     PREFIX_CACHE_MATCH_INFO,
     Consumes,
@@ -38,6 +37,7 @@ from ppc_extproc.framework import (
     SchedulingContext,
     Scorer,
 )
+from ppc_extproc.framework.params import Section
 from ppc_extproc.ids import EndpointId
 from ppc_extproc.matchinfo import match_info_key
 from ppc_extproc.plugins.registry import Services, register

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from ppc_extproc.config.durations import parse_go_duration
 from ppc_extproc.errors import ConfigError
+from ppc_extproc.framework.durations import parse_go_duration
 
 __all__ = ["Section"]
 
