@@ -74,7 +74,7 @@ def served_by(cluster: LocalCluster, request_id: str) -> str:
     return upstream
 
 
-def observe(cluster: LocalCluster, request_id: str, usage: Any, *, check_prediction: bool = True) -> tuple[str, int, dict[str, Any]]:
+def observe(cluster: LocalCluster, request_id: str, usage: Any) -> tuple[str, int, dict[str, Any]]:
     """(engine that served, its reported cached tokens, the service's decision), checked against each other."""
     assert usage is not None and usage.prompt_tokens_details is not None, "start vLLM with --enable-prompt-tokens-details"
     cached = usage.prompt_tokens_details.cached_tokens or 0
@@ -88,8 +88,7 @@ def observe(cluster: LocalCluster, request_id: str, usage: Any, *, check_predict
     assert routed["destination"] == upstream
     assert routed["tokenizeOutcome"] == "local:ok"
     assert routed["promptTokens"] == usage.prompt_tokens  # the service's ids are the engine's
-    if check_prediction:
-        assert routed["cachedTokensPredicted"] == cached
+    assert routed["cachedTokensPredicted"] == cached
     return upstream, cached, routed
 
 
@@ -142,11 +141,6 @@ def test_string_prompt_completions_route_precisely(cluster: LocalCluster, client
     assert len(set(engines)) == 1
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "cachedTokensPredicted counts every cached block; vLLM never serves the last prompt token from the cache "
-    "(vllm/v1/core/kv_cache_manager.py get_computed_blocks: max_cache_hit_length = num_tokens - 1), so a repeated "
-    "prompt of whole blocks is predicted one block too high"
-))  # fmt: skip
 def test_a_repeated_prompt_of_whole_blocks_is_predicted_with_the_last_token_rule(
     cluster: LocalCluster, client: openai.OpenAI, model_dir: Path
 ) -> None:
@@ -155,9 +149,14 @@ def test_a_repeated_prompt_of_whole_blocks_is_predicted_with_the_last_token_rule
     while len(local.tokenize("completions", {"prompt": text(800, words)}).prompts[0]) // 4 % BLOCK:
         words += 1
     prompt = text(800, words)
+    engines = []
     for i in range(2):
         body = client.completions.create(model=MODEL, prompt=prompt, max_tokens=4, extra_headers={"x-request-id": f"whole-{i}"})
-        _, cached, routed = observe(cluster, f"whole-{i}", body.usage, check_prediction=False)
+        served, cached, routed = observe(cluster, f"whole-{i}", body.usage)
+        engines.append(served)
+    assert engines[0] == engines[1]
     assert body.usage is not None and body.usage.prompt_tokens % BLOCK == 0
-    assert cached == body.usage.prompt_tokens - BLOCK  # vLLM recomputes the block holding the last token
+    # vLLM never serves the last prompt token from the cache, so the block holding it is computed
+    # again (vllm/v1/core/kv_cache_manager.py get_computed_blocks: max_cache_hit_length = num_tokens - 1).
+    assert cached == body.usage.prompt_tokens - BLOCK
     assert routed["cachedTokensPredicted"] == cached
