@@ -59,6 +59,21 @@ def _part_text(part: Any) -> str | None:
     return None if key is None else part.get(key)
 
 
+def _string_content(parts: list[Any]) -> str:
+    """A ``string``-format message's content: its parts' texts joined with ``"\\n"``.
+
+    As ``vllm/renderers/chat_utils.py`` ``_parse_chat_message_content_parts`` (wrap_dicts=False):
+    each part parses to a string (a ``tool_reference`` to its ``name``) and only truthy results
+    are kept, so empty texts add no separator (``["a", "", "b"]`` → ``"a\\nb"``).
+    """
+    texts = []
+    for p in parts:
+        text = p.get("name") if isinstance(p, dict) and p.get("type") == "tool_reference" else _part_text(p)
+        if text:
+            texts.append(text)
+    return "\n".join(texts)
+
+
 def _strip_billing(parts: list[Any]) -> list[Any]:
     """Drop Claude Code's billing-header line from system text parts (``chat_utils.py``)."""
     out = []
@@ -110,7 +125,7 @@ def template_messages(messages: tuple[Mapping[str, Any], ...], content_format: c
                     items.append({"type": "text", "text": text})
             conv["content"] = items
         else:
-            conv["content"] = "\n".join(t for p in parts if (t := _part_text(p)) is not None)
+            conv["content"] = _string_content(parts)
         if role == "assistant":
             calls = msg.get("tool_calls")
             if calls is not None:
@@ -215,7 +230,7 @@ class LocalTokenizer:
         if api == "chat":
             return self.tokenize_chat(parse_chat(obj))
         if api == "messages":
-            return self.tokenize_chat(parse_chat(self.anthropic_chat_body(obj)))
+            return self.tokenize_chat(parse_chat(self.anthropic_chat_body(obj), allow_empty_tools=True))
         return TokenizeResult.failed(UNSUPPORTED_BODY, f"{api} bodies are not tokenized locally")
 
     def tokenize_completion(self, req: CompletionInput) -> TokenizeResult:
