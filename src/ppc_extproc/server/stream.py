@@ -26,7 +26,7 @@ import orjson
 import structlog
 from envoy.service.ext_proc.v3.external_processor_pb2 import ProcessingRequest, ProcessingResponse
 
-from ppc_extproc.errors import BadRequestError, PayloadTooLargeError, RequestError
+from ppc_extproc.errors import BadRequestError, PayloadTooLargeError, ProtocolConfigError, RequestError
 from ppc_extproc.framework import LLMRequest, ResponseInfo, StreamedKeys
 from ppc_extproc.ids import EndpointId, destination_host_port, endpoint_id
 from ppc_extproc.observability.metrics import Metrics
@@ -76,6 +76,21 @@ class _Phase(enum.Enum):
     BODY = "body"
     ROUTED = "routed"
     DONE = "done"
+
+
+#: Longest request id (and model name) kept in logs and recent decisions; longer ones are cut.
+MAX_REQUEST_ID_CHARS = 256
+
+
+def _body_mode(field: str, value: int) -> BodyMode:
+    """Envoy's body mode, or a clean error naming the field for a value this service does not know."""
+    try:
+        return BodyMode(value)
+    except ValueError:
+        raise ProtocolConfigError(
+            f"protocol_config.{field} {value} is not a body mode this endpoint picker supports "
+            f"({', '.join(f'{m.value} {m.name}' for m in BodyMode)})"
+        ) from None
 
 
 def _header_value(header: Any) -> str:
@@ -136,12 +151,12 @@ class ExtProcStream:
 
     async def handle(self, message: ProcessingRequest) -> tuple[list[ProcessingResponse], bool]:
         """Replies for one inbound message, and True when the stream should now close."""
-        if not self._mode_known:
-            self._learn_mode(message)
         if message.HasField("metadata_context"):
             self.metadata = message.metadata_context
         kind = message.WhichOneof("request")
         try:
+            if not self._mode_known:
+                self._learn_mode(message)
             if kind == "request_headers":
                 return self._request_headers(message.request_headers)
             if kind == "request_body":
@@ -175,8 +190,8 @@ class ExtProcStream:
         self._mode_known = True
         if message.HasField("protocol_config"):
             config = message.protocol_config
-            self.request_mode = BodyMode(config.request_body_mode)
-            self.response_mode = BodyMode(config.response_body_mode)
+            self.request_mode = _body_mode("request_body_mode", config.request_body_mode)
+            self.response_mode = _body_mode("response_body_mode", config.response_body_mode)
 
     @property
     def _full_duplex(self) -> bool:
@@ -187,7 +202,8 @@ class ExtProcStream:
             self.metrics.anomalies.labels("out_of_order").inc()
             return [messages.continue_headers()], False
         self.headers = {h.key.lower(): _header_value(h) for h in headers.headers.headers}
-        self.request_id = self.headers.get("x-request-id", "")
+        # Kept in logs and in the recent decisions: a client's megabyte of header must not be.
+        self.request_id = self.headers.get("x-request-id", "")[:MAX_REQUEST_ID_CHARS]
         if not self.request_id:
             self.request_id = str(uuid.uuid4())
             self.generated_request_id = True
@@ -324,7 +340,7 @@ class ExtProcStream:
             self.recorder({
                 "requestId": self.request_id,
                 "destination": decision.destination,
-                "model": decision.ctx.request.model,
+                "model": decision.ctx.request.model[:MAX_REQUEST_ID_CHARS],
                 "promptTokens": decision.ctx.request.prompt_tokens,
                 "tokenizeOutcome": decision.ctx.request.tokenize_outcome,
                 "matchBlocks": info.match_blocks if info else None,
