@@ -54,6 +54,7 @@ def test_garbage_flood_leaves_the_thread_alive_and_the_index_unchanged(
             [pub.topic, b"\x00" * 8],  # 2 frames
             [pub.topic, b"\x00" * 8, b"x", b"y"],  # 4 frames
             [pub.topic, b"\x01\x02", MAP_STORED_H0_H1],  # short seq frame
+            [pub.topic, b"123456789", MAP_STORED_H0_H1],  # long seq frame (llm-d would read 8 bytes)
         ):
             pub.send_raw(frames)
         for payload in BAD_PAYLOADS + SKIPPED_EVENTS:
@@ -67,7 +68,8 @@ def test_garbage_flood_leaves_the_thread_alive_and_the_index_unchanged(
     assert transport.running
     assert len(applier.index) == size + 2
     assert holds(applier, endpoint, TOKENS_1_32) == 2
-    assert transport_counts[(endpoint, "bad_frames")] == 4 * rounds
+    assert transport_counts[(endpoint, "bad_frames")] == 3 * rounds
+    assert transport_counts[(endpoint, "bad_seq")] == 2 * rounds
     assert transport_counts[(endpoint, "bad_payload")] == len(BAD_PAYLOADS) * rounds
     assert transport_counts[(endpoint, "gaps")] == 0
     assert transport_counts[(endpoint, "restarts_detected")] == 0
@@ -85,8 +87,11 @@ def test_garbage_flood_leaves_the_thread_alive_and_the_index_unchanged(
 def test_garbage_in_central_mode_is_counted_unattributed(
     zctx: zmq.Context[Any], applier: EventApplier, make_transport: Any
 ) -> None:
+    from ppc_extproc.framework import Endpoint
+
     port = free_port()
     transport = make_transport(central=f"tcp://127.0.0.1:{port}", topic_filter="", tuning=_quiet())
+    transport.add_endpoint(Endpoint("10.1.0.1", 8000)).result(5)
     pub = Publisher(zctx, "10.1.0.1", topic=f"kv@10.1.0.1:8000@{MODEL}".encode(), connect=f"tcp://127.0.0.1:{port}")
     pub.wait_subscribed()
     for _ in range(50):
@@ -156,9 +161,12 @@ def _quiet() -> Any:
 def test_central_bind_is_retried_with_backoff_until_the_port_is_free(
     zctx: zmq.Context[Any], applier: EventApplier, make_transport: Any
 ) -> None:
+    from ppc_extproc.framework import Endpoint
+
     squatter = zctx.socket(zmq.PULL)
     port = squatter.bind_to_random_port("tcp://127.0.0.1")
     transport = make_transport(central=f"tcp://127.0.0.1:{port}", tuning=_quiet())
+    transport.add_endpoint(Endpoint("10.2.0.1", 8000)).result(5)
     wait_until(lambda: applier.stats.transport.get(("unknown", "socket_errors"), 0) >= 2, what="bind retried")
     assert transport.running
     squatter.close(0)

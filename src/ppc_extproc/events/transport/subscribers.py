@@ -17,7 +17,7 @@ import zmq
 
 from ppc_extproc.events.config import KVEventsConfig
 from ppc_extproc.events.stats import IngestStats
-from ppc_extproc.events.transport.frames import decode_seq, is_ip_port, parse_topic, tcp_address
+from ppc_extproc.events.transport.frames import is_ip_port, parse_topic, split_message, tcp_address
 from ppc_extproc.events.transport.ingest import Ingestor
 from ppc_extproc.events.transport.policy import TransportTuning
 from ppc_extproc.events.transport.ratelimit import RateLimitedLog
@@ -232,14 +232,13 @@ class Subscribers:
             except zmq.Again:
                 return False
             try:
-                message = read_message(recv, first)
-                seq = None if message is None else decode_seq(message[1])
-                if message is None or seq is None:
-                    count(endpoint, "bad_frames")
-                    self._warn.warning("kv_bad_frames", endpoint)
+                message = split_message(read_message(recv, first))
+                if isinstance(message, str):
+                    count(endpoint, message)
+                    self._warn.warning("kv_" + message, endpoint)
                     continue
                 count(endpoint, "messages")
-                live(src, message[0], seq, message[2])
+                live(src, *message)
             except Exception:  # the loop boundary: log, count, continue
                 count(endpoint, "internal_errors")
                 log.exception("kv_message_failed", endpoint=endpoint)
@@ -264,22 +263,20 @@ class Subscribers:
             except zmq.Again:
                 return False
             try:
-                message = read_message(recv, first)
-                if message is None:
-                    count(UNATTRIBUTED, "bad_frames")
-                    self._warn.warning("kv_bad_frames", UNATTRIBUTED)
+                frames = read_message(recv, first)
+                message = split_message(frames)
+                if isinstance(message, str):  # checked before the topic can create a source
+                    known = topics.get(frames[0])
+                    endpoint = known.endpoint if known is not None else UNATTRIBUTED
+                    count(endpoint, message)
+                    self._warn.warning("kv_" + message, endpoint)
                     continue
                 topic = message[0]
                 src = topics.get(topic) or self._central_source(topic)
                 if src is None:
                     continue
-                seq = decode_seq(message[1])
-                if seq is None:
-                    count(src.endpoint, "bad_frames")
-                    self._warn.warning("kv_bad_frames", src.endpoint)
-                    continue
                 count(src.endpoint, "messages")
-                live(src, topic, seq, message[2])
+                live(src, *message)
             except Exception:  # the loop boundary: log, count, continue
                 count(UNATTRIBUTED, "internal_errors")
                 log.exception("kv_message_failed")
