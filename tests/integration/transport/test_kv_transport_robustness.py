@@ -58,7 +58,7 @@ def test_garbage_flood_leaves_the_thread_alive_and_the_index_unchanged(
         ):
             pub.send_raw(frames)
         for payload in BAD_PAYLOADS + SKIPPED_EVENTS:
-            pub.send(payload)  # consecutive seqs: no gap, only bad content
+            pub.send(payload)  # consecutive seqs, only bad content
     last, tokens = chain(0x77, 2, 9000)
     pub.send(last)
     wait_until(lambda: holds(applier, pub.endpoint_id, tokens) == 2, what="a good batch after the flood")
@@ -71,7 +71,10 @@ def test_garbage_flood_leaves_the_thread_alive_and_the_index_unchanged(
     assert transport_counts[(endpoint, "bad_frames")] == 3 * rounds
     assert transport_counts[(endpoint, "bad_seq")] == 2 * rounds
     assert transport_counts[(endpoint, "bad_payload")] == len(BAD_PAYLOADS) * rounds
-    assert transport_counts[(endpoint, "gaps")] == 0
+    assert transport_counts[(endpoint, "no_usable_events")] == len(SKIPPED_EVENTS) * rounds
+    # The garbage moved nothing: the good batch after it is a gap over every garbage seq.
+    assert transport_counts[(endpoint, "gaps")] == 1
+    assert transport_counts[(endpoint, "gap_messages")] == (len(BAD_PAYLOADS) + len(SKIPPED_EVENTS)) * rounds
     assert transport_counts[(endpoint, "restarts_detected")] == 0
     assert transport_counts.get((endpoint, "internal_errors"), 0) == 0
     dropped = applier.stats.dropped

@@ -153,9 +153,10 @@ def test_reconnect_without_replay_keeps_the_index_and_still_sees_a_restart() -> 
     assert not h.holds(100) and not h.holds(300) and h.holds(400) and h.count("restarts_detected") == 1
 
 
-def test_bad_payload_consumes_its_seq_and_is_counted() -> None:
+def test_bad_payload_is_counted_and_moves_nothing() -> None:
     h = Harness(replay=False)
     h.live(0, b"\xc1")
+    assert h.src.last_seq is None
     h.live(1, stored(1, 100))
     assert h.count("bad_payload") == 1 and h.stats.dropped[(EP, "bad_msgpack")] == 1
     assert h.count("gaps") == 0 and h.holds(100)

@@ -5,13 +5,15 @@ replay); batches are decoded and applied strictly in sequence order. The rules f
 (``llm-d/llm-d-router: pkg/kvevents/zmq_subscriber.go``), which follow vLLM's publisher (a seq
 counter from 0 per engine, a replay ROUTER keeping recent batches):
 
-* ``seq == last + 1``: apply (the fast path). A payload that does not decode still consumes its seq.
+* ``seq == last + 1``: apply (the fast path).
 * first contact with ``seq > 0``, or ``seq <= last`` (engine restarted; the endpoint is cleared
   first): replay from 0 when the source has a replay endpoint, else apply.
 * ``seq > last + 1`` (lost messages): replay from ``last + 1``, else count the gap and apply.
-* a message out of line whose payload carries nothing applicable (it does not decode, or every
-  event in it was skipped) decides nothing: it is dropped without touching the sequence state, so
-  garbage can neither clear an endpoint nor start a replay.
+* a live message whose payload carries nothing applicable (it does not decode, or every event in
+  it was skipped) decides nothing: it is counted and dropped without touching the sequence state.
+  So garbage can neither clear an endpoint nor start a replay — nor, sent at ``last + 1``, make the
+  engine's own next message look like a restart. (From a replay, the engine's own ROUTER, such a
+  message still consumes its seq: replaying it again would not make it applicable.)
 * while a replay runs or waits, live messages are held (bounded); they are applied after it,
   those the replay already delivered dropped. A full hold drops the newest, and the source is
   replayed from ``last + 1`` once the current replay ends. Live copies of replayed seqs that
@@ -93,9 +95,8 @@ class Ingestor:
         """Not the next seq: gap, restart or first contact. ``went_back``: the live stream itself
         went backwards (a restart whatever ``last`` is)."""
         endpoint = src.endpoint
-        batch = self._decode(src, seq, payload)
-        if batch is None or (batch.skipped and not batch.events):
-            self.stats.count(endpoint, "out_of_line_invalid")
+        batch = self._usable(src, seq, payload)
+        if batch is None:
             return
         last = src.last_seq
         replay = self._can_replay(src)
@@ -221,7 +222,7 @@ class Ingestor:
             self.stats.count(src.endpoint, "replay_topic_unknown")
             return Action.FINISH
         self.stats.count(src.endpoint, "replayed")
-        self._apply(src, topic, reply.seq, reply.payload)
+        self._apply(src, topic, reply.seq, reply.payload, replayed=True)
         src.replayed_to = reply.seq
         return Action.CONTINUE
 
@@ -302,28 +303,50 @@ class Ingestor:
             self._warn.warning("kv_bad_topic", src.endpoint, topic=topic[:200].hex())
         return src.model
 
-    def _decode(self, src: Source, seq: int, payload: bytes) -> EventBatch | None:
-        """The batch of ``payload``; None (counted) when it does not decode."""
+    def _usable(self, src: Source, seq: int, payload: bytes) -> EventBatch | None:
+        """The batch of ``payload``; None, counted, when it carries nothing applicable: it does not
+        decode (``bad_payload`` and the decoder's reason) or every event was skipped
+        (``no_usable_events`` and each event's reason)."""
+        endpoint = src.endpoint
         try:
-            return decode_batch(payload, self._engine_type)
+            batch = decode_batch(payload, self._engine_type)
         except WireError as exc:
-            self.stats.count(src.endpoint, "bad_payload")
-            self.stats.drop(src.endpoint, exc.reason)
-            self._warn.warning("kv_batch_dropped", src.endpoint, reason=exc.reason, seq=seq)
+            self.stats.count(endpoint, "bad_payload")
+            self.stats.drop(endpoint, exc.reason)
+            self._warn.warning("kv_batch_dropped", endpoint, reason=exc.reason, seq=seq)
             return None
+        if batch.skipped and not batch.events:
+            self.stats.count(endpoint, "no_usable_events")
+            for reason in batch.skipped:
+                self.stats.drop(endpoint, reason)
+            self._warn.warning("kv_events_skipped", endpoint, reasons=sorted(set(batch.skipped)), seq=seq)
+            return None
+        return batch
 
-    def _apply(self, src: Source, topic: bytes, seq: int, payload: bytes, batch: EventBatch | None = None) -> None:
-        """Apply the message at ``seq`` (``batch``: its payload, when already decoded)."""
+    def _apply(
+        self,
+        src: Source,
+        topic: bytes,
+        seq: int,
+        payload: bytes,
+        batch: EventBatch | None = None,
+        *,
+        replayed: bool = False,
+    ) -> None:
+        """Apply the message at ``seq`` (``batch``: its payload, when already decoded). A live
+        message with nothing applicable is dropped here, before it can move the stream position."""
+        if batch is None:
+            batch = self._usable(src, seq, payload)
+            if batch is None and not replayed:
+                return
         endpoint = src.endpoint
         src.last_seq = seq
         src.last_payload = payload
         state = src.state
         state.last_seq = seq
-        model = src.model if topic == src.topic and src.topic_ok else self._model(src, topic)
         if batch is None:
-            batch = self._decode(src, seq, payload)
-            if batch is None:
-                return
+            return
+        model = src.model if topic == src.topic and src.topic_ok else self._model(src, topic)
         self.applier.apply_batch(endpoint, model, batch)
         self.stats.count(endpoint, "batches")
         state.lag_seconds = time.time() - batch.ts
