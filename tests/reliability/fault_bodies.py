@@ -24,7 +24,9 @@ from ppc_extproc.tokens.streaming import StreamingPrompt
 COMPLETIONS = "/v1/completions"
 GENERATE = "/inference/v1/generate"
 EMBEDDINGS = "/v1/embeddings"
-PATHS = (COMPLETIONS, GENERATE, EMBEDDINGS)
+CHAT = "/v1/chat/completions"  # no token field: only model, stream and cache_salt are read
+PATHS = (COMPLETIONS, GENERATE, EMBEDDINGS, CHAT)
+_FIELDS = {COMPLETIONS: "prompt", GENERATE: "token_ids", EMBEDDINGS: "input", CHAT: "messages"}
 #: Size classes: what each path of the parser sees (see the module docstring).
 SMALL, FAST, STREAMED = 0, 4096, 70_000
 #: Envoy's chunking of a streamed body (what bench_decision and the conformance tests use).
@@ -140,6 +142,12 @@ prompt_value = mostly(
         special,
     ),
 )
+messages_value = mostly(
+    st.lists(st.fixed_dictionaries({"role": st.sampled_from(["user", "system"]), "content": st.text(max_size=20)}),
+             min_size=1, max_size=3),
+    st.one_of(st.just([{"role": "user", "content": [{"type": "text", "text": 5}]}]), st.text(max_size=5), st.integers(),
+              nesting, special),
+)
 model_value = mostly(
     st.sampled_from(["m", "my-model", "Qwen/Qwen2.5-1.5B-Instruct"]),
     st.one_of(st.text(max_size=10), st.integers(), st.booleans(), st.none(), st.just(["m"]), special),
@@ -170,12 +178,12 @@ features_value = st.one_of(
 @st.composite
 def body_tree(draw: st.DrawFn, path: str) -> Obj:
     """A body: the fields routing reads (each maybe absent, wrongly typed or duplicated) and others."""
-    field = {"/v1/completions": "prompt", "/inference/v1/generate": "token_ids", "/v1/embeddings": "input"}[path]
+    field = _FIELDS[path]
     pairs: list[tuple[str, Any]] = []
     if draw(st.integers(0, 9)):  # model present 90 %
         pairs.append(("model", draw(model_value)))
     if draw(st.integers(0, 9)):
-        pairs.append((field, draw(prompt_value)))
+        pairs.append((field, draw(messages_value if path == CHAT else prompt_value)))
     if draw(st.booleans()):
         pairs.append(("stream", draw(stream_value)))
     if draw(st.integers(0, 3)) == 0:
