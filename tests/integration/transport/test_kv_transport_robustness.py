@@ -173,7 +173,10 @@ def test_central_bind_is_retried_with_backoff_until_the_port_is_free(
     wait_until(lambda: applier.stats.transport.get(("unknown", "socket_errors"), 0) >= 2, what="bind retried")
     assert transport.running
     squatter.close(0)
-    pub = Publisher(zctx, "10.2.0.1", topic=f"kv@10.2.0.1:8000@{MODEL}".encode(), connect=f"tcp://127.0.0.1:{port}")
+    # Connect only once the SUB is bound (the wake-up socket plus the central SUB): an engine that
+    # connects while the squatter is still closing can lose its first connection attempt.
+    wait_until(lambda: transport.diagnostics()["sockets"] >= 2, timeout=10, what="central SUB bound")
+    pub = Publisher(zctx, "10.2.0.1", connect=f"tcp://127.0.0.1:{port}")
     pub.wait_subscribed(10)
     pub.send(MAP_STORED_H0_H1)
     wait_until(lambda: holds(applier, "10.2.0.1:8000", TOKENS_1_32) == 2, what="bound and ingesting")
