@@ -9,11 +9,14 @@ arrives costs milliseconds that the routing decision then waits for. Instead, as
 3. hash the full blocks with the producer's token processor, chaining from the previous block.
 
 At the end of the body, ``finish`` validates the whole document cheaply: the array's text is
-replaced by a sentinel string and the (small) rest is parsed; the result is used only if the
-sentinel is the top-level field's value. Anything unusual — nested or batched prompts, floats,
-negative ids, a ``"prompt"`` inside some other value, salt or multimodal features that change
-block 0 — makes ``finish`` return None (or drop the precomputed keys), and the caller takes the
-ordinary path, which also produces the precise 400 message.
+replaced by a sentinel string and the (small) rest is parsed by orjson; the result is used only if
+the sentinel is the top-level field's value. That makes orjson the arbiter here too: the same
+grammar as every other path, and duplicate keys resolved as vLLM resolves them (the last wins —
+a later duplicate of the field is not the sentinel). Anything unusual — nested or batched
+prompts, floats, negative ids, a ``"prompt"`` inside some other value, salt or multimodal
+features that change block 0 — makes ``finish`` return None (or drop the precomputed keys), and
+the caller takes the ordinary path (``parse_body``), which also produces the precise 400 message.
+The rest is validated by ``parsed_from_object``, in the order ``parse_body`` uses.
 """
 
 from __future__ import annotations
@@ -28,8 +31,7 @@ import orjson
 import simdjson
 
 from ppc_extproc.blockkeys import TokenProcessor
-from ppc_extproc.tokens.body import ParsedBody, TokenField, _features, _scalars
-from ppc_extproc.tokens.prompt import TokenizedPrompt
+from ppc_extproc.tokens.body import ParsedBody, TokenField, parsed_from_object
 
 __all__ = ["StreamingPrompt"]
 
@@ -113,16 +115,20 @@ class StreamingPrompt:
             return None
         if not isinstance(obj, dict) or obj.get(self.field.name) != _SENTINEL:
             return None
-        scalars = {k: obj[k] for k in ("model", "stream", "cache_salt") if k in obj}
-        body_model, stream, salt = _scalars(scalars)  # raises BadRequestError like the ordinary path
-        features = _features(obj) if self.field.features else ()
-        model = model_override or body_model
-        tokenized = TokenizedPrompt(model, (bytes(self._tokens),), features, salt)
+        # Raises BadRequestError exactly as parse_body would for this body.
+        parsed = parsed_from_object(obj, self.field, (bytes(self._tokens),), model_override)
+        tokenized = parsed.tokenized
+        assert tokenized is not None
         keys: dict[str, list[list[int]]] = {}
-        if self._producer is not None and model == self._model_guess and not salt and not features:
+        if (
+            self._producer is not None
+            and parsed.model == self._model_guess
+            and not tokenized.cache_salt
+            and not tokenized.features
+        ):
             self._hash_full_blocks()
             keys[self._producer[0]] = [self._keys]
-        return ParsedBody(model, stream, tokenized, body_model), keys
+        return parsed, keys
 
     # --- internals -------------------------------------------------------------------------------
 

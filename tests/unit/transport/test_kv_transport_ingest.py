@@ -132,7 +132,9 @@ def test_regression_without_replay_clears_then_applies() -> None:
     assert h.count("restarts_detected") == 1 and h.src.last_seq == 0
 
 
-def test_reconnect_without_replay_needs_the_next_seq() -> None:
+def test_reconnect_without_replay_keeps_the_index_and_still_sees_a_restart() -> None:
+    """llm-d keeps applying after a reconnect; vLLM does not re-emit the blocks it still holds,
+    so clearing on a reconnect after lost messages would drop hot prefixes (issue #11 F11)."""
     h = Harness(replay=False)
     h.ingest.connected(h.src)
     h.live(0, stored(1, 100))
@@ -142,13 +144,19 @@ def test_reconnect_without_replay_needs_the_next_seq() -> None:
     assert h.holds(100) and h.count("restarts_detected") == 0
     h.ingest.disconnected(h.src)
     h.ingest.connected(h.src)
-    h.live(9, stored(3, 300))  # a jump right after a reconnect: a new engine
-    assert not h.holds(100) and h.holds(300) and h.count("restarts_detected") == 1
+    h.live(9, stored(3, 300))  # messages were lost while disconnected: a gap, the index stays
+    assert h.holds(100) and h.holds(200) and h.holds(300)
+    assert h.count("restarts_detected") == 0 and h.count("gaps") == 1
+    h.ingest.disconnected(h.src)
+    h.ingest.connected(h.src)
+    h.live(0, stored(4, 400))  # the counter went back: a restart
+    assert not h.holds(100) and not h.holds(300) and h.holds(400) and h.count("restarts_detected") == 1
 
 
-def test_bad_payload_consumes_its_seq_and_is_counted() -> None:
+def test_bad_payload_is_counted_and_moves_nothing() -> None:
     h = Harness(replay=False)
     h.live(0, b"\xc1")
+    assert h.src.last_seq is None
     h.live(1, stored(1, 100))
     assert h.count("bad_payload") == 1 and h.stats.dropped[(EP, "bad_msgpack")] == 1
     assert h.count("gaps") == 0 and h.holds(100)

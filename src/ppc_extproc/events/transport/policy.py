@@ -48,7 +48,8 @@ class TransportTuning:
     replay_hwm: int = 100_000
     #: Frames above this size make libzmq drop the connection (the decoder refuses 64 MiB anyway).
     max_frame_bytes: int = 64 * 1024 * 1024 + 4096
-    #: Distinct topics accepted in central mode; more are dropped and counted.
+    #: Central mode: topics whose source is remembered (pool endpoints only; one per model segment).
+    #: Beyond, a pool endpoint's new topics are still accepted, just parsed on every message.
     max_central_sources: int = 4096
     #: A repeated warning (same event and endpoint) is logged at most once per interval.
     log_interval_seconds: float = 10.0
