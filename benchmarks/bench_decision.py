@@ -37,7 +37,6 @@ from envoy.service.ext_proc.v3.external_processor_pb2 import HttpBody, HttpHeade
 sys.path.insert(0, str(Path(__file__).parent))
 from _common import header, percentile
 
-from ppc_extproc.blockkeys import tokens_to_le32
 from ppc_extproc.config.epp import load_config_text
 from ppc_extproc.events.decode import decode_batch
 from ppc_extproc.framework import Endpoint
@@ -48,6 +47,7 @@ from ppc_extproc.scheduling.pool import EndpointPool
 from ppc_extproc.scheduling.router import Router
 from ppc_extproc.server.stream import ExtProcStream, StreamOptions
 from ppc_extproc.tokens import TokenizedPrompt
+from ppc_extproc.tokens.le32 import tokens_to_le32
 
 CONFIG = """
 apiVersion: llm-d.ai/v1alpha1

@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import pytest
 
-from ppc_extproc.blockkeys import tokens_to_le32
 from ppc_extproc.events.wire import AllBlocksCleared, BlockStored, EventBatch
 from ppc_extproc.framework import (
     Endpoint,
@@ -21,6 +20,7 @@ from ppc_extproc.matchinfo import PrefixCacheMatchInfo
 from ppc_extproc.plugins.producers import PrecisePrefixCacheProducer
 from ppc_extproc.plugins.registry import Services
 from ppc_extproc.tokens import MultimodalFeature, TokenizedPrompt
+from ppc_extproc.tokens.le32 import tokens_to_le32
 
 A, B, C = Endpoint("10.0.0.1", 8000), Endpoint("10.0.0.2", 8000), Endpoint("10.0.0.3", 8000)
 

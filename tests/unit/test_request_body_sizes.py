@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from ppc_extproc.blockkeys import tokens_to_le32
 from ppc_extproc.errors import BadRequestError
 from ppc_extproc.tokens import ParsedBody, parse_body
 from ppc_extproc.tokens.body import token_field_for_path
+from ppc_extproc.tokens.le32 import tokens_to_le32
 from ppc_extproc.tokens.streaming import StreamingPrompt
 
 SIZES = {"small": 0, "fast": 4096, "streamed": 70_000}

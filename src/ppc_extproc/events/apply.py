@@ -20,11 +20,12 @@ from dataclasses import dataclass
 
 import structlog
 
-from ppc_extproc.blockkeys import TokenProcessor, parse_raw_extra_keys, realign_extras, tokens_to_le32
+from ppc_extproc.blockkeys import TokenProcessor, parse_raw_extra_keys, realign_extras
 from ppc_extproc.events.stats import IngestStats
 from ppc_extproc.events.wire import BlockRemoved, BlockStored, EventBatch
 from ppc_extproc.ids import EndpointId, EngineKey
 from ppc_extproc.index import EngineScope, InMemoryIndex, PodEntry
+from ppc_extproc.tokens.le32 import tokens_to_le32
 
 __all__ = ["INDEXABLE_KINDS", "EventApplier"]
 

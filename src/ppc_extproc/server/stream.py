@@ -254,8 +254,8 @@ class ExtProcStream:
                 field = token_field_for_path(self.path)
                 streaming = self.router.pipeline.streaming
                 if field is not None:
-                    producer = (streaming.name, streaming.streaming_processor) if streaming is not None else None
-                    self.prompt = StreamingPrompt(field, producer)
+                    hasher = streaming.streaming_processor if streaming is not None else None
+                    self.prompt = StreamingPrompt(field, hasher)
             if self.prompt is not None:
                 self.prompt.feed(self.body)
         if body.end_of_stream:
@@ -282,9 +282,10 @@ class ExtProcStream:
         if self.prompt is not None:
             streamed = self.prompt.finish(body, rewrite)
             if streamed is not None:
-                parsed, precomputed = streamed
-                for producer, keys in precomputed.items():
-                    streamed_keys = StreamedKeys(producer, parsed.model, keys[0])  # type: ignore[arg-type]
+                parsed, keys = streamed
+                streaming = self.router.pipeline.streaming
+                if keys is not None and streaming is not None:
+                    streamed_keys = StreamedKeys(streaming.name, parsed.model, keys)
         if parsed is None:
             if body:
                 parsed = parse_body(self.path, body, model_override=rewrite)

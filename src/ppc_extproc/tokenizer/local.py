@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import orjson
 
 import ppc_extproc.tokenizer.chat_template as ct
 from ppc_extproc.errors import BadRequestError
@@ -44,6 +43,7 @@ from ppc_extproc.tokenizer.requests import (
 )
 from ppc_extproc.tokenizer.result import MULTIMODAL_NEEDS_RENDER, UNSUPPORTED_BODY, TokenizeResult
 from ppc_extproc.tokenizer.segments import DEFAULT_CACHE_BYTES, SegmentCache, encode_text
+from ppc_extproc.tokens.body import json_object
 
 __all__ = ["LocalTokenizer"]
 
@@ -224,7 +224,7 @@ class LocalTokenizer:
 
     def tokenize(self, api: Api, body: Mapping[str, Any] | bytes) -> TokenizeResult:
         """Token ids of a request body of ``api``; raises ``BadRequestError`` for malformed bodies."""
-        obj = _as_mapping(body)
+        obj = body if isinstance(body, Mapping) else json_object(body)
         if api == "completions":
             return self.tokenize_completion(parse_completion(obj))
         if api == "chat":
@@ -325,14 +325,3 @@ class LocalTokenizer:
             none = probe("none")
             self._disabled_effort = "low" if none is None or any(probe(e) == none for e in _ANTHROPIC_EFFORTS) else "none"
         return self._disabled_effort
-
-
-def _as_mapping(body: Mapping[str, Any] | bytes) -> Mapping[str, Any]:
-    if isinstance(body, (bytes, bytearray, memoryview)):
-        try:
-            body = orjson.loads(body)
-        except orjson.JSONDecodeError as exc:
-            raise BadRequestError(f"error unmarshaling request body: {exc}") from None
-    if not isinstance(body, Mapping):
-        raise BadRequestError("request body must be a JSON object")
-    return body

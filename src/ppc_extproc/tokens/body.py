@@ -31,8 +31,8 @@ import numpy as np
 import orjson
 import simdjson
 
-from ppc_extproc.blockkeys.hashing import tokens_to_le32
 from ppc_extproc.errors import BadRequestError
+from ppc_extproc.tokens.le32 import tokens_to_le32
 from ppc_extproc.tokens.prompt import MultimodalFeature, TokenizedPrompt
 
 __all__ = [

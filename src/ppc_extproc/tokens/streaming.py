@@ -24,16 +24,16 @@ from __future__ import annotations
 import os
 import re
 import threading
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import orjson
 import simdjson
 
-from ppc_extproc.blockkeys import TokenProcessor
+from ppc_extproc.ids import RequestKey
 from ppc_extproc.tokens.body import ParsedBody, TokenField, parsed_from_object
 
-__all__ = ["StreamingPrompt"]
+__all__ = ["BlockHasher", "StreamingPrompt"]
 
 _UINT32_MAX = 0xFFFFFFFF
 #: Give up looking for the token array once this much body has gone by without it.
@@ -62,13 +62,22 @@ def _parser() -> simdjson.Parser:
     return parser
 
 
-class StreamingPrompt:
-    """Incremental token extraction for one request body."""
+class BlockHasher(Protocol):
+    """What streaming needs of a token processor (``blockkeys.TokenProcessor`` is one)."""
 
-    def __init__(self, field: TokenField, producer: tuple[str, TokenProcessor] | None = None) -> None:
+    @property
+    def block_size(self) -> int: ...
+
+    def keys(self, tokens: memoryview, model: str, *, parent: int = 0) -> list[RequestKey]: ...
+
+
+class StreamingPrompt:
+    """Incremental token extraction for one request body, hashing full blocks with ``hasher``."""
+
+    def __init__(self, field: TokenField, hasher: BlockHasher | None = None) -> None:
         self.field = field
         self._key = _key_pattern(field.name)
-        self._producer = producer
+        self._hasher = hasher
         self._search_from = 0
         self._array_start: int | None = None  # index of the '['
         self._array_end: int | None = None  # index of the ']'
@@ -77,7 +86,7 @@ class StreamingPrompt:
         self._tokens = bytearray()
         self._abandoned = False
         self._model_guess: str | None = None
-        self._keys: list[int] = []
+        self._keys: list[RequestKey] = []
 
     @property
     def abandoned(self) -> bool:
@@ -103,8 +112,8 @@ class StreamingPrompt:
 
     def finish(
         self, body: bytes, model_override: str | None = None
-    ) -> tuple[ParsedBody, dict[str, list[list[int]]]] | None:
-        """The parsed body and precomputed block keys, or None to take the ordinary path."""
+    ) -> tuple[ParsedBody, list[RequestKey] | None] | None:
+        """The parsed body and its block keys (None: not precomputed), or None for the ordinary path."""
         self.feed(body)
         if self._abandoned or self._array_start is None or self._array_end is None:
             return None
@@ -119,16 +128,10 @@ class StreamingPrompt:
         parsed = parsed_from_object(obj, self.field, (bytes(self._tokens),), model_override)
         tokenized = parsed.tokenized
         assert tokenized is not None
-        keys: dict[str, list[list[int]]] = {}
-        if (
-            self._producer is not None
-            and parsed.model == self._model_guess
-            and not tokenized.cache_salt
-            and not tokenized.features
-        ):
-            self._hash_full_blocks()
-            keys[self._producer[0]] = [self._keys]
-        return parsed, keys
+        if self._hasher is None or parsed.model != self._model_guess or tokenized.cache_salt or tokenized.features:
+            return parsed, None
+        self._hash_full_blocks()
+        return parsed, self._keys
 
     # --- internals -------------------------------------------------------------------------------
 
@@ -174,12 +177,12 @@ class StreamingPrompt:
         self._tokens += values.astype("<u4").tobytes()
 
     def _hash_full_blocks(self) -> None:
-        if self._producer is None or self._model_guess is None or self._abandoned:
+        hasher = self._hasher
+        if hasher is None or self._model_guess is None or self._abandoned:
             return
-        processor = self._producer[1]
-        block_bytes = processor.block_size * 4
+        block_bytes = hasher.block_size * 4
         done = len(self._keys) * block_bytes
         full = len(self._tokens) // block_bytes * block_bytes
         if full > done:
             parent = self._keys[-1] if self._keys else 0
-            self._keys.extend(processor.keys(memoryview(self._tokens)[done:full], self._model_guess, parent=parent))
+            self._keys.extend(hasher.keys(memoryview(self._tokens)[done:full], self._model_guess, parent=parent))

@@ -27,10 +27,10 @@ from harness import (
     trailers,
 )
 
-from ppc_extproc.blockkeys import tokens_to_le32
 from ppc_extproc.index import PodEntry
 from ppc_extproc.localcluster import wait_for
 from ppc_extproc.tokens import TokenizedPrompt
+from ppc_extproc.tokens.le32 import tokens_to_le32
 
 pytestmark = pytest.mark.integration
 
