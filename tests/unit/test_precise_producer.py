@@ -72,6 +72,21 @@ def test_match_info_for_every_candidate() -> None:
     assert info(ctx, C) == PrefixCacheMatchInfo(0, 4, 16, 0, {})
 
 
+def test_suspended_endpoints_match_nothing_until_their_stream_is_proven() -> None:
+    """The ingestor suspends an endpoint whose subscriber lost its engine (it may come back
+    restarted, empty): its entries stay, but no request is predicted on them."""
+    p = producer()
+    store(p, A, list(range(64)))
+    store(p, B, list(range(64)))
+    state = p.stats.source(A.id)
+    p.stats.suspend(state, True)
+    ctx = produce(p, request(list(range(70))))
+    assert info(ctx, A) == PrefixCacheMatchInfo(0, 4, 16, 0, {})
+    assert info(ctx, B).match_blocks == 4
+    p.stats.suspend(state, False)
+    assert info(produce(p, request(list(range(70)))), A).match_blocks == 4
+
+
 def test_no_tokens_or_no_full_block_writes_nothing() -> None:
     p = producer()
     store(p, A, list(range(64)))

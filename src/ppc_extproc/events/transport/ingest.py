@@ -26,6 +26,11 @@ counter from 0 per engine, a replay ROUTER keeping recent batches):
   gap. (vLLM does not re-emit the blocks it still holds, so clearing on a mere reconnect would
   drop hot prefixes for good. A restarted engine whose counter already passed ours cannot be told
   from lost messages without replay.)
+* from the moment an established subscriber disconnects, the endpoint's entries are *suspended*:
+  kept, but not matched (``IngestStats.suspended``), until a message proves them — the verify
+  replay succeeds, or a live message is applied (the same publisher going on, or a restart that
+  cleared the endpoint first). A restarted engine therefore never gets traffic on entries its
+  predecessor left, however late its subscriber reconnects.
 
 Runs on the ingestion thread only (the applier is not thread-safe).
 """
@@ -135,6 +140,7 @@ class Ingestor:
     def _clear(self, src: Source) -> None:
         self.applier.clear_endpoint(src.endpoint)
         self.stats.count(src.endpoint, "clears")
+        self.stats.suspend(src.state, False)  # nothing stale is left
         src.replayed_to = -1
         src.last_seq = None
         src.last_payload = b""
@@ -165,6 +171,9 @@ class Ingestor:
     def disconnected(self, src: Source) -> None:
         src.state.connected = False
         self.stats.count(src.endpoint, "disconnects")
+        if not src.state.suspended:
+            self.stats.count(src.endpoint, "suspensions")
+            self.stats.suspend(src.state, True)
         self._warn.info("kv_subscriber_disconnected", src.endpoint, last_seq=src.last_seq)
 
     # --- replays -------------------------------------------------------------------------------
@@ -199,6 +208,7 @@ class Ingestor:
                     if reply.payload == src.last_payload:
                         session.kind = ReplayKind.GAP  # same publisher: just catch up
                         self.stats.count(src.endpoint, "resyncs_verified")
+                        self.stats.suspend(src.state, False)
                         return Action.CONTINUE
                     self._restart(src, reply.seq, "payload_mismatch")
                     session.kind, session.start = ReplayKind.FULL, 0
@@ -348,6 +358,8 @@ class Ingestor:
             return
         model = src.model if topic == src.topic and src.topic_ok else self._model(src, topic)
         self.applier.apply_batch(endpoint, model, batch)
+        if state.suspended:
+            self.stats.suspend(state, False)
         self.stats.count(endpoint, "batches")
         state.lag_seconds = time.time() - batch.ts
         if batch.skipped:

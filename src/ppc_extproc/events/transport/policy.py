@@ -38,9 +38,11 @@ class TransportTuning:
     #: so the next round serves several messages per wake-up (adds at most this much latency).
     coalesce_seconds: float = 0.0005
     coalesce_below: int = 4
-    #: ZMQ reconnect interval of SUB sockets, doubling up to the maximum (llm-d: 5 s).
+    #: ZMQ reconnect interval of SUB sockets, doubling up to the maximum. llm-d waits up to 5 s;
+    #: a restarted engine is routable again only once its subscriber reconnects, so keep it short
+    #: (a refused TCP connect twice a second per dead engine costs nothing).
     reconnect_interval_seconds: float = 0.1
-    reconnect_interval_max_seconds: float = 5.0
+    reconnect_interval_max_seconds: float = 0.5
     #: ZMTP heartbeats: a silent dead peer is noticed (and reconnected) after the timeout.
     heartbeat_interval_seconds: float = 5.0
     heartbeat_timeout_seconds: float = 15.0
