@@ -172,24 +172,10 @@ class Ingestion(threading.Thread):
                 time.sleep(ahead)
 
 
-CHAT_CONFIG = """
-apiVersion: llm-d.ai/v1alpha1
-kind: EndpointPickerConfig
-plugins:
-- type: token-producer
-  parameters: {backend}
-- type: precise-prefix-cache-producer
-  parameters:
-    tokenProcessorConfig: {{blockSizeTokens: {block_size}}}
-    speculativeIndexing: true
-    kvEventsConfig: {{discoverPods: false}}
-- type: prefix-cache-scorer
-  parameters: {{prefixMatchInfoProducerName: precise-prefix-cache-producer}}
-- type: active-request-scorer
-schedulingProfiles:
-- name: default
-  plugins: [{{pluginRef: prefix-cache-scorer, weight: 3}}, {{pluginRef: active-request-scorer, weight: 2}}]
-"""
+#: The same pipeline with a token producer in front (``{backend}``: its parameters).
+CHAT_CONFIG = CONFIG.replace(
+    "plugins:\n", "plugins:\n- type: token-producer\n  parameters: {backend}\n", 1
+)
 
 
 def chat_body(system: str, history: list[str], question: str) -> bytes:
