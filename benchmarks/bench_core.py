@@ -18,11 +18,12 @@ import msgpack
 sys.path.insert(0, str(Path(__file__).parent))
 from _common import header, ms, pin_to_one_core, time_calls
 
-from ppc_extproc.blockkeys import TokenProcessor, TokenProcessorConfig, tokens_to_le32
+from ppc_extproc.blockkeys import TokenProcessor, TokenProcessorConfig
 from ppc_extproc.events.apply import EventApplier
 from ppc_extproc.events.decode import decode_batch
 from ppc_extproc.index import InMemoryIndex, PodEntry
 from ppc_extproc.matchinfo import score_prefix_runs
+from ppc_extproc.tokens.le32 import tokens_to_le32
 
 ENDPOINTS = [f"10.0.{i // 250}.{i % 250 + 1}:8000" for i in range(16)]
 

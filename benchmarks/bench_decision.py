@@ -1,10 +1,17 @@
-"""Decision latency (issue #4): body end of stream → routing reply, in-process.
+"""Decision latency: body end of stream → routing reply, in-process.
 
 Drives the ext_proc stream state machine the way Envoy does (headers, then the JSON body in 16 KiB
-chunks) and times the last call, for 1K/8K/32K/100K-token prompts, 16 endpoints, a warm index —
-idle, and while another thread applies KV events at 50k blocks/s (the GIL is shared).
+chunks) and times the last call, 16 endpoints:
 
-    python benchmarks/bench_decision.py [--block-size 64] [--requests 200]
+* token-id prompts of 1K/8K/32K/100K tokens, a warm index — idle, and while another thread applies
+  KV events at 50k blocks/s (the GIL is shared);
+* chat requests of 8K/32K/100K/200K tokens through the ``token-producer``: ``local`` (the tiny
+  tokenizer built at run time, in process) and ``vllm`` (the render endpoint of a ``mock-vllm
+  --tokenizer`` subprocess). *cold*: a conversation never seen (nothing in the segment cache, no
+  endpoint caches it); *warm*: the same system prompt and history with a new user turn, the shared
+  prefix cached by some endpoints and its text pieces in the segment cache.
+
+    python benchmarks/bench_decision.py [--block-size 64] [--requests 200] [--skip-tokens] [--skip-chat]
 """
 
 from __future__ import annotations
@@ -12,13 +19,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import random
+import shutil
 import statistics
+import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
 
 import msgpack
+import numpy as np
 import orjson
 from envoy.config.core.v3.base_pb2 import HeaderMap, HeaderValue
 from envoy.service.ext_proc.v3.external_processor_pb2 import HttpBody, HttpHeaders, ProcessingRequest
@@ -26,7 +37,6 @@ from envoy.service.ext_proc.v3.external_processor_pb2 import HttpBody, HttpHeade
 sys.path.insert(0, str(Path(__file__).parent))
 from _common import header, percentile
 
-from ppc_extproc.blockkeys import tokens_to_le32
 from ppc_extproc.config.epp import load_config_text
 from ppc_extproc.events.decode import decode_batch
 from ppc_extproc.framework import Endpoint
@@ -37,6 +47,7 @@ from ppc_extproc.scheduling.pool import EndpointPool
 from ppc_extproc.scheduling.router import Router
 from ppc_extproc.server.stream import ExtProcStream, StreamOptions
 from ppc_extproc.tokens import TokenizedPrompt
+from ppc_extproc.tokens.le32 import tokens_to_le32
 
 CONFIG = """
 apiVersion: llm-d.ai/v1alpha1
@@ -76,9 +87,9 @@ def warm(producer, prompts: list[list[int]]) -> None:
                 producer.index.add(None, keys[:held], [PodEntry(endpoint.id, "gpu")])
 
 
-def request_messages(body: bytes) -> list[ProcessingRequest]:
+def request_messages(body: bytes, path: str = "/v1/completions") -> list[ProcessingRequest]:
     hdrs = ProcessingRequest(request_headers=HttpHeaders(headers=HeaderMap(headers=[
-        HeaderValue(key=":path", raw_value=b"/v1/completions"), HeaderValue(key=":method", raw_value=b"POST"),
+        HeaderValue(key=":path", raw_value=path.encode()), HeaderValue(key=":method", raw_value=b"POST"),
         HeaderValue(key="content-type", raw_value=b"application/json"),
     ])))
     chunks = [body[i : i + CHUNK] for i in range(0, len(body), CHUNK)]
@@ -88,15 +99,17 @@ def request_messages(body: bytes) -> list[ProcessingRequest]:
     return msgs
 
 
-def measure(router: Router, bodies: list[bytes], requests: int, metrics: Metrics | None = None) -> tuple[list[float], float]:
+def measure(router: Router, bodies: list[bytes], requests: int, metrics: Metrics | None = None,
+            path: str = "/v1/completions") -> tuple[list[float], float]:
     """Decision latencies (s) of ``requests`` requests, and the mean time spent on the body chunks
     before end of stream (the streamed extraction and hashing that the decision no longer waits for)."""
-    return asyncio.run(_measure(router, bodies, requests, metrics or Metrics()))
+    return asyncio.run(_measure(router, bodies, requests, metrics or Metrics(), path))
 
 
-async def _measure(router: Router, bodies: list[bytes], requests: int, metrics: Metrics) -> tuple[list[float], float]:
+async def _measure(router: Router, bodies: list[bytes], requests: int, metrics: Metrics,
+                   path: str = "/v1/completions") -> tuple[list[float], float]:
     options = StreamOptions()
-    prepared = [request_messages(b) for b in bodies]
+    prepared = [request_messages(b, path) for b in bodies]
     samples = []
     streaming = 0.0
     for i in range(requests + 5):
@@ -159,13 +172,106 @@ class Ingestion(threading.Thread):
                 time.sleep(ahead)
 
 
+#: The same pipeline with a token producer in front (``{backend}``: its parameters).
+CHAT_CONFIG = CONFIG.replace(
+    "plugins:\n", "plugins:\n- type: token-producer\n  parameters: {backend}\n", 1
+)
+
+
+def chat_body(system: str, history: list[str], question: str) -> bytes:
+    messages = [{"role": "system", "content": system}]
+    for i, turn in enumerate(history):
+        messages.append({"role": "user" if i % 2 == 0 else "assistant", "content": turn})
+    messages.append({"role": "user", "content": question})
+    return orjson.dumps({"model": "m", "messages": messages, "max_tokens": 16})
+
+
+def chat_rows(args: argparse.Namespace) -> None:
+    """Chat bodies routed through the token-producer, local and vllm, cold and warm."""
+    from ppc_extproc.localcluster.ports import free_port
+    from ppc_extproc.localcluster.readiness import wait_for_http
+    from ppc_extproc.tokenizer import LocalTokenizer, build_tiny_tokenizer
+    from ppc_extproc.workload.text import chars_per_token, words
+
+    scratch = Path(tempfile.mkdtemp(prefix="bench-decision-tokenizer-"))
+    build_tiny_tokenizer(scratch)
+    tokenizer = LocalTokenizer.from_dir(scratch)
+    ratio = chars_per_token(lambda t: list(range(len(tokenizer.encode(t, add_special_tokens=False)) // 4)))
+    port = free_port()
+    render = subprocess.Popen(
+        [sys.executable, "-m", "ppc_extproc", "mock-vllm", "--host", "127.0.0.1", "--port", str(port),
+         "--model", "m", "--tokenizer", str(scratch), "--kv-events-endpoint", ""],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        wait_for_http(f"http://127.0.0.1:{port}/health", timeout=60)
+        backends = {
+            "local": f"{{local: {{tokenizerPath: {scratch}}}}}",
+            "vllm": f"{{modelName: m, vllm: {{url: 'http://127.0.0.1:{port}', timeout: 30s}}}}",
+        }
+        print(f"\nChat requests (/v1/chat/completions) through the token-producer; tiny tokenizer, "
+              f"{ratio:.2f} chars/token; ms from end of stream to reply")  # fmt: skip
+        print(f"{'tokens':>7}  {'body KB':>7}  {'backend':>8}  {'cold p50':>9} {'p95':>7}   {'warm p50':>9} {'p95':>7}")
+        for n_tokens in args.chat_sizes:
+            chars = int(n_tokens * ratio * 0.8)  # the system prompt; four earlier turns add the rest
+            history = [words(f"turn-{i}", chars // 16) for i in range(4)]
+            for backend, params in backends.items():
+                loaded = load_config_text(CHAT_CONFIG.format(backend=params, block_size=args.block_size))
+                pool = EndpointPool()
+                pool.replace(ENDPOINTS)
+                router = Router(pool, loaded.pipeline, inflight=loaded.services.inflight)
+                producer = next(p for p in loaded.roles.producers if p.type_name == "precise-prefix-cache-producer")
+                requests = max(10, args.requests // (8 if n_tokens >= 100_000 else 2))
+                cold = [chat_body(words(f"cold-{backend}-{n_tokens}-{i}", chars), history, f"q {i}")
+                        for i in range(requests + 5)]  # fmt: skip
+                system = words(f"warm-{n_tokens}", chars)
+                warm_bodies = [chat_body(system, history, f"question {i}") for i in range(requests + 5)]
+                prefix = tokenizer.tokenize("chat", orjson.loads(warm_bodies[0])).prompts[0]
+                warm(producer, [list(np.frombuffer(prefix, dtype="<u4")[: len(prefix) // 4 - 64])])
+                cold_ms, warm_ms = asyncio.run(_chat_run(loaded, router, cold, warm_bodies, requests))
+                print(f"{len(prefix) // 4:>7}  {len(warm_bodies[0]) / 1024:>7.0f}  {backend:>8}  "
+                      f"{statistics.median(cold_ms) * 1e3:9.3f} {percentile(cold_ms, 95) * 1e3:7.3f}   "
+                      f"{statistics.median(warm_ms) * 1e3:9.3f} {percentile(warm_ms, 95) * 1e3:7.3f}")  # fmt: skip
+    finally:
+        render.terminate()
+        render.wait(10)
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+async def _chat_run(loaded, router: Router, cold: list[bytes], warm_bodies: list[bytes],  # type: ignore[no-untyped-def]
+                    requests: int) -> tuple[list[float], list[float]]:
+    """Cold then warm latencies in one event loop, with the plugins (the render client) started."""
+    for plugin in loaded.roles.lifecycle:
+        await plugin.start()
+    try:
+        path = "/v1/chat/completions"
+        cold_ms, _ = await _measure(router, cold, requests, Metrics(), path)
+        await _measure(router, warm_bodies[:3], 3, Metrics(), path)  # fill the segment caches
+        warm_ms, _ = await _measure(router, warm_bodies, requests, Metrics(), path)
+        return cold_ms, warm_ms
+    finally:
+        for plugin in loaded.roles.lifecycle:
+            await plugin.stop()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--block-size", type=int, default=64)
     parser.add_argument("--requests", type=int, default=200)
+    parser.add_argument("--skip-tokens", action="store_true", help="only the chat rows")
+    parser.add_argument("--skip-chat", action="store_true", help="only the token-id rows")
+    parser.add_argument("--chat-sizes", type=lambda t: [int(x) for x in t.split(",")],
+                        default=[8_000, 32_000, 100_000, 200_000])  # fmt: skip
     args = parser.parse_args()
     configure_logging("console", "warning")
-    header(f"Decision latency, in-process (block size {args.block_size}, 16 endpoints, warm index)")
+    header(f"Decision latency, in-process (block size {args.block_size}, 16 endpoints)")
+    if not args.skip_tokens:
+        token_rows(args)
+    if not args.skip_chat:
+        chat_rows(args)
+
+
+def token_rows(args: argparse.Namespace) -> None:
     rng = random.Random(1)
     print(f"{'tokens':>7}  {'body KB':>7}  {'idle p50':>9} {'p95':>7} {'p99':>7}   {'+50k blk/s p50':>14} {'p95':>7} {'p99':>7}")
     breakdown = []

@@ -7,6 +7,7 @@
     │   ├── PayloadTooLargeError   413
     │   ├── SaturatedError         429 (filters removed every endpoint)
     │   ├── SchedulingError        429 (the profile handler found no target)
+    │   ├── ProtocolConfigError    500 (the data plane announced a mode this service lacks)
     │   └── NoEndpointsError       503
     └── WireError          a KV-event message or event that cannot be decoded
 
@@ -21,6 +22,7 @@ __all__ = [
     "NoEndpointsError",
     "PayloadTooLargeError",
     "PpcError",
+    "ProtocolConfigError",
     "RequestError",
     "SaturatedError",
     "SchedulingError",
@@ -81,6 +83,14 @@ class SchedulingError(RequestError):
 
     status = 429
     error_class = "ResourceExhausted"
+
+
+class ProtocolConfigError(RequestError):
+    """Envoy's ``protocol_config`` names a processing mode this service does not implement: a
+    gateway misconfiguration, answered with a 500 that says which field (not a gRPC error)."""
+
+    status = 500
+    error_class = "Internal"
 
 
 class NoEndpointsError(RequestError):

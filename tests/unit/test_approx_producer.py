@@ -7,7 +7,6 @@ import struct
 import pytest
 import xxhash
 
-from ppc_extproc.blockkeys import tokens_to_le32
 from ppc_extproc.blockkeys.prefixhash import prefix_block_hashes
 from ppc_extproc.enginemetrics import EngineMetrics, EngineMetricsStore
 from ppc_extproc.framework import (
@@ -26,6 +25,7 @@ from ppc_extproc.plugins.producers.approx_prefix_cache import (
 from ppc_extproc.plugins.registry import Services
 from ppc_extproc.plugins.scorers import PrefixCacheScorer
 from ppc_extproc.tokens import TokenizedPrompt
+from ppc_extproc.tokens.le32 import tokens_to_le32
 
 A, B, C = Endpoint("10.0.0.1", 8000), Endpoint("10.0.0.2", 8000), Endpoint("10.0.0.3", 8000)
 KEY = "PrefixCacheMatchInfoDataKey/approx"

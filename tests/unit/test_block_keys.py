@@ -9,8 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from vectors import load_vectors, token_range
 
-from ppc_extproc.blockkeys import TokenProcessor, TokenProcessorConfig, tokens_to_le32
+from ppc_extproc.blockkeys import TokenProcessor, TokenProcessorConfig
 from ppc_extproc.blockkeys.hashing import CborFnvHasher, fnv1a64
+from ppc_extproc.tokens.le32 import tokens_to_le32
 
 VECTORS = load_vectors("llmd_hash_vectors.json")["hash_vectors"]
 

@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import pytest
 
-from ppc_extproc.blockkeys import tokens_to_le32
 from ppc_extproc.events.wire import AllBlocksCleared, BlockStored, EventBatch
 from ppc_extproc.framework import (
     Endpoint,
@@ -21,6 +20,7 @@ from ppc_extproc.matchinfo import PrefixCacheMatchInfo
 from ppc_extproc.plugins.producers import PrecisePrefixCacheProducer
 from ppc_extproc.plugins.registry import Services
 from ppc_extproc.tokens import MultimodalFeature, TokenizedPrompt
+from ppc_extproc.tokens.le32 import tokens_to_le32
 
 A, B, C = Endpoint("10.0.0.1", 8000), Endpoint("10.0.0.2", 8000), Endpoint("10.0.0.3", 8000)
 
@@ -70,6 +70,21 @@ def test_match_info_for_every_candidate() -> None:
     assert info(ctx, A) == PrefixCacheMatchInfo(4, 4, 16, 4, {"gpu": 4})
     assert info(ctx, B) == PrefixCacheMatchInfo(1, 4, 16, 2, {"cpu": 2})  # int(0.8 + 0.8)
     assert info(ctx, C) == PrefixCacheMatchInfo(0, 4, 16, 0, {})
+
+
+def test_suspended_endpoints_match_nothing_until_their_stream_is_proven() -> None:
+    """The ingestor suspends an endpoint whose subscriber lost its engine (it may come back
+    restarted, empty): its entries stay, but no request is predicted on them."""
+    p = producer()
+    store(p, A, list(range(64)))
+    store(p, B, list(range(64)))
+    state = p.stats.source(A.id)
+    p.stats.suspend(state, True)
+    ctx = produce(p, request(list(range(70))))
+    assert info(ctx, A) == PrefixCacheMatchInfo(0, 4, 16, 0, {})
+    assert info(ctx, B).match_blocks == 4
+    p.stats.suspend(state, False)
+    assert info(produce(p, request(list(range(70)))), A).match_blocks == 4
 
 
 def test_no_tokens_or_no_full_block_writes_nothing() -> None:

@@ -3,9 +3,9 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from ppc_extproc.blockkeys import tokens_to_le32
 from ppc_extproc.errors import BadRequestError
 from ppc_extproc.tokens import MultimodalFeature, parse_body
+from ppc_extproc.tokens.le32 import tokens_to_le32
 
 
 def body(**fields) -> bytes:

@@ -9,7 +9,6 @@ import asyncio
 import pytest
 import structlog
 
-from ppc_extproc.blockkeys import tokens_to_le32
 from ppc_extproc.config.epp import load_config_text
 from ppc_extproc.enginemetrics import EngineMetrics, EngineMetricsStore
 from ppc_extproc.errors import ConfigError
@@ -28,6 +27,7 @@ from ppc_extproc.plugins.scorers import (
 from ppc_extproc.scheduling.pool import EndpointPool
 from ppc_extproc.scheduling.router import Router
 from ppc_extproc.tokens import TokenizedPrompt
+from ppc_extproc.tokens.le32 import tokens_to_le32
 
 APPROX_KEY = match_info_key("approx-prefix-cache-producer")
 A, B, C = Endpoint("10.0.0.1", 8000), Endpoint("10.0.0.2", 8000), Endpoint("10.0.0.3", 8000)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from ppc_extproc.blockkeys import tokens_to_le32
 from ppc_extproc.errors import ConfigError
 from ppc_extproc.framework import Endpoint, LLMRequest, SchedulingContext
 from ppc_extproc.framework.params import Section
@@ -14,6 +13,7 @@ from ppc_extproc.plugins.scorers import TokenLoadScorer
 from ppc_extproc.plugins.scorers.token_load import request_token_load
 from ppc_extproc.scheduling.inflight import InflightTracker
 from ppc_extproc.tokens import TokenizedPrompt
+from ppc_extproc.tokens.le32 import tokens_to_le32
 
 A, B, C = Endpoint("10.0.0.1", 8000), Endpoint("10.0.0.2", 8000), Endpoint("10.0.0.3", 8000)
 KEY = match_info_key("precise")

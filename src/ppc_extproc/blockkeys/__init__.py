@@ -10,7 +10,7 @@ from ppc_extproc.blockkeys.extras import (
     parse_raw_extra_keys,
     realign_extras,
 )
-from ppc_extproc.blockkeys.hashing import BlockExtras, le32_to_array, tokens_to_le32
+from ppc_extproc.blockkeys.hashing import BlockExtras
 from ppc_extproc.blockkeys.processor import TokenProcessor
 
 __all__ = [
@@ -20,8 +20,6 @@ __all__ = [
     "TokenProcessorConfig",
     "compute_block_extras",
     "fold_cache_salt",
-    "le32_to_array",
     "parse_raw_extra_keys",
     "realign_extras",
-    "tokens_to_le32",
 ]

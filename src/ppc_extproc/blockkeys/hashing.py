@@ -13,12 +13,12 @@ option). Follows ``llm-d/llm-d-router: pkg/kvcache/kvblock/token_processor.go``;
 from __future__ import annotations
 
 import struct
-import sys
-from array import array
 from collections.abc import Sequence
 from typing import Protocol
 
 import xxhash
+
+from ppc_extproc.tokens.le32 import le32_to_array
 
 __all__ = [
     "BlockExtras",
@@ -26,32 +26,12 @@ __all__ = [
     "Hasher",
     "XXH64Hasher",
     "hasher_for",
-    "le32_to_array",
-    "tokens_to_le32",
 ]
 
 #: Per-block identifier strings (multimodal ids, then ``cache_salt`` on block 0), or None.
 BlockExtras = Sequence[str] | None
 
 _xxh64 = xxhash.xxh64_intdigest
-_BIG_ENDIAN_HOST = sys.byteorder == "big"
-
-
-def tokens_to_le32(token_ids: Sequence[int]) -> bytes:
-    """Token ids as little-endian uint32 bytes. OverflowError/TypeError on values outside uint32."""
-    ids = array("I", token_ids)
-    if _BIG_ENDIAN_HOST:  # pragma: no cover - no big-endian CI machine
-        ids.byteswap()
-    return ids.tobytes()
-
-
-def le32_to_array(tokens_le32: bytes | memoryview) -> array[int]:
-    """Little-endian uint32 bytes back to an ``array('I')`` of token ids."""
-    ids = array("I")
-    ids.frombytes(bytes(tokens_le32))
-    if _BIG_ENDIAN_HOST:  # pragma: no cover
-        ids.byteswap()
-    return ids
 _LE64 = struct.Struct("<Q").pack
 
 

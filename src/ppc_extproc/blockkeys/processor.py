@@ -6,8 +6,9 @@ import threading
 from collections.abc import Sequence
 
 from ppc_extproc.blockkeys.config import TokenProcessorConfig
-from ppc_extproc.blockkeys.hashing import BlockExtras, Hasher, hasher_for, tokens_to_le32
+from ppc_extproc.blockkeys.hashing import BlockExtras, Hasher, hasher_for
 from ppc_extproc.ids import RequestKey
+from ppc_extproc.tokens.le32 import tokens_to_le32
 
 __all__ = ["TokenProcessor"]
 

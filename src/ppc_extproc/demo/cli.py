@@ -11,9 +11,11 @@ from ppc_extproc.demo.defaults import (
     DEFAULT_DRAIN_S,
     DEFAULT_DURATION_S,
     DEFAULT_ENGINES,
+    DEFAULT_FORM,
     DEFAULT_NUM_BLOCKS,
     DEFAULT_POLICIES,
     DEFAULT_RATE_PER_S,
+    FORMS,
 )
 from ppc_extproc.workload.policies import ALL_POLICIES
 from ppc_extproc.workload.spec import EngineProfile, WorkloadSpec, from_flags
@@ -112,6 +114,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="seconds after the last arrival before cut-off (default %(default)s)",
     )
     p.add_argument(
+        "--form", choices=FORMS, default=DEFAULT_FORM,
+        help="chat: /v1/chat/completions through the openai client, the engines and the service "
+        "tokenizing with a tiny tokenizer built at run time; text: string prompts; tokens: token-id "
+        "prompts (default %(default)s)",
+    )  # fmt: skip
+    p.add_argument(
         "--json",
         action="store_true",
         help="print the results as JSON on stdout (progress still on stderr)",
@@ -132,7 +140,7 @@ def options_from_args(args: argparse.Namespace) -> DemoOptions:
     return DemoOptions(
         engines=args.engines, rate_per_s=args.rate, duration_s=args.duration, seed=args.seed,
         policies=args.policies, workload=spec, profile=profile, drain_s=args.drain,
-        max_requests=args.max_requests, keep_logs=args.keep_logs,
+        max_requests=args.max_requests, keep_logs=args.keep_logs, form=args.form,
     )  # fmt: skip
 
 

@@ -6,12 +6,18 @@ __all__ = [
     "DEFAULT_DRAIN_S",
     "DEFAULT_DURATION_S",
     "DEFAULT_ENGINES",
+    "DEFAULT_FORM",
     "DEFAULT_NUM_BLOCKS",
     "DEFAULT_POLICIES",
     "DEFAULT_RATE_PER_S",
+    "FORMS",
 ]
 
 DEFAULT_POLICIES: tuple[str, ...] = ("default", "round-robin")
+#: How the requests are sent: chat completions through the ``openai`` client (what users send),
+#: completions with string prompts, or token-id prompts.
+FORMS = ("chat", "text", "tokens")
+DEFAULT_FORM = "chat"
 DEFAULT_ENGINES = 4
 DEFAULT_RATE_PER_S = 10.0
 DEFAULT_DURATION_S = 40.0

@@ -14,18 +14,23 @@ from __future__ import annotations
 import dataclasses
 import math
 import sys
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TextIO
 
 from ppc_extproc.demo.defaults import (
     DEFAULT_DRAIN_S,
     DEFAULT_DURATION_S,
     DEFAULT_ENGINES,
+    DEFAULT_FORM,
     DEFAULT_NUM_BLOCKS,
     DEFAULT_POLICIES,
     DEFAULT_RATE_PER_S,
 )
+from ppc_extproc.tokenizer.local import LocalTokenizer
+from ppc_extproc.tokenizer.tiny import build_tiny_tokenizer
 from ppc_extproc.workload import (
     ClusterPlan,
     EngineProfile,
@@ -39,8 +44,11 @@ from ppc_extproc.workload import (
     policy,
     run_policy,
 )
+from ppc_extproc.workload.clients import EngineTokens, Form, RequestClient, client_for
 from ppc_extproc.workload.probes import machine_info
 from ppc_extproc.workload.report import Summary
+from ppc_extproc.workload.runner import Conversations
+from ppc_extproc.workload.text import TextWorkload, chars_per_token
 
 __all__ = ["DEFAULT_POLICIES", "DemoOptions", "DemoResult", "run_demo", "verdict"]
 
@@ -61,6 +69,8 @@ class DemoOptions:
     drain_s: float = DEFAULT_DRAIN_S
     max_requests: int | None = None
     keep_logs: bool = False
+    #: ``chat``, ``text`` or ``tokens`` (see ``defaults.FORMS``).
+    form: str = DEFAULT_FORM
 
 
 @dataclass(slots=True)
@@ -79,7 +89,7 @@ class DemoResult:
             "machine": self.machine,
             "options": {
                 "engines": o.engines, "rate_per_s": o.rate_per_s, "duration_s": o.duration_s,
-                "seed": o.seed, "policies": list(o.policies), "drain_s": o.drain_s,
+                "seed": o.seed, "policies": list(o.policies), "drain_s": o.drain_s, "form": o.form,
                 "workload": dataclasses.asdict(o.workload), "engine": dataclasses.asdict(o.profile),
             },
             "results": [_run_json(r) for r in self.runs],
@@ -132,8 +142,26 @@ def describe(options: DemoOptions) -> str:
         f"{w.turns_per_session}-turn sessions (working set {w.working_set_tokens:,} tokens; "
         f"cluster cache {options.engines * p.capacity_tokens:,})\n"
         f"arrivals: Poisson {options.rate_per_s:g} req/s for {options.duration_s:g} s per policy, "
-        f"seed {options.seed}"
+        f"seed {options.seed}; requests: {_FORM_TEXT[options.form]}"
     )
+
+
+_FORM_TEXT = {
+    "chat": "chat completions (openai client; tiny tokenizer built at run time)",
+    "text": "string-prompt completions (tiny tokenizer built at run time)",
+    "tokens": "token-id completions",
+}
+
+
+def _request_side(options: DemoOptions, spec: WorkloadSpec, scratch: Path) -> tuple[Conversations, RequestClient | None, str | None]:
+    """The conversations, the client sending them and the engines' tokenizer, for ``options.form``."""
+    if options.form == "tokens":
+        return Workload(spec), None, None
+    build_tiny_tokenizer(scratch)
+    tokens = EngineTokens(LocalTokenizer.from_dir(scratch))
+    form: Form = "chat" if options.form == "chat" else "text"
+    client = client_for(form, model=ClusterPlan().model, max_tokens=spec.output_tokens, tokens=tokens)
+    return TextWorkload(spec, chars_per_token=chars_per_token(tokens.text)), client, str(scratch)
 
 
 def run_demo(options: DemoOptions, stream: TextIO | None = None) -> DemoResult:
@@ -142,20 +170,23 @@ def run_demo(options: DemoOptions, stream: TextIO | None = None) -> DemoResult:
     spec = dataclasses.replace(options.workload, seed=options.seed)
     stages = [Stage(options.rate_per_s, options.duration_s)]
     schedule = arrivals(spec, stages, options.max_requests)
-    plan = ClusterPlan(engines=options.engines, profile=options.profile, keep_logs=options.keep_logs)
     runs: list[PolicyRun] = []
-    for name in options.policies:
-        chosen = policy(name, block_size=options.profile.block_size)
-        chosen = dataclasses.replace(chosen, name=_DISPLAY.get(name, name))
-        progress = ProgressLine(chosen.name, err)
-        try:
-            run = run_policy(
-                chosen, Workload(spec), schedule, stages, plan,
-                drain_s=options.drain_s, on_progress=progress,
-            )  # fmt: skip
-        finally:
-            progress.close()
-        runs.append(run)
+    with tempfile.TemporaryDirectory(prefix="ppc-demo-tokenizer-") as scratch:
+        conversations, client, tokenizer = _request_side(options, spec, Path(scratch))
+        plan = ClusterPlan(engines=options.engines, profile=options.profile, keep_logs=options.keep_logs,
+                           tokenizer=tokenizer)  # fmt: skip
+        for name in options.policies:
+            chosen = policy(name, block_size=options.profile.block_size)
+            chosen = dataclasses.replace(chosen, name=_DISPLAY.get(name, name))
+            progress = ProgressLine(chosen.name, err)
+            try:
+                run = run_policy(
+                    chosen, conversations, schedule, stages, plan,
+                    drain_s=options.drain_s, on_progress=progress, client=client,
+                )  # fmt: skip
+            finally:
+                progress.close()
+            runs.append(run)
     return DemoResult(options, runs, machine_info())
 
 

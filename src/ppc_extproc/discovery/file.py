@@ -7,7 +7,8 @@ Behaviour   read at start (an unreadable file is an error); with ``watchFile: tr
             the file's modification time or size changes (edits, atomic renames, ConfigMap symlink
             swaps): endpoints added, updated (e.g. a new rank) or deleted become endpoint events
             (KV-event subscribers, index clearing); a broken edit is logged and the previous list
-            stays in force
+            stays in force. Only a regular file of at most 4 MiB is read (a FIFO, a device such as
+            /dev/zero, or a runaway file is refused, never read whole)
 Parameters  ``path`` (required), ``watchFile`` [false, as llm-d], ``pollInterval`` ["1s"; how
             often a watched file is checked]
 
@@ -27,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -38,9 +40,28 @@ from ppc_extproc.framework import Discovery, Endpoint, EndpointRegistry
 from ppc_extproc.framework.params import Section
 from ppc_extproc.plugins.registry import Services, register
 
-__all__ = ["FileDiscovery", "parse_endpoints_document"]
+__all__ = ["MAX_FILE_BYTES", "FileDiscovery", "parse_endpoints_document", "read_endpoints_file"]
 
 log = structlog.get_logger(__name__)
+
+#: The largest endpoints file read (~50,000 endpoints); a larger one is refused unread.
+MAX_FILE_BYTES = 4 * 1024 * 1024
+
+
+def read_endpoints_file(path: Path) -> str:
+    """The text of ``path``, if it is a regular UTF-8 file of at most ``MAX_FILE_BYTES``. Opened
+    non-blocking (a FIFO would block until a writer comes) and read no further than the bound."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ConfigError(str(path), "not a regular file")
+        data = f.read(MAX_FILE_BYTES + 1)
+    if len(data) > MAX_FILE_BYTES:
+        raise ConfigError(str(path), f"larger than {MAX_FILE_BYTES} bytes")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(str(path), f"not UTF-8: {exc}") from None
 
 
 def _endpoint(item: Any, path: str) -> Endpoint:
@@ -122,7 +143,7 @@ class FileDiscovery(Discovery):
         stamp = (stat.st_mtime_ns, stat.st_size)
         if stamp == self._stamp:
             return None
-        endpoints = parse_endpoints_document(self.path.read_text(), str(self.path))
+        endpoints = parse_endpoints_document(read_endpoints_file(self.path), str(self.path))
         self._stamp = stamp
         return endpoints
 

@@ -3,7 +3,12 @@
 BlockStored recomputes request keys from the event's tokens (engine and indexer hashes never need to
 agree), chains from the parent through the engine-key mapping, and maps engine keys to request keys.
 BlockRemoved is reference-counted per (endpoint, tier, group, rank, hash), because vLLM can store
-the same hash twice. AllBlocksCleared clears the endpoint. Spec: ``block_keys_and_index.md`` §3.
+the same hash twice (``llm-d/llm-d-router: pkg/kvevents/event_dedup_filter.go``). AllBlocksCleared
+clears the endpoint (``llm-d/llm-d-router: pkg/kvevents/pool.go``).
+
+Everything an engine's events can make grow is bounded: distinct (tier, group) entries per
+endpoint (each owns a bit of every index mask), HMA groups per endpoint, and the duplicate-store
+counts; what goes beyond is dropped and counted.
 
 Not thread-safe: one applier is driven by the single ingestion thread (the index itself is
 thread-safe for the readers on the request path).
@@ -15,11 +20,12 @@ from dataclasses import dataclass
 
 import structlog
 
-from ppc_extproc.blockkeys import TokenProcessor, parse_raw_extra_keys, realign_extras, tokens_to_le32
+from ppc_extproc.blockkeys import TokenProcessor, parse_raw_extra_keys, realign_extras
 from ppc_extproc.events.stats import IngestStats
 from ppc_extproc.events.wire import BlockRemoved, BlockStored, EventBatch
 from ppc_extproc.ids import EndpointId, EngineKey
 from ppc_extproc.index import EngineScope, InMemoryIndex, PodEntry
+from ppc_extproc.tokens.le32 import tokens_to_le32
 
 __all__ = ["INDEXABLE_KINDS", "EventApplier"]
 
@@ -27,6 +33,14 @@ log = structlog.get_logger(__name__)
 
 #: HMA group kinds whose blocks form a prefix that a new request can reuse.
 INDEXABLE_KINDS = frozenset({"full_attention", "mla_attention", "sink_full_attention"})
+#: Distinct (tier, group) entries an endpoint may own. Real engines use a few tiers ("GPU", "CPU",
+#: offload stores) times their indexable KV-cache groups; an entry owns an index bit for good.
+MAX_ENTRIES_PER_ENDPOINT = 32
+#: Distinct HMA groups recorded per endpoint (indexable or not).
+MAX_GROUPS_PER_ENDPOINT = 64
+#: Duplicate-store counts kept per endpoint; beyond, they are reset (a later remove may then
+#: remove a block that is still stored once: a missed hit, never a wrong one).
+MAX_DUPLICATES_PER_ENDPOINT = 65536
 
 _DedupKey = tuple[str, int | None, int, int]  # (tier, group, dp_rank, engine hash)
 
@@ -53,14 +67,24 @@ class EventApplier:
         # Extra copies of a stored hash beyond the first, per endpoint (usually empty).
         self._duplicates: dict[str, dict[_DedupKey, int]] = {}
         self._groups: dict[tuple[str, int], _GroupInfo] = {}
+        self._group_counts: dict[str, int] = {}
         # Interned entries and scopes: an event needs one of each, thousands of times a second.
         self._entries: dict[tuple[str, str, int | None], PodEntry] = {}
         self._scopes: dict[tuple[str, int, int | None], EngineScope] = {}
+        # The (tier, group) entries each endpoint owns (bounded by MAX_ENTRIES_PER_ENDPOINT).
+        self._owned: dict[str, set[tuple[str, int | None]]] = {}
 
-    def _entry(self, endpoint: str, medium: str | None, group: int | None) -> PodEntry:
+    def _entry(self, endpoint: str, medium: str | None, group: int | None, *, new: bool = True) -> PodEntry | None:
+        """The interned entry; None when it would be the endpoint's entry beyond the bound (or,
+        with ``new`` False, when the endpoint never owned it)."""
         tier = medium.lower() if medium else "gpu"
         entry = self._entries.get((endpoint, tier, group))
         if entry is None:
+            owned = self._owned.setdefault(endpoint, set())
+            if (tier, group) not in owned:
+                if not new or len(owned) >= MAX_ENTRIES_PER_ENDPOINT:
+                    return None
+                owned.add((tier, group))
             if len(self._entries) > 65536:
                 self._entries.clear()
             entry = self._entries[(endpoint, tier, group)] = PodEntry(EndpointId(endpoint), tier, group=group)
@@ -84,8 +108,12 @@ class EventApplier:
     def forget_endpoint(self, endpoint: str) -> int:
         """Endpoint deleted from the pool: clear it and recycle its index entries."""
         self._duplicates.pop(endpoint, None)
-        for key in [k for k in self._groups if k[0] == endpoint]:
-            del self._groups[key]
+        self._owned.pop(endpoint, None)
+        for entry_key in [k for k in self._entries if k[0] == endpoint]:
+            del self._entries[entry_key]
+        for group_key in [k for k in self._groups if k[0] == endpoint]:
+            del self._groups[group_key]
+        self._group_counts.pop(endpoint, None)
         return self.index.forget_endpoint(endpoint)
 
     # --- batches -------------------------------------------------------------------------------
@@ -120,28 +148,35 @@ class EventApplier:
 
     # --- events --------------------------------------------------------------------------------
 
-    def _indexable_group(self, endpoint: str, event: BlockStored | BlockRemoved) -> bool:
+    def _indexable_group(self, endpoint: str, event: BlockStored) -> str | None:
+        """None when the event's group is indexable, else the reason to drop the event."""
         group = event.group_idx
         if group is None:
-            return True
+            return None
         info = self._groups.get((endpoint, group))
-        if isinstance(event, BlockStored) and event.kv_cache_spec_kind is not None:
+        if event.kv_cache_spec_kind is not None:
             if info is None or info.kind != event.kv_cache_spec_kind:
+                if info is None:
+                    if self._group_counts.get(endpoint, 0) >= MAX_GROUPS_PER_ENDPOINT:
+                        return "too_many_groups"
+                    self._group_counts[endpoint] = self._group_counts.get(endpoint, 0) + 1
                 self._groups[(endpoint, group)] = _GroupInfo(
                     event.kv_cache_spec_kind, event.block_size, event.kv_cache_spec_sliding_window
                 )
-            return event.kv_cache_spec_kind in INDEXABLE_KINDS
+            return None if event.kv_cache_spec_kind in INDEXABLE_KINDS else "non_indexable_group"
         if info is None:
             # vLLM before 0.22 tags groups without kinds; group 0 is the full-attention group.
-            return isinstance(event, BlockStored) and event.kv_cache_spec_kind is None and group == 0
-        return info.kind in INDEXABLE_KINDS
+            return None if group == 0 else "non_indexable_group"
+        return None if info.kind in INDEXABLE_KINDS else "non_indexable_group"
 
     def _stored(self, endpoint: str, model: str, rank: int, event: BlockStored) -> int:
         """Apply one BlockStored; returns the number of canonical blocks indexed."""
         stats = self.stats
-        if event.group_idx is not None and not self._indexable_group(endpoint, event):
-            stats.drop(endpoint, "non_indexable_group")
-            return 0
+        if event.group_idx is not None:
+            reason = self._indexable_group(endpoint, event)
+            if reason is not None:
+                stats.drop(endpoint, reason)
+                return 0
         n_hashes = len(event.block_hashes)
         n_tokens = len(event.token_ids)
         if (
@@ -153,6 +188,9 @@ class EventApplier:
             stats.drop(endpoint, "sparse_group_event")
             return 0
         entry = self._entry(endpoint, event.medium, event.group_idx)
+        if entry is None:
+            stats.drop(endpoint, "too_many_entries")
+            return 0
         scope = self._scope(endpoint, rank, event.group_idx)
         parent_key = 0
         if event.parent_block_hash:
@@ -186,17 +224,22 @@ class EventApplier:
             extras[0] = (*(extras[0] or ()), event.cache_salt)
         keys = self.processor.keys(tokens, event.lora_name or model, parent=parent_key, extras=extras)
 
-        engine_keys: list[int] | None = event.block_hashes
-        if n_hashes and n_tokens % n_hashes == 0:
-            engine_block = n_tokens // n_hashes
-            if engine_block < block:
-                # Map only engine blocks whose tokens lie inside full canonical blocks.
-                engine_keys = event.block_hashes[: len(keys) * block // engine_block]
-        else:
-            engine_keys = None  # tokens do not split evenly into engine blocks: no safe mapping
+        engine_block, uneven = divmod(n_tokens, n_hashes) if n_hashes else (0, 1)
+        if uneven:
+            # The decoder drops these too (stored_problem): an engine key must cover whole token
+            # spans, else these blocks could be indexed but never removed.
+            stats.drop(endpoint, "tokens_not_divisible")
+            return 0
+        engine_keys = event.block_hashes
+        if engine_block < block:
+            # Map only engine blocks whose tokens lie inside full canonical blocks.
+            engine_keys = engine_keys[: len(keys) * block // engine_block]
         duplicates = self.index.add(engine_keys, keys, [entry], scope)  # type: ignore[arg-type]
         if duplicates:
             counts = self._duplicates.setdefault(endpoint, {})
+            if len(counts) >= MAX_DUPLICATES_PER_ENDPOINT:
+                counts.clear()
+                stats.count(endpoint, "duplicate_counts_reset")
             for engine_key in duplicates:
                 dkey = (entry.tier, event.group_idx, rank, engine_key)
                 counts[dkey] = counts.get(dkey, 0) + 1
@@ -222,7 +265,10 @@ class EventApplier:
             if info is None and event.group_idx != 0:
                 stats.drop(endpoint, "unknown_group")
                 return
-        entry = self._entry(endpoint, event.medium, event.group_idx)
+        entry = self._entry(endpoint, event.medium, event.group_idx, new=False)
+        if entry is None:  # a tier or group the endpoint never stored anything in
+            stats.count(endpoint, "removes_unmapped", len(event.block_hashes))
+            return
         scope = self._scope(endpoint, rank, event.group_idx)
         tier = entry.tier
         counts = self._duplicates.get(endpoint)

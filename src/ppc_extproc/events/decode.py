@@ -4,7 +4,12 @@ Fast path: msgspec decodes vLLM's map-era (≥ 0.24) or array-era (≤ 0.23) bat
 the wire types, validating types in C. Anything else — SGLang's shorter arrays and trailing
 metadata maps, signed or bytes hashes, 2-element batches with odd types, a single bad event — goes
 through the untyped path, which normalises field by field and skips only the bad events, recording
-why. Only a bad *batch* raises ``WireError``. Spec: ``kv_events_wire.md`` §5.
+why. Only a bad *batch* raises ``WireError``. The layouts are vLLM's
+(``vllm-project/vllm: vllm/distributed/kv_events.py``) and SGLang's
+(``sgl-project/sglang: python/sglang/srt/disaggregation/kv_events.py``).
+
+Both paths return only BlockStored events that can be indexed consistently (``stored_problem``):
+the tokens split evenly over the hashes, a positive block size, and at most ``MAX_EVENT_TOKENS``.
 """
 
 from __future__ import annotations
@@ -19,10 +24,33 @@ from ppc_extproc.errors import WireError
 from ppc_extproc.events.wire import AllBlocksCleared, BlockRemoved, BlockStored, EventBatch, KVCacheEvent
 from ppc_extproc.ids import MASK64
 
-__all__ = ["MAX_PAYLOAD_BYTES", "decode_batch", "normalise_hash"]
+__all__ = ["MAX_EVENT_TOKENS", "MAX_PAYLOAD_BYTES", "decode_batch", "normalise_hash", "stored_problem"]
 
 #: Payloads above this size are refused without unpacking (a batch is one scheduler step).
 MAX_PAYLOAD_BYTES = 64 * 1024 * 1024
+#: Tokens one BlockStored may carry. An event holds the blocks one request filled in one scheduler
+#: step (vLLM schedules at most ``max_num_batched_tokens`` per step, typically 2K–64K); 4M tokens
+#: is a 16 MiB key computation on the ingestion thread.
+MAX_EVENT_TOKENS = 1 << 22
+
+
+def stored_problem(event: BlockStored) -> str | None:
+    """Why a BlockStored cannot be indexed consistently (a drop reason), or None.
+
+    Every engine key must cover the same whole number of tokens, else blocks would be indexed
+    without an engine-key mapping and could never be removed. Token-less stores (offload placeholders,
+    which may say ``block_size`` 0) only add a tier to blocks already mapped."""
+    n_tokens = len(event.token_ids)
+    if not n_tokens:
+        return None
+    if event.block_size <= 0:
+        return "bad_block_size"
+    if n_tokens > MAX_EVENT_TOKENS:
+        return "too_many_tokens"
+    n_hashes = len(event.block_hashes)
+    if not n_hashes or n_tokens % n_hashes:
+        return "tokens_not_divisible"
+    return None
 
 
 # --- fast path: typed msgspec decoding of vLLM batches ---------------------------------------------
@@ -148,7 +176,7 @@ def _stored(raw: list[Any] | dict[str, Any], sglang: bool) -> BlockStored:
     ):
         raise _BadEvent("bad_extra_keys")
     lora_id = f["lora_id"]
-    return BlockStored(
+    event = BlockStored(
         block_hashes=_hashes(f["block_hashes"]),
         parent_block_hash=None if parent is None else normalise_hash(parent),
         token_ids=tokens,
@@ -162,6 +190,10 @@ def _stored(raw: list[Any] | dict[str, Any], sglang: bool) -> BlockStored:
         kv_cache_spec_sliding_window=_opt_int(f["kv_cache_spec_sliding_window"], "bad_sliding_window"),
         cache_salt=cache_salt,
     )
+    problem = stored_problem(event)
+    if problem is not None:
+        raise _BadEvent(problem)
+    return event
 
 
 def _removed(raw: list[Any] | dict[str, Any], sglang: bool) -> BlockRemoved:
@@ -248,5 +280,29 @@ def decode_batch(payload: bytes, engine_type: str = "vllm") -> EventBatch:
                 continue
             rank = batch.data_parallel_rank
             if rank is None or rank >= 0:
-                return EventBatch(batch.ts, batch.events, rank or 0)  # type: ignore[arg-type]
+                events: list[KVCacheEvent] = batch.events  # type: ignore[assignment]
+                for event in events:  # stored_problem, inlined: this loop runs for every batch
+                    if isinstance(event, BlockStored):
+                        n_tokens = len(event.token_ids)
+                        if n_tokens and (
+                            event.block_size <= 0
+                            or n_tokens > MAX_EVENT_TOKENS
+                            or not event.block_hashes
+                            or n_tokens % len(event.block_hashes)
+                        ):
+                            return _consistent(batch.ts, events, rank or 0)
+                return EventBatch(batch.ts, events, rank or 0)
     return _decode_untyped(payload, sglang)
+
+
+def _consistent(ts: float, events: list[KVCacheEvent], rank: int) -> EventBatch:
+    """The batch without its inconsistent BlockStored events, each listed as skipped."""
+    kept: list[KVCacheEvent] = []
+    skipped: list[str] = []
+    for event in events:
+        problem = stored_problem(event) if isinstance(event, BlockStored) else None
+        if problem is None:
+            kept.append(event)
+        else:
+            skipped.append(problem)
+    return EventBatch(ts, kept, rank, skipped)

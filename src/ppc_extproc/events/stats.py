@@ -26,6 +26,8 @@ class SourceState:
     connected: bool = False
     replaying: bool = False
     queue_depth: int = 0
+    #: The subscriber lost its connection and nothing since proved the index entries still hold.
+    suspended: bool = False
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -36,6 +38,7 @@ class SourceState:
             "connected": self.connected,
             "replaying": self.replaying,
             "queueDepth": self.queue_depth,
+            "suspended": self.suspended,
         }
 
 
@@ -50,6 +53,9 @@ class IngestStats:
     #: (endpoint, name) → transport counters: messages, batches, blocks_stored, gaps, replays_ok, …
     transport: dict[tuple[str, str], int] = field(default_factory=lambda: defaultdict(int))
     sources: dict[str, SourceState] = field(default_factory=dict)
+    #: Endpoints whose index entries must not be trusted right now (see ``Ingestor``); the
+    #: request path reads this set, the ingestion thread replaces it.
+    suspended: frozenset[str] = frozenset()
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def event(self, endpoint: str, kind: str, n: int = 1) -> None:
@@ -72,6 +78,18 @@ class IngestStats:
         """Drop a deleted endpoint's live state (counters stay: they are monotonic)."""
         with self._lock:
             self.sources.pop(endpoint, None)
+            self.suspended = self.suspended - {endpoint}
+
+    def suspend(self, state: SourceState, suspended: bool) -> None:
+        """Mark ``state``'s endpoint entries untrusted (or trusted again)."""
+        if state.suspended == suspended:
+            return
+        state.suspended = suspended
+        with self._lock:
+            if suspended:
+                self.suspended = self.suspended | {state.endpoint}
+            else:
+                self.suspended = self.suspended - {state.endpoint}
 
     def dropped_total(self, endpoint: str | None = None) -> int:
         return sum(n for (ep, _), n in list(self.dropped.items()) if endpoint in (None, ep))

@@ -2,8 +2,7 @@
 
 The types are msgspec structs in vLLM's field order, so the common vLLM payloads decode straight
 into them in C (``decode.py`` tries the map era, then the array era, then a tolerant untyped path
-for SGLang and anything unusual). Hashes are unsigned 64-bit ints once decoded. Spec:
-``kv_events_wire.md`` §3–§5.
+for SGLang and anything unusual). Hashes are unsigned 64-bit ints once decoded.
 """
 
 from __future__ import annotations
@@ -17,6 +16,8 @@ __all__ = ["AllBlocksCleared", "BlockRemoved", "BlockStored", "EventBatch", "KVC
 #: An engine block hash as it leaves the decoder: an unsigned 64-bit int.
 Hash = Annotated[int, msgspec.Meta(ge=0)]
 GroupIndex = Annotated[int, msgspec.Meta(ge=0)]
+#: A negative block size fails the typed decoders; the untyped path then skips just that event.
+BlockSize = Annotated[int, msgspec.Meta(ge=0)]
 
 
 class _Event(msgspec.Struct, tag=True, tag_field="type", frozen=True, gc=False):
@@ -33,7 +34,7 @@ class BlockStored(_Event, frozen=True):
     #: Tokens of all new blocks; empty for location-only (offload) events (vLLM 0.9.0).
     token_ids: list[int]
     #: Engine (group) block size; 0 in some placeholder offload events (vLLM 0.9.0).
-    block_size: int
+    block_size: BlockSize
     #: Deprecated LoRA int id (``lora_int_id``); ignored for hashing (vLLM 0.9.0).
     lora_id: int | None = None
     #: "GPU", "CPU", "STORAGE", … (vLLM 0.10.2; SGLang 0.5.10).

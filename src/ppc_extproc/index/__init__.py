@@ -13,6 +13,7 @@ from ppc_extproc.index.mapping import engine_to_request_mapping
 from ppc_extproc.index.memory import (
     DEFAULT_INDEX_SIZE,
     EngineScope,
+    IndexSnapshot,
     IndexStats,
     InMemoryIndex,
     PrefixRun,
@@ -26,6 +27,7 @@ __all__ = [
     "EngineScope",
     "EntryRegistry",
     "InMemoryIndex",
+    "IndexSnapshot",
     "IndexStats",
     "MaskInfo",
     "PodEntry",

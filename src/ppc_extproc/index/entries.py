@@ -158,5 +158,9 @@ class EntryRegistry:
             self._mask_info.clear()
         return mask
 
+    def known(self) -> list[PodEntry]:
+        """Every entry that owns a bit."""
+        return list(self._bit_of)
+
     def __len__(self) -> int:
         return len(self._bit_of)

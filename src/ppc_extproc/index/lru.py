@@ -4,8 +4,14 @@ Exact LRU costs an OrderedDict node (~50 bytes) per key and a relink on every to
 millions of keys, so it uses two plain dicts instead: new and touched keys live in ``young``; when
 ``young`` reaches half the capacity it becomes ``old`` and the previous ``old`` is evicted whole.
 A key read from ``old`` moves back to ``young``. Every key touched within the last ``capacity / 2``
-insertions survives; at most ``capacity`` keys are held. The evicted generation is released a few
-items per write, so no single call pays for dropping half the map.
+insertions survives; at most ``capacity`` keys are held.
+
+The evicted generation is released incrementally, so no single call pays for dropping half the map:
+every write releases twice as many evicted items as it wrote keys (plus a few), so a generation
+is gone well before the next one is evicted — a fixed number of items per write call would fall
+behind when one call writes many keys (a 64-block KV event) and let evicted generations pile up.
+Should one still be pending at the next eviction (a read-heavy phase that promotes many keys), it
+is dropped at once: evicted memory never exceeds one generation.
 """
 
 from __future__ import annotations
@@ -18,7 +24,9 @@ __all__ = ["TwoGenerationLRU"]
 K = TypeVar("K")
 V = TypeVar("V")
 
-_RELEASE_PER_WRITE = 4
+#: Evicted items released per write call, and per key written (see the module docstring).
+_RELEASE_PER_CALL = 4
+_RELEASE_PER_KEY = 2
 #: Below this many keys a plain loop beats the bulk path's setup.
 _BULK_MIN_KEYS = 32
 
@@ -33,7 +41,8 @@ class TwoGenerationLRU(Generic[K, V]):
         self._generation_size = capacity // 2
         self._young: dict[K, V] = {}
         self._old: dict[K, V] = {}
-        self._retired: list[dict[K, V]] = []
+        #: The evicted generation, being released (empty: none).
+        self._retired: dict[K, V] = {}
         #: Keys dropped by eviction since creation (a metric).
         self.evicted = 0
 
@@ -82,7 +91,7 @@ class TwoGenerationLRU(Generic[K, V]):
         self._young[key] = value
         self._maybe_rotate()
         if self._retired:
-            self._release_some()
+            self._release_some(1)
 
     def set_many(self, keys: Sequence[K], values: Sequence[V]) -> list[V | None]:
         """``set`` for several keys at once; returns each key's previous value (or None)."""
@@ -98,7 +107,7 @@ class TwoGenerationLRU(Generic[K, V]):
             if len(young) >= self._generation_size:
                 self._maybe_rotate()
         if self._retired:
-            self._release_some()
+            self._release_some(len(keys))
         return previous
 
     def or_bits(self, keys: Sequence[K], bits: int, limit: int, trim: Callable[[int, int], int]) -> None:
@@ -126,7 +135,7 @@ class TwoGenerationLRU(Generic[K, V]):
             if len(young) >= self._generation_size:
                 self._maybe_rotate()
         if self._retired:
-            self._release_some()
+            self._release_some(len(keys))
 
     def _or_bits_bulk(self, keys: Sequence[K], bits: int, limit: int, trim: Callable[[int, int], int]) -> None:
         for lo, hi in self._slices(len(keys)):
@@ -146,7 +155,7 @@ class TwoGenerationLRU(Generic[K, V]):
                 young.update(updates)  # type: ignore[arg-type]
             else:  # every key is new: one C-level insert
                 young.update(dict.fromkeys(chunk, bits))  # type: ignore[arg-type]
-            self._after_write()
+            self._after_write(hi - lo)
 
     def _slices(self, n: int) -> Iterator[tuple[int, int]]:
         """Bounds of consecutive slices that each fit in the young generation's remaining room,
@@ -170,11 +179,11 @@ class TwoGenerationLRU(Generic[K, V]):
                     values[i] = value
                     self._young[key] = value
 
-    def _after_write(self) -> None:
+    def _after_write(self, written: int) -> None:
         if len(self._young) >= self._generation_size:
             self._maybe_rotate()
         if self._retired:
-            self._release_some()
+            self._release_some(written)
 
     def replace(self, key: K, value: V) -> None:
         """Replace the value of a present key in place, without changing its recency."""
@@ -198,7 +207,7 @@ class TwoGenerationLRU(Generic[K, V]):
         yield from list(self._young.values())
 
     def clear(self) -> None:
-        self._young, self._old, self._retired = {}, {}, []
+        self._young, self._old, self._retired = {}, {}, {}
 
     def __len__(self) -> int:
         return len(self._young) + len(self._old)
@@ -207,13 +216,16 @@ class TwoGenerationLRU(Generic[K, V]):
         if len(self._young) >= self._generation_size:
             if self._old:
                 self.evicted += len(self._old)
-                self._retired.append(self._old)
+                self._retired = self._old  # drops a generation still pending, if any
             self._old, self._young = self._young, {}
 
-    def _release_some(self) -> None:
-        retired = self._retired[0]
-        for _ in range(_RELEASE_PER_WRITE):
-            if not retired:
-                self._retired.pop(0)
-                return
-            retired.popitem()
+    def retired_items(self) -> int:
+        """Evicted items not yet released (at most one generation)."""
+        return len(self._retired)
+
+    def _release_some(self, written: int) -> None:
+        popitem = self._retired.popitem
+        for _ in range(min(len(self._retired), _RELEASE_PER_CALL + _RELEASE_PER_KEY * written)):
+            popitem()
+        if not self._retired:
+            self._retired = {}  # an emptied dict keeps its table: let it go

@@ -7,8 +7,8 @@ Two maps, both bounded with approximate LRU eviction:
 
 Engine keys are scoped per ``(endpoint, dp_rank, group)`` by XOR with a 64-bit hash of the scope,
 so two pods reporting the same engine hash never overwrite each other's mapping (llm-d keeps them
-global: bug B3). Thread-safe: the KV-event thread writes while the request path reads.
-Spec: ``block_keys_and_index.md`` §2 and §4.
+global: ``llm-d/llm-d-router: pkg/kvcache/kvblock/in_memory.go``). Thread-safe: the KV-event thread
+writes while the request path reads.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from ppc_extproc.index.entries import EntryRegistry, MaskInfo, PodEntry
 from ppc_extproc.index.lru import TwoGenerationLRU
 from ppc_extproc.index.mapping import engine_to_request_mapping
 
-__all__ = ["DEFAULT_INDEX_SIZE", "EngineScope", "InMemoryIndex", "IndexStats", "PrefixRun"]
+__all__ = ["DEFAULT_INDEX_SIZE", "EngineScope", "InMemoryIndex", "IndexSnapshot", "IndexStats", "PrefixRun"]
 
 #: Default bound on request keys (and on engine mappings). llm-d's default is 1e8, which in a
 #: Python process would mean ~15 GB before anything is evicted.
@@ -46,6 +46,16 @@ class PrefixRun:
 
     info: MaskInfo
     count: int
+
+
+@dataclass(frozen=True, slots=True)
+class IndexSnapshot:
+    """The index's contents by value: request key → its entries, scoped engine key → request
+    key(s), and every entry that owns a bit."""
+
+    request_keys: dict[int, frozenset[str]]
+    engine_keys: dict[int, int | tuple[int, ...]]
+    entries: frozenset[str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,6 +250,16 @@ class InMemoryIndex:
                 for endpoint in {e.endpoint for e in self.registry.entries(mask)}:
                     per_endpoint[endpoint] = per_endpoint.get(endpoint, 0) + n
             return per_endpoint
+
+    def snapshot(self) -> IndexSnapshot:
+        """Everything the index holds, by value (for tests and debugging; O(keys))."""
+        with self._lock:
+            entries = self.registry.entries
+            return IndexSnapshot(
+                request_keys={k: frozenset(map(str, entries(mask))) for k, mask in self._keys.items()},
+                engine_keys=dict(self._engine.items()),
+                entries=frozenset(map(str, self.registry.known())),
+            )
 
     def stats(self) -> IndexStats:
         with self._lock:

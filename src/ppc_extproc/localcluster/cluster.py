@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -307,6 +308,10 @@ class LocalCluster(ClusterLayout):
     def stop_engine(self, index: int) -> None:
         """Stop engine ``index``."""
         self._single_engine(index).stop(self.stop_timeout)
+
+    def kill_engine(self, index: int) -> None:
+        """SIGKILL engine ``index`` (a crash: no graceful shutdown, sockets reset)."""
+        self._engines[index].stop(self.stop_timeout, sig=signal.SIGKILL)
 
     def start_engine(self, index: int) -> None:
         """(Re)start engine ``index`` on the same address and ports; wait for ``/health``."""

@@ -140,8 +140,9 @@ class ManagedProcess:
             _live.add(self)
         log.debug("process_started", name=self.name, pid=popen.pid, log_path=str(self.log_path))
 
-    def stop(self, timeout: float = 10.0) -> int | None:
-        """SIGTERM the process group, SIGKILL it after ``timeout`` seconds, reap; return the exit status.
+    def stop(self, timeout: float = 10.0, *, sig: signal.Signals = signal.SIGTERM) -> int | None:
+        """Send ``sig`` (SIGTERM; SIGKILL for a crash) to the process group, SIGKILL it after
+        ``timeout`` seconds, reap; return the exit status.
 
         Safe to call more than once and on a process that already exited (its group is still
         signalled, so grandchildren it left behind go too).
@@ -153,7 +154,7 @@ class ManagedProcess:
             return popen.returncode
         try:
             pgid = popen.pid
-            _signal_group(pgid, signal.SIGTERM)
+            _signal_group(pgid, sig)
             try:
                 popen.wait(timeout=timeout)
             except subprocess.TimeoutExpired:

@@ -20,7 +20,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from ppc_extproc.mock_vllm import protocol as p
+import ppc_extproc.mock_vllm.protocol as p
 from ppc_extproc.mock_vllm.engine import MockEngine, RequestRejected
 
 __all__ = ["add_peer_probe_routes", "tokenize_body"]

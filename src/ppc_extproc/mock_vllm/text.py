@@ -200,7 +200,7 @@ async def messages(request: web.Request) -> web.StreamResponse:
     body = await _body(request)
     if body.get("stream"):
         raise BadRequestError("stream: the mock serves /v1/messages without streaming only")
-    chat = parse_chat(tok.anthropic_chat_body(body))
+    chat = parse_chat(tok.anthropic_chat_body(body), allow_empty_tools=True)
     ids = _tokenized(tok.tokenize_chat(chat))
     req = _submit(engine, ids, body, chat.cache_salt)
     await _wait(engine, req)

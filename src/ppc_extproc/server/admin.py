@@ -56,6 +56,8 @@ def build_admin_app(
     is_ready: Callable[[], bool],
     state: Callable[[], dict[str, Any]],
     decisions: Callable[[], list[dict[str, Any]]] = list,
+    *,
+    max_body_bytes: int = 16 * 1024 * 1024,
 ) -> web.Application:
     async def metrics(_: web.Request) -> web.Response:
         return web.Response(body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
@@ -104,7 +106,8 @@ def build_admin_app(
             "tokenizeOutcome": llm_request.tokenize_outcome,
         })
 
-    app = web.Application(client_max_size=64 * 1024 * 1024)
+    # The ext_proc path's limit: a body the router would refuse with 413 is refused here too.
+    app = web.Application(client_max_size=max_body_bytes)
     app.add_routes([
         web.get("/metrics", metrics),
         web.get("/healthz", healthz),

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import gc
 import signal
+import ssl
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -184,9 +185,7 @@ async def serve(
     if options.tls_cert_file or options.tls_key_file:
         if not (options.tls_cert_file and options.tls_key_file):
             raise ConfigError("--tls-cert-file", "TLS needs both --tls-cert-file and --tls-key-file")
-        credentials = grpc.ssl_server_credentials(
-            [(Path(options.tls_key_file).read_bytes(), Path(options.tls_cert_file).read_bytes())]
-        )
+        credentials = grpc.ssl_server_credentials([_tls_pair(options.tls_cert_file, options.tls_key_file)])
         service.grpc_port = server.add_secure_port(address, credentials)
     else:
         service.grpc_port = server.add_insecure_port(address)
@@ -203,7 +202,7 @@ async def serve(
         if options.admin_port is not None:
             app = build_admin_app(
                 service.router, service.registry, lambda: service.ready, service.debug_state,
-                lambda: list(service.extproc.recent_decisions),
+                lambda: list(service.extproc.recent_decisions), max_body_bytes=options.max_body_bytes,
             )
             runner = web.AppRunner(app, access_log=None)
             await runner.setup()
@@ -243,6 +242,18 @@ async def serve(
             except Exception:
                 log.exception("plugin_stop_failed", plugin=plugin.name)
         log.info("service_stopped")
+
+
+def _tls_pair(cert_file: str, key_file: str) -> tuple[bytes, bytes]:
+    """(key, certificate) PEM bytes, checked to load and to match — gRPC only says "Failed to bind"."""
+    try:
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(cert_file, key_file)
+    except FileNotFoundError as exc:
+        raise ConfigError("--tls-cert-file", f"cannot read {exc.filename}: {exc.strerror}") from None
+    except ssl.SSLError as exc:
+        reason = "the private key does not match the certificate" if "KEY_VALUES_MISMATCH" in str(exc) else str(exc)
+        raise ConfigError("--tls-key-file", f"{key_file} and {cert_file} cannot serve TLS: {reason}") from None
+    return Path(key_file).read_bytes(), Path(cert_file).read_bytes()
 
 
 async def _wait_synced(service: Service, discovery: asyncio.Task[Any], stop: asyncio.Event) -> None:

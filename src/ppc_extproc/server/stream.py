@@ -26,7 +26,7 @@ import orjson
 import structlog
 from envoy.service.ext_proc.v3.external_processor_pb2 import ProcessingRequest, ProcessingResponse
 
-from ppc_extproc.errors import BadRequestError, PayloadTooLargeError, RequestError
+from ppc_extproc.errors import BadRequestError, PayloadTooLargeError, ProtocolConfigError, RequestError
 from ppc_extproc.framework import LLMRequest, ResponseInfo, StreamedKeys
 from ppc_extproc.ids import EndpointId, destination_host_port, endpoint_id
 from ppc_extproc.observability.metrics import Metrics
@@ -79,6 +79,21 @@ class _Phase(enum.Enum):
     BODY = "body"
     ROUTED = "routed"
     DONE = "done"
+
+
+#: Longest request id (and model name) kept in logs and recent decisions; longer ones are cut.
+MAX_REQUEST_ID_CHARS = 256
+
+
+def _body_mode(field: str, value: int) -> BodyMode:
+    """Envoy's body mode, or a clean error naming the field for a value this service does not know."""
+    try:
+        return BodyMode(value)
+    except ValueError:
+        raise ProtocolConfigError(
+            f"protocol_config.{field} {value} is not a body mode this endpoint picker supports "
+            f"({', '.join(f'{m.value} {m.name}' for m in BodyMode)})"
+        ) from None
 
 
 def _header_value(header: Any) -> str:
@@ -144,12 +159,12 @@ class ExtProcStream:
 
     async def handle(self, message: ProcessingRequest) -> tuple[list[ProcessingResponse], bool]:
         """Replies for one inbound message, and True when the stream should now close."""
-        if not self._mode_known:
-            self._learn_mode(message)
         if message.HasField("metadata_context"):
             self.metadata = message.metadata_context
         kind = message.WhichOneof("request")
         try:
+            if not self._mode_known:
+                self._learn_mode(message)
             if kind == "request_headers":
                 return self._request_headers(message.request_headers)
             if kind == "request_body":
@@ -183,8 +198,8 @@ class ExtProcStream:
         self._mode_known = True
         if message.HasField("protocol_config"):
             config = message.protocol_config
-            self.request_mode = BodyMode(config.request_body_mode)
-            self.response_mode = BodyMode(config.response_body_mode)
+            self.request_mode = _body_mode("request_body_mode", config.request_body_mode)
+            self.response_mode = _body_mode("response_body_mode", config.response_body_mode)
 
     @property
     def _full_duplex(self) -> bool:
@@ -195,7 +210,8 @@ class ExtProcStream:
             self.metrics.anomalies.labels("out_of_order").inc()
             return [messages.continue_headers()], False
         self.headers = {h.key.lower(): _header_value(h) for h in headers.headers.headers}
-        self.request_id = self.headers.get("x-request-id", "")
+        # Kept in logs and in the recent decisions: a client's megabyte of header must not be.
+        self.request_id = self.headers.get("x-request-id", "")[:MAX_REQUEST_ID_CHARS]
         if not self.request_id:
             self.request_id = str(uuid.uuid4())
             self.generated_request_id = True
@@ -246,8 +262,8 @@ class ExtProcStream:
                 field = token_field_for_path(self.path)
                 streaming = self.router.pipeline.streaming
                 if field is not None:
-                    producer = (streaming.name, streaming.streaming_processor) if streaming is not None else None
-                    self.prompt = StreamingPrompt(field, producer)
+                    hasher = streaming.streaming_processor if streaming is not None else None
+                    self.prompt = StreamingPrompt(field, hasher)
             if self.prompt is not None:
                 self.prompt.feed(self.body)
         if body.end_of_stream:
@@ -274,9 +290,10 @@ class ExtProcStream:
         if self.prompt is not None:
             streamed = self.prompt.finish(body, rewrite)
             if streamed is not None:
-                parsed, precomputed = streamed
-                for producer, keys in precomputed.items():
-                    streamed_keys = StreamedKeys(producer, parsed.model, keys[0])  # type: ignore[arg-type]
+                parsed, keys = streamed
+                streaming = self.router.pipeline.streaming
+                if keys is not None and streaming is not None:
+                    streamed_keys = StreamedKeys(streaming.name, parsed.model, keys)
         if parsed is None:
             if body:
                 parsed = parse_body(self.path, body, model_override=rewrite)
@@ -332,7 +349,7 @@ class ExtProcStream:
             self.recorder({
                 "requestId": self.request_id,
                 "destination": decision.destination,
-                "model": decision.ctx.request.model,
+                "model": decision.ctx.request.model[:MAX_REQUEST_ID_CHARS],
                 "promptTokens": decision.ctx.request.prompt_tokens,
                 "tokenizeOutcome": decision.ctx.request.tokenize_outcome,
                 "matchBlocks": info.match_blocks if info else None,

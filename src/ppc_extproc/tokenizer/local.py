@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import orjson
 
 import ppc_extproc.tokenizer.chat_template as ct
 from ppc_extproc.errors import BadRequestError
@@ -44,6 +43,7 @@ from ppc_extproc.tokenizer.requests import (
 )
 from ppc_extproc.tokenizer.result import MULTIMODAL_NEEDS_RENDER, UNSUPPORTED_BODY, TokenizeResult
 from ppc_extproc.tokenizer.segments import DEFAULT_CACHE_BYTES, SegmentCache, encode_text
+from ppc_extproc.tokens.body import json_object
 
 __all__ = ["LocalTokenizer"]
 
@@ -57,6 +57,21 @@ def _part_text(part: Any) -> str | None:
     kind = part.get("type")
     key = TEXT_PART_KEYS.get(kind) if isinstance(kind, str) else None
     return None if key is None else part.get(key)
+
+
+def _string_content(parts: list[Any]) -> str:
+    """A ``string``-format message's content: its parts' texts joined with ``"\\n"``.
+
+    As ``vllm/renderers/chat_utils.py`` ``_parse_chat_message_content_parts`` (wrap_dicts=False):
+    each part parses to a string (a ``tool_reference`` to its ``name``) and only truthy results
+    are kept, so empty texts add no separator (``["a", "", "b"]`` → ``"a\\nb"``).
+    """
+    texts = []
+    for p in parts:
+        text = p.get("name") if isinstance(p, dict) and p.get("type") == "tool_reference" else _part_text(p)
+        if text:
+            texts.append(text)
+    return "\n".join(texts)
 
 
 def _strip_billing(parts: list[Any]) -> list[Any]:
@@ -110,7 +125,7 @@ def template_messages(messages: tuple[Mapping[str, Any], ...], content_format: c
                     items.append({"type": "text", "text": text})
             conv["content"] = items
         else:
-            conv["content"] = "\n".join(t for p in parts if (t := _part_text(p)) is not None)
+            conv["content"] = _string_content(parts)
         if role == "assistant":
             calls = msg.get("tool_calls")
             if calls is not None:
@@ -209,13 +224,13 @@ class LocalTokenizer:
 
     def tokenize(self, api: Api, body: Mapping[str, Any] | bytes) -> TokenizeResult:
         """Token ids of a request body of ``api``; raises ``BadRequestError`` for malformed bodies."""
-        obj = _as_mapping(body)
+        obj = body if isinstance(body, Mapping) else json_object(body)
         if api == "completions":
             return self.tokenize_completion(parse_completion(obj))
         if api == "chat":
             return self.tokenize_chat(parse_chat(obj))
         if api == "messages":
-            return self.tokenize_chat(parse_chat(self.anthropic_chat_body(obj)))
+            return self.tokenize_chat(parse_chat(self.anthropic_chat_body(obj), allow_empty_tools=True))
         return TokenizeResult.failed(UNSUPPORTED_BODY, f"{api} bodies are not tokenized locally")
 
     def tokenize_completion(self, req: CompletionInput) -> TokenizeResult:
@@ -310,14 +325,3 @@ class LocalTokenizer:
             none = probe("none")
             self._disabled_effort = "low" if none is None or any(probe(e) == none for e in _ANTHROPIC_EFFORTS) else "none"
         return self._disabled_effort
-
-
-def _as_mapping(body: Mapping[str, Any] | bytes) -> Mapping[str, Any]:
-    if isinstance(body, (bytes, bytearray, memoryview)):
-        try:
-            body = orjson.loads(body)
-        except orjson.JSONDecodeError as exc:
-            raise BadRequestError(f"error unmarshaling request body: {exc}") from None
-    if not isinstance(body, Mapping):
-        raise BadRequestError("request body must be a JSON object")
-    return body

@@ -201,12 +201,17 @@ def _check_messages(messages: Any, where: str = "messages") -> tuple[tuple[Mappi
         if not isinstance(m.get("role"), str):
             raise BadRequestError(f"{w}.role: expected a string")
         content = m.get("content")
+        if content is None and "content" in m and m["role"] != "assistant":
+            # Only the assistant message type of vLLM's ChatCompletionMessageParam union takes an
+            # explicit null; the others (custom roles included) may omit content but not null it.
+            raise BadRequestError(f"{w}.content: expected a string or an array of content parts")
         if isinstance(content, list):
             for j, part in enumerate(content):
                 pw = f"{w}.content[{j}]"
-                if isinstance(part, str):
-                    continue
                 if not isinstance(part, dict):
+                    # vLLM's ChatCompletionRequest validation refuses bare strings in a content
+                    # array too ("Input should be a valid dictionary"), though its parser would
+                    # take them (vllm/renderers/chat_utils.py _parse_chat_message_content_part).
                     raise BadRequestError(f"{pw}: expected an object")
                 ptype = part.get("type")
                 if ptype in TEXT_PART_KEYS:
@@ -229,8 +234,13 @@ def _check_messages(messages: Any, where: str = "messages") -> tuple[tuple[Mappi
     return tuple(messages), multimodal
 
 
-def parse_chat(obj: Mapping[str, Any]) -> ChatInput:
-    """Validate a chat completions body (raises :class:`BadRequestError` naming the field)."""
+def parse_chat(obj: Mapping[str, Any], *, allow_empty_tools: bool = False) -> ChatInput:
+    """Validate a chat completions body (raises :class:`BadRequestError` naming the field).
+
+    ``allow_empty_tools`` is for bodies converted from Anthropic ones: vLLM sets their ``tools``
+    after validation, so an empty list passes there (``vllm/entrypoints/anthropic/serving.py``
+    ``_convert_tools``).
+    """
     if "messages" not in obj:
         raise BadRequestError("messages: field required")
     messages, multimodal = _check_messages(obj["messages"])
@@ -239,6 +249,8 @@ def parse_chat(obj: Mapping[str, Any]) -> ChatInput:
     if tools_raw is not None:
         if not isinstance(tools_raw, list):
             raise BadRequestError("tools: expected an array")
+        if not tools_raw and not allow_empty_tools:  # ChatCompletionRequest.check_tool_usage (…/chat_completion/protocol.py)
+            raise BadRequestError("tools: `tools` must not be an empty array. Either provide at least one tool or omit the field entirely.")
         tools = [_dump_tool(t, f"tools[{i}]") for i, t in enumerate(tools_raw)]
     documents = obj.get("documents")
     if documents is not None and not (isinstance(documents, list) and all(isinstance(d, dict) for d in documents)):

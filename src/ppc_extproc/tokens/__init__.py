@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ppc_extproc.tokens.body import ParsedBody, TokenField, parse_body, token_field_for_path
+from ppc_extproc.tokens.le32 import le32_to_array, tokens_to_le32
 from ppc_extproc.tokens.prompt import MultimodalFeature, TokenizedPrompt
 
 __all__ = [
@@ -10,6 +11,8 @@ __all__ = [
     "ParsedBody",
     "TokenField",
     "TokenizedPrompt",
+    "le32_to_array",
     "parse_body",
     "token_field_for_path",
+    "tokens_to_le32",
 ]

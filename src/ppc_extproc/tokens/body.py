@@ -1,6 +1,7 @@
 """Request body → model, stream flag and ``TokenizedPrompt``, with 400s that name the field.
 
-Where tokens come from (``ext_proc_protocol.md`` §12):
+Where tokens come from (the request types of vLLM's OpenAI-compatible server,
+``vllm-project/vllm: vllm/entrypoints/openai/protocol.py``):
 
 * ``…/v1/completions``: ``prompt`` as an int array (one prompt) or an array of int arrays (several
   prompts; llm-d rejects this, we support it). A string prompt carries no tokens.
@@ -9,8 +10,13 @@ Where tokens come from (``ext_proc_protocol.md`` §12):
 * chat, messages, responses: no token ids.
 
 The fast path parses with simdjson and turns token arrays into little-endian uint32 bytes with
-numpy, never creating a Python int per token. Anything unusual (floats, bools, nesting, bad
-values) falls back to a plain parse whose validation produces the precise error.
+numpy, never creating a Python int per token. It only ever *accepts*: anything it does not handle
+itself (floats, bools, nesting, bad values, duplicate keys, documents simdjson refuses) falls back
+to the plain orjson parse, whose validation produces the precise error. So orjson's grammar
+(RFC 8259: no NaN/Infinity, no BOM, valid UTF-8 without lone surrogates, depth ≤ 1024) and one
+set of validators decide every body, whatever its size; integers beyond 64 bits are numbers like
+any other (a 400 only in a field we read). Duplicate keys resolve as Python's ``json`` (which vLLM
+parses with) and orjson resolve them: the last one wins.
 """
 
 from __future__ import annotations
@@ -25,16 +31,28 @@ import numpy as np
 import orjson
 import simdjson
 
-from ppc_extproc.blockkeys.hashing import tokens_to_le32
 from ppc_extproc.errors import BadRequestError
+from ppc_extproc.tokens.le32 import tokens_to_le32
 from ppc_extproc.tokens.prompt import MultimodalFeature, TokenizedPrompt
 
-__all__ = ["ParsedBody", "TokenField", "parse_body", "token_field_for_path"]
+__all__ = [
+    "ParsedBody",
+    "TokenField",
+    "json_object",
+    "parse_body",
+    "parse_body_reference",
+    "parsed_from_object",
+    "token_field_for_path",
+]
 
 _UINT32_MAX = 0xFFFFFFFF
 #: Below this size a plain orjson parse is cheaper than the simdjson path.
 _SMALL_BODY_BYTES = 4096
 _BIG_ENDIAN_HOST = sys.byteorder == "big"
+#: simdjson skips a UTF-8 byte order mark; orjson (the reference) refuses it.
+_BOM = b"\xef\xbb\xbf"
+#: The top-level fields every path reads besides the token field.
+_SCALAR_KEYS = ("model", "stream", "cache_salt")
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +112,8 @@ class _SlowPath(Exception):
 
 
 def _array_le32(array: Any) -> bytes:
+    if not isinstance(array, simdjson.Array):
+        raise _SlowPath  # a string or object inside a batch of prompts
     n = len(array)
     if n == 0:
         return b""
@@ -115,29 +135,48 @@ def _count_brackets(body: bytes, limit: int) -> int:
     return count
 
 
-def _fast_parse(body: bytes, field: TokenField | None) -> tuple[dict[str, Any], tuple[bytes, ...] | None]:
-    """Scalars of the body and the token arrays as LE32 bytes. Raises _SlowPath or ValueError."""
-    parser = _parser()
+def _document(body: bytes) -> Any:
+    """simdjson's DOM of ``body``; ``_SlowPath`` whenever simdjson refuses it, so that orjson decides
+    (and words) the outcome. simdjson raises ValueError for invalid JSON and RuntimeError both for
+    its own limits (integers beyond 64 bits, depth) and for a thread parser that an earlier
+    document still references — a fresh parser tells the two apart."""
+    if body.startswith(_BOM):
+        raise _SlowPath
     try:
-        doc = parser.parse(body)
-    except RuntimeError:  # an earlier document is still referenced: use a fresh parser
-        parser = _local.parser = simdjson.Parser()
-        doc = parser.parse(body)
+        return _parser().parse(body)
+    except ValueError:
+        raise _SlowPath from None
+    except RuntimeError:
+        pass
+    parser = _local.parser = simdjson.Parser()
+    try:
+        return parser.parse(body)
+    except (ValueError, RuntimeError):
+        raise _SlowPath from None
+
+
+def _fast_parse(body: bytes, field: TokenField | None) -> tuple[dict[str, Any], tuple[bytes, ...] | None]:
+    """Scalars of the body and the token arrays as LE32 bytes. Raises _SlowPath for anything else."""
+    doc = _document(body)
     try:
         if not isinstance(doc, simdjson.Object):
             raise _SlowPath
+        names = list(doc)
+        present = set(names)
+        if len(present) != len(names):
+            raise _SlowPath  # duplicate keys: simdjson finds the first, vLLM uses the last
         scalars: dict[str, Any] = {}
         prompts: tuple[bytes, ...] | None = None
-        for key in ("model", "stream", "cache_salt"):
-            value = doc.get(key)
-            if isinstance(value, (simdjson.Object, simdjson.Array)):
-                raise _SlowPath
-            if value is not None or key in doc:
+        for key in _SCALAR_KEYS:
+            if key in present:
+                value = doc[key]
+                if isinstance(value, (simdjson.Object, simdjson.Array)):
+                    raise _SlowPath
                 scalars[key] = value
-        if field is not None:
-            if field.features and "features" in doc and doc["features"] is not None:
-                raise _SlowPath
-            tokens = doc.get(field.name)
+        if field is not None and field.features and "features" in present and doc["features"] is not None:
+            raise _SlowPath
+        if field is not None and field.name in present:
+            tokens = doc[field.name]
             if isinstance(tokens, simdjson.Array):
                 if len(tokens) and isinstance(tokens[0], simdjson.Array):
                     if not field.batch_allowed:
@@ -176,12 +215,11 @@ def _token_list(values: Any, where: str) -> bytes:
     for i, value in enumerate(values):
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise BadRequestError(f"{where}[{i}]: token id must be an integer, got {type(value).__name__}")
-        if isinstance(value, float):
-            if not value.is_integer():
-                raise BadRequestError(f"{where}[{i}]: token id must be an integer, got {value!r}")
-            value = int(value)
-        if not 0 <= value <= _UINT32_MAX:
-            raise BadRequestError(f"{where}[{i}]: token id {value} is outside [0, 2^32)")
+        if isinstance(value, float) and not value.is_integer():
+            raise BadRequestError(f"{where}[{i}]: token id must be an integer, got {value!r}")
+        if not 0 <= value <= _UINT32_MAX:  # orjson reads integers beyond 64 bits as floats: shown as such
+            raise BadRequestError(f"{where}[{i}]: token id {value!r} is outside [0, 2^32)")
+        value = int(value)
         ids.append(value)
     return tokens_to_le32(ids)
 
@@ -254,27 +292,61 @@ def _scalars(scalars: dict[str, Any]) -> tuple[str, bool, str | None]:
     return model, stream, salt or None
 
 
-def parse_body(path: str, body: bytes, *, model_override: str | None = None) -> ParsedBody:
-    """Parse a request body. Raises ``BadRequestError`` naming the offending field."""
-    field = token_field_for_path(path)
-    features: tuple[MultimodalFeature, ...] = ()
-    try:
-        if len(body) < _SMALL_BODY_BYTES:
-            raise _SlowPath  # small bodies: orjson + array('I') beat simdjson's fixed costs
-        scalars, prompts = _fast_parse(body, field)
-    except (_SlowPath, ValueError, TypeError):
-        try:
-            obj = orjson.loads(body)
-        except orjson.JSONDecodeError as exc:
-            raise BadRequestError(f"error unmarshaling request body: {exc}") from None
-        if not isinstance(obj, dict):
-            raise BadRequestError("request body must be a JSON object") from None
-        scalars = {k: obj[k] for k in ("model", "stream", "cache_salt") if k in obj}
-        prompts = _slow_prompts(obj, field) if field is not None else None
-        if field is not None and field.features:
-            features = _features(obj)
+def _parsed(
+    scalars: dict[str, Any],
+    prompts: tuple[bytes, ...] | None,
+    features: tuple[MultimodalFeature, ...],
+    model_override: str | None,
+) -> ParsedBody:
     body_model, stream, salt = _scalars(scalars)
     model = model_override or body_model
     if prompts is None:
         return ParsedBody(model, stream, None, body_model)
     return ParsedBody(model, stream, TokenizedPrompt(model, prompts, features, salt), body_model)
+
+
+def parsed_from_object(
+    obj: dict[str, Any],
+    field: TokenField | None,
+    prompts: tuple[bytes, ...] | None,
+    model_override: str | None = None,
+) -> ParsedBody:
+    """A ``ParsedBody`` from a body parsed by orjson whose token arrays are already ``prompts``:
+    features, then model, stream and cache_salt are validated — in the order every path uses, so
+    a body with several faults names the same field whichever path reads it."""
+    features = _features(obj) if field is not None and field.features else ()
+    return _parsed({k: obj[k] for k in _SCALAR_KEYS if k in obj}, prompts, features, model_override)
+
+
+def parse_body(path: str, body: bytes, *, model_override: str | None = None) -> ParsedBody:
+    """Parse a request body. Raises ``BadRequestError`` naming the offending field."""
+    if len(body) >= _SMALL_BODY_BYTES:  # small bodies: orjson + array('I') beat simdjson's fixed costs
+        field = token_field_for_path(path)
+        try:
+            scalars, prompts = _fast_parse(body, field)
+        except _SlowPath:
+            pass
+        else:
+            return _parsed(scalars, prompts, (), model_override)
+    return parse_body_reference(path, body, model_override=model_override)
+
+
+def parse_body_reference(path: str, body: bytes, *, model_override: str | None = None) -> ParsedBody:
+    """The orjson path alone (what bodies under 4 KiB take, and what the fast paths fall back to):
+    the behaviour every other path must reproduce exactly, errors included."""
+    field = token_field_for_path(path)
+    obj = json_object(body)
+    prompts = _slow_prompts(obj, field) if field is not None else None
+    return parsed_from_object(obj, field, prompts, model_override)
+
+
+def json_object(body: bytes | bytearray | memoryview) -> dict[str, Any]:
+    """``body`` parsed as a JSON object by the reference parser (orjson: RFC 8259, duplicate keys
+    last-wins), or the 400 every body path answers for anything else."""
+    try:
+        obj = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise BadRequestError(f"error unmarshaling request body: {exc}") from None
+    if not isinstance(obj, dict):
+        raise BadRequestError("request body must be a JSON object")
+    return obj

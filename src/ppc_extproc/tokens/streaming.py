@@ -9,11 +9,14 @@ arrives costs milliseconds that the routing decision then waits for. Instead, as
 3. hash the full blocks with the producer's token processor, chaining from the previous block.
 
 At the end of the body, ``finish`` validates the whole document cheaply: the array's text is
-replaced by a sentinel string and the (small) rest is parsed; the result is used only if the
-sentinel is the top-level field's value. Anything unusual — nested or batched prompts, floats,
-negative ids, a ``"prompt"`` inside some other value, salt or multimodal features that change
-block 0 — makes ``finish`` return None (or drop the precomputed keys), and the caller takes the
-ordinary path, which also produces the precise 400 message.
+replaced by a sentinel string and the (small) rest is parsed by orjson; the result is used only if
+the sentinel is the top-level field's value. That makes orjson the arbiter here too: the same
+grammar as every other path, and duplicate keys resolved as vLLM resolves them (the last wins —
+a later duplicate of the field is not the sentinel). Anything unusual — nested or batched
+prompts, floats, negative ids, a ``"prompt"`` inside some other value, salt or multimodal
+features that change block 0 — makes ``finish`` return None (or drop the precomputed keys), and
+the caller takes the ordinary path (``parse_body``), which also produces the precise 400 message.
+The rest is validated by ``parsed_from_object``, in the order ``parse_body`` uses.
 """
 
 from __future__ import annotations
@@ -21,17 +24,16 @@ from __future__ import annotations
 import os
 import re
 import threading
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import orjson
 import simdjson
 
-from ppc_extproc.blockkeys import TokenProcessor
-from ppc_extproc.tokens.body import ParsedBody, TokenField, _features, _scalars
-from ppc_extproc.tokens.prompt import TokenizedPrompt
+from ppc_extproc.ids import RequestKey
+from ppc_extproc.tokens.body import ParsedBody, TokenField, parsed_from_object
 
-__all__ = ["StreamingPrompt"]
+__all__ = ["BlockHasher", "StreamingPrompt"]
 
 _UINT32_MAX = 0xFFFFFFFF
 #: Give up looking for the token array once this much body has gone by without it.
@@ -60,13 +62,22 @@ def _parser() -> simdjson.Parser:
     return parser
 
 
-class StreamingPrompt:
-    """Incremental token extraction for one request body."""
+class BlockHasher(Protocol):
+    """What streaming needs of a token processor (``blockkeys.TokenProcessor`` is one)."""
 
-    def __init__(self, field: TokenField, producer: tuple[str, TokenProcessor] | None = None) -> None:
+    @property
+    def block_size(self) -> int: ...
+
+    def keys(self, tokens: memoryview, model: str, *, parent: int = 0) -> list[RequestKey]: ...
+
+
+class StreamingPrompt:
+    """Incremental token extraction for one request body, hashing full blocks with ``hasher``."""
+
+    def __init__(self, field: TokenField, hasher: BlockHasher | None = None) -> None:
         self.field = field
         self._key = _key_pattern(field.name)
-        self._producer = producer
+        self._hasher = hasher
         self._search_from = 0
         self._array_start: int | None = None  # index of the '['
         self._array_end: int | None = None  # index of the ']'
@@ -75,7 +86,7 @@ class StreamingPrompt:
         self._tokens = bytearray()
         self._abandoned = False
         self._model_guess: str | None = None
-        self._keys: list[int] = []
+        self._keys: list[RequestKey] = []
 
     @property
     def abandoned(self) -> bool:
@@ -101,8 +112,8 @@ class StreamingPrompt:
 
     def finish(
         self, body: bytes, model_override: str | None = None
-    ) -> tuple[ParsedBody, dict[str, list[list[int]]]] | None:
-        """The parsed body and precomputed block keys, or None to take the ordinary path."""
+    ) -> tuple[ParsedBody, list[RequestKey] | None] | None:
+        """The parsed body and its block keys (None: not precomputed), or None for the ordinary path."""
         self.feed(body)
         if self._abandoned or self._array_start is None or self._array_end is None:
             return None
@@ -113,16 +124,14 @@ class StreamingPrompt:
             return None
         if not isinstance(obj, dict) or obj.get(self.field.name) != _SENTINEL:
             return None
-        scalars = {k: obj[k] for k in ("model", "stream", "cache_salt") if k in obj}
-        body_model, stream, salt = _scalars(scalars)  # raises BadRequestError like the ordinary path
-        features = _features(obj) if self.field.features else ()
-        model = model_override or body_model
-        tokenized = TokenizedPrompt(model, (bytes(self._tokens),), features, salt)
-        keys: dict[str, list[list[int]]] = {}
-        if self._producer is not None and model == self._model_guess and not salt and not features:
-            self._hash_full_blocks()
-            keys[self._producer[0]] = [self._keys]
-        return ParsedBody(model, stream, tokenized, body_model), keys
+        # Raises BadRequestError exactly as parse_body would for this body.
+        parsed = parsed_from_object(obj, self.field, (bytes(self._tokens),), model_override)
+        tokenized = parsed.tokenized
+        assert tokenized is not None
+        if self._hasher is None or parsed.model != self._model_guess or tokenized.cache_salt or tokenized.features:
+            return parsed, None
+        self._hash_full_blocks()
+        return parsed, self._keys
 
     # --- internals -------------------------------------------------------------------------------
 
@@ -168,12 +177,12 @@ class StreamingPrompt:
         self._tokens += values.astype("<u4").tobytes()
 
     def _hash_full_blocks(self) -> None:
-        if self._producer is None or self._model_guess is None or self._abandoned:
+        hasher = self._hasher
+        if hasher is None or self._model_guess is None or self._abandoned:
             return
-        processor = self._producer[1]
-        block_bytes = processor.block_size * 4
+        block_bytes = hasher.block_size * 4
         done = len(self._keys) * block_bytes
         full = len(self._tokens) // block_bytes * block_bytes
         if full > done:
             parent = self._keys[-1] if self._keys else 0
-            self._keys.extend(processor.keys(memoryview(self._tokens)[done:full], self._model_guess, parent=parent))
+            self._keys.extend(hasher.keys(memoryview(self._tokens)[done:full], self._model_guess, parent=parent))

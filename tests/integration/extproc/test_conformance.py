@@ -27,10 +27,10 @@ from harness import (
     trailers,
 )
 
-from ppc_extproc.blockkeys import tokens_to_le32
 from ppc_extproc.index import PodEntry
 from ppc_extproc.localcluster import wait_for
 from ppc_extproc.tokens import TokenizedPrompt
+from ppc_extproc.tokens.le32 import tokens_to_le32
 
 pytestmark = pytest.mark.integration
 
@@ -483,3 +483,18 @@ def test_buffered_no_endpoints_is_503(tmp_path: Path) -> None:
         code, _, hdrs = immediate(c.run([buffered_headers(), body(completion())])[-1])
         assert code == 503 and hdrs["x-llm-d-request-dropped-reason"] == "rejected-no-endpoints"
         c.close()
+
+
+def test_an_unknown_protocol_config_mode_is_a_clean_error_naming_the_field(client) -> None:
+    """A gateway announcing a body mode this service lacks gets an immediate 500 that says which,
+    not a gRPC failure with an exception text."""
+    (reply,) = client.run([headers(mode=99), body(completion())])
+    assert reply.immediate_response.status.code == 500
+    assert b"protocol_config.request_body_mode 99" in reply.immediate_response.body
+
+
+def test_a_huge_request_id_is_cut_before_it_is_kept(service, client) -> None:
+    huge = "r" * (1 << 20)
+    client.run([headers(extra={"x-request-id": huge}), body(completion())])
+    kept = [d["requestId"] for d in service.extproc.recent_decisions]
+    assert kept and all(len(r) <= 256 for r in kept) and kept[-1] == huge[:256]

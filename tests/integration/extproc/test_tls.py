@@ -39,3 +39,18 @@ def test_ext_proc_and_health_over_tls(tmp_path: Path) -> None:
             assert set_headers(replies[0])["x-gateway-destination-endpoint"] == "10.3.0.1:8000"
         with grpc.insecure_channel(f"127.0.0.1:{svc.grpc_port}") as plaintext, pytest.raises(grpc.RpcError):
             health_pb2_grpc.HealthStub(plaintext).Check(health_pb2.HealthCheckRequest(service=""), timeout=2)
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command to make a certificate")
+def test_a_key_that_does_not_match_the_certificate_is_named(tmp_path: Path) -> None:
+    from ppc_extproc.errors import ConfigError
+    from ppc_extproc.server.app import _tls_pair
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    cert, _ = self_signed(tmp_path / "a")
+    _, other_key = self_signed(tmp_path / "b")
+    with pytest.raises(ConfigError, match="the private key does not match the certificate"):
+        _tls_pair(str(cert), str(other_key))
+    with pytest.raises(ConfigError, match="cannot read"):
+        _tls_pair(str(tmp_path / "missing.crt"), str(other_key))

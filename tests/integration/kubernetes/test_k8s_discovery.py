@@ -23,9 +23,9 @@ from k8s_harness import (
     write_kubeconfig,
 )
 
-from ppc_extproc.blockkeys import tokens_to_le32
 from ppc_extproc.index import PodEntry
 from ppc_extproc.tokens import TokenizedPrompt
+from ppc_extproc.tokens.le32 import tokens_to_le32
 
 pytestmark = pytest.mark.integration
 

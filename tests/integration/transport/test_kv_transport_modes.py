@@ -106,8 +106,12 @@ def test_sglang_payload_over_the_wire(zctx: zmq.Context[Any], applier: EventAppl
 def test_central_mode_takes_the_endpoint_from_the_topic(
     zctx: zmq.Context[Any], applier: EventApplier, make_transport: Any
 ) -> None:
+    from ppc_extproc.framework import Endpoint
+
     port = free_port()
     transport = make_transport(central=f"tcp://127.0.0.1:{port}")
+    for ip in ("10.0.0.5", "10.0.0.6", "10.0.0.7"):
+        transport.add_endpoint(Endpoint(ip, 8000)).result(5)  # the pool, as discovery reports it
     a = Publisher(zctx, "10.0.0.5", topic=f"kv@10.0.0.5:8000@{MODEL}".encode(), connect=f"tcp://127.0.0.1:{port}")
     b = Publisher(zctx, "10.0.0.6", topic=f"kv@10.0.0.6:8000@{MODEL}".encode(), connect=f"tcp://127.0.0.1:{port}")
     a.wait_subscribed()
@@ -128,11 +132,14 @@ def test_central_mode_takes_the_endpoint_from_the_topic(
     wait_until(lambda: applier.stats.transport[("unknown", "bad_topic")] == 2, what="bad topics counted")
     assert {s.endpoint for s in transport.sources()} == {"10.0.0.5:8000", "10.0.0.6:8000"}
 
-    # A pod id that is not ip:port is accepted (with a warning), as llm-d does.
+    # A pod id that is not a pool endpoint (here the old form without a port) is counted and
+    # dropped, and leaves no source behind.
     legacy = Publisher(zctx, "10.0.0.9", topic=f"kv@10.0.0.9@{MODEL}".encode(), connect=f"tcp://127.0.0.1:{port}")
     legacy.wait_subscribed()
     legacy.send(MAP_STORED_H0_H1)
-    wait_until(lambda: holds(applier, "10.0.0.9", TOKENS_1_32) == 2, what="legacy pod id")
+    wait_until(lambda: applier.stats.transport[("unknown", "topic_not_in_pool")] == 1, what="foreign pod id dropped")
+    assert holds(applier, "10.0.0.9", TOKENS_1_32) == 0
+    assert {s.endpoint for s in transport.sources()} == {"10.0.0.5:8000", "10.0.0.6:8000"}
     for pub in (a, b, bad, extra, legacy):
         pub.close()
 
@@ -144,19 +151,21 @@ def test_central_mode_remove_clears_and_ignores_the_pod_until_re_added(
 
     port = free_port()
     transport = make_transport(central=f"tcp://127.0.0.1:{port}")
+    endpoint = Endpoint("10.0.1.5", 8000)
+    transport.add_endpoint(endpoint).result(5)
     pub = Publisher(zctx, "10.0.1.5", topic=f"kv@10.0.1.5:8000@{MODEL}".encode(), connect=f"tcp://127.0.0.1:{port}")
     pub.wait_subscribed()
     pub.send(MAP_STORED_H0_H1)
     wait_until(lambda: holds(applier, "10.0.1.5:8000", TOKENS_1_32) == 2, what="indexed")
-    endpoint = Endpoint("10.0.1.5", 8000)
     transport.remove_endpoint(endpoint).result(5)
     assert holds(applier, "10.0.1.5:8000", TOKENS_1_32) == 0
     pub.send(MAP_STORED_H0_H1)
     wait_until(
-        lambda: applier.stats.transport[("10.0.1.5:8000", "removed_endpoint_messages")] == 1,
+        lambda: applier.stats.transport[("unknown", "topic_not_in_pool")] == 1,
         what="message of a removed pod dropped",
     )
     assert holds(applier, "10.0.1.5:8000", TOKENS_1_32) == 0
+    assert transport.sources() == []
     transport.add_endpoint(endpoint).result(5)
     pub.send(MAP_STORED_H0_H1)
     wait_until(lambda: holds(applier, "10.0.1.5:8000", TOKENS_1_32) == 2, what="re-added")

@@ -54,10 +54,11 @@ def test_garbage_flood_leaves_the_thread_alive_and_the_index_unchanged(
             [pub.topic, b"\x00" * 8],  # 2 frames
             [pub.topic, b"\x00" * 8, b"x", b"y"],  # 4 frames
             [pub.topic, b"\x01\x02", MAP_STORED_H0_H1],  # short seq frame
+            [pub.topic, b"123456789", MAP_STORED_H0_H1],  # long seq frame (llm-d would read 8 bytes)
         ):
             pub.send_raw(frames)
         for payload in BAD_PAYLOADS + SKIPPED_EVENTS:
-            pub.send(payload)  # consecutive seqs: no gap, only bad content
+            pub.send(payload)  # consecutive seqs, only bad content
     last, tokens = chain(0x77, 2, 9000)
     pub.send(last)
     wait_until(lambda: holds(applier, pub.endpoint_id, tokens) == 2, what="a good batch after the flood")
@@ -67,9 +68,13 @@ def test_garbage_flood_leaves_the_thread_alive_and_the_index_unchanged(
     assert transport.running
     assert len(applier.index) == size + 2
     assert holds(applier, endpoint, TOKENS_1_32) == 2
-    assert transport_counts[(endpoint, "bad_frames")] == 4 * rounds
+    assert transport_counts[(endpoint, "bad_frames")] == 3 * rounds
+    assert transport_counts[(endpoint, "bad_seq")] == 2 * rounds
     assert transport_counts[(endpoint, "bad_payload")] == len(BAD_PAYLOADS) * rounds
-    assert transport_counts[(endpoint, "gaps")] == 0
+    assert transport_counts[(endpoint, "no_usable_events")] == len(SKIPPED_EVENTS) * rounds
+    # The garbage moved nothing: the good batch after it is a gap over every garbage seq.
+    assert transport_counts[(endpoint, "gaps")] == 1
+    assert transport_counts[(endpoint, "gap_messages")] == (len(BAD_PAYLOADS) + len(SKIPPED_EVENTS)) * rounds
     assert transport_counts[(endpoint, "restarts_detected")] == 0
     assert transport_counts.get((endpoint, "internal_errors"), 0) == 0
     dropped = applier.stats.dropped
@@ -85,8 +90,11 @@ def test_garbage_flood_leaves_the_thread_alive_and_the_index_unchanged(
 def test_garbage_in_central_mode_is_counted_unattributed(
     zctx: zmq.Context[Any], applier: EventApplier, make_transport: Any
 ) -> None:
+    from ppc_extproc.framework import Endpoint
+
     port = free_port()
     transport = make_transport(central=f"tcp://127.0.0.1:{port}", topic_filter="", tuning=_quiet())
+    transport.add_endpoint(Endpoint("10.1.0.1", 8000)).result(5)
     pub = Publisher(zctx, "10.1.0.1", topic=f"kv@10.1.0.1:8000@{MODEL}".encode(), connect=f"tcp://127.0.0.1:{port}")
     pub.wait_subscribed()
     for _ in range(50):
@@ -156,13 +164,19 @@ def _quiet() -> Any:
 def test_central_bind_is_retried_with_backoff_until_the_port_is_free(
     zctx: zmq.Context[Any], applier: EventApplier, make_transport: Any
 ) -> None:
+    from ppc_extproc.framework import Endpoint
+
     squatter = zctx.socket(zmq.PULL)
     port = squatter.bind_to_random_port("tcp://127.0.0.1")
     transport = make_transport(central=f"tcp://127.0.0.1:{port}", tuning=_quiet())
+    transport.add_endpoint(Endpoint("10.2.0.1", 8000)).result(5)
     wait_until(lambda: applier.stats.transport.get(("unknown", "socket_errors"), 0) >= 2, what="bind retried")
     assert transport.running
     squatter.close(0)
-    pub = Publisher(zctx, "10.2.0.1", topic=f"kv@10.2.0.1:8000@{MODEL}".encode(), connect=f"tcp://127.0.0.1:{port}")
+    # Connect only once the SUB is bound (the wake-up socket plus the central SUB): an engine that
+    # connects while the squatter is still closing can lose its first connection attempt.
+    wait_until(lambda: transport.diagnostics()["sockets"] >= 2, timeout=10, what="central SUB bound")
+    pub = Publisher(zctx, "10.2.0.1", connect=f"tcp://127.0.0.1:{port}")
     pub.wait_subscribed(10)
     pub.send(MAP_STORED_H0_H1)
     wait_until(lambda: holds(applier, "10.2.0.1:8000", TOKENS_1_32) == 2, what="bound and ingesting")

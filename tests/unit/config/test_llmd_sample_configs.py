@@ -16,12 +16,12 @@ from typing import Any
 import pytest
 from epp_helpers import check_config, config_error, epp, pipeline, router_for
 
-from ppc_extproc.blockkeys import tokens_to_le32
 from ppc_extproc.config.epp import load_config_text
 from ppc_extproc.framework import Endpoint, LLMRequest
 from ppc_extproc.plugins.producers.approx_prefix_cache import ApproxPrefixCacheProducer
 from ppc_extproc.plugins.producers.precise_prefix_cache import PrecisePrefixCacheProducer
 from ppc_extproc.tokens import TokenizedPrompt
+from ppc_extproc.tokens.le32 import tokens_to_le32
 
 DEPRECATED_API = "inference.networking.x-k8s.io/v1alpha1"
 IMPLICIT = "(implicit) endpoint-notification-source"

@@ -16,7 +16,6 @@ import pytest
 import yaml
 from epp_helpers import config_error, epp, load, pipeline, router_for
 
-from ppc_extproc.blockkeys import tokens_to_le32
 from ppc_extproc.config.epp import LoadedConfig, load_config_text
 from ppc_extproc.enginemetrics import EngineMetrics
 from ppc_extproc.events.wire import BlockStored, EventBatch
@@ -24,6 +23,7 @@ from ppc_extproc.framework import Endpoint, LLMRequest
 from ppc_extproc.plugins.producers.token_producer import TokenProducer
 from ppc_extproc.plugins.registry import Services
 from ppc_extproc.tokens import TokenizedPrompt
+from ppc_extproc.tokens.le32 import tokens_to_le32
 
 A, B, C = Endpoint("10.0.0.1", 8000), Endpoint("10.0.0.2", 8000), Endpoint("10.0.0.3", 8000)
 APPROX = "{type: approx-prefix-cache-producer, parameters: {autoTune: false, blockSizeTokens: 64}}"

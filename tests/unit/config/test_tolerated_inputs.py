@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 from epp_helpers import config_error, epp, load, pipeline, router_for, until
 
-from ppc_extproc.blockkeys import tokens_to_le32
 from ppc_extproc.discovery.file import FileDiscovery
 from ppc_extproc.events.wire import BlockStored, EventBatch
 from ppc_extproc.framework import Endpoint, LLMRequest
@@ -25,6 +24,7 @@ from ppc_extproc.plugins.scorers import PrefixCacheScorer
 from ppc_extproc.plugins.scorers.precise_prefix_cache import PrecisePrefixCacheScorer
 from ppc_extproc.scheduling.pool import EndpointPool
 from ppc_extproc.tokens import TokenizedPrompt
+from ppc_extproc.tokens.le32 import tokens_to_le32
 
 A, B = Endpoint("10.0.0.1", 8000), Endpoint("10.0.0.2", 8000)
 DEPRECATED_SCORER = ("DEPRECATION: plugin type 'precise-prefix-cache-scorer' is deprecated; use "

@@ -14,7 +14,6 @@ from collections.abc import Sequence
 import pytest
 from epp_helpers import load, router_for, until
 
-from ppc_extproc.blockkeys import tokens_to_le32
 from ppc_extproc.errors import ConfigError
 from ppc_extproc.framework import Endpoint, LLMRequest, SchedulingContext
 from ppc_extproc.framework.params import Section
@@ -22,6 +21,7 @@ from ppc_extproc.matchinfo import PrefixCacheMatchInfo
 from ppc_extproc.plugins.producers.burst_prefix_cache import BurstPrefixCacheProducer
 from ppc_extproc.plugins.registry import Services
 from ppc_extproc.tokens import TokenizedPrompt
+from ppc_extproc.tokens.le32 import tokens_to_le32
 
 PODS = [Endpoint(f"10.0.0.{i}", 8000) for i in range(1, 5)]
 

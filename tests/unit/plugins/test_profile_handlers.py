@@ -14,12 +14,12 @@ import pytest
 from epp_helpers import config_error, epp, extproc_request, load, router_for
 from integration.extproc.harness import metadata_destination, set_headers
 
-from ppc_extproc.blockkeys import tokens_to_le32
 from ppc_extproc.errors import SchedulingError
 from ppc_extproc.framework import Endpoint, LLMRequest, ProfileResult, SchedulingContext
 from ppc_extproc.plugins.producers.precise_prefix_cache import PrecisePrefixCacheProducer
 from ppc_extproc.plugins.profile_handlers import DataParallelProfileHandler, SingleProfileHandler
 from ppc_extproc.tokens import TokenizedPrompt
+from ppc_extproc.tokens.le32 import tokens_to_le32
 
 RANK0 = Endpoint("10.0.0.1", 8001, rank=0)
 RANK1 = Endpoint("10.0.0.1", 8002, rank=1)

@@ -15,11 +15,11 @@ import pytest
 import structlog
 from epp_helpers import extproc_request, load, router_for
 
-from ppc_extproc.blockkeys import tokens_to_le32
 from ppc_extproc.errors import BadRequestError
 from ppc_extproc.framework import Endpoint, LLMRequest, ResponseInfo
 from ppc_extproc.plugins.producers.approx_prefix_cache import ApproxPrefixCacheProducer
 from ppc_extproc.tokens import TokenizedPrompt
+from ppc_extproc.tokens.le32 import tokens_to_le32
 
 A, B = Endpoint("10.0.0.1", 8000), Endpoint("10.0.0.2", 8000)
 

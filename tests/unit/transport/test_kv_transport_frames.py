@@ -11,6 +11,7 @@ from ppc_extproc.events.transport.frames import (
     is_ip_port,
     parse_replay_reply,
     parse_topic,
+    split_message,
     tcp_address,
 )
 from ppc_extproc.events.transport.ratelimit import RateLimitedLog
@@ -20,9 +21,18 @@ def test_seq_frames_are_8_byte_big_endian() -> None:
     assert encode_seq(5) == bytes.fromhex("0000000000000005")
     assert decode_seq(bytes.fromhex("0000000000000005")) == 5
     assert decode_seq(b"\xff" * 8) == END_SEQ == (-1) & (2**64 - 1)
-    assert decode_seq(bytes.fromhex("0000000000000102") + b"extra") == 0x102  # llm-d reads 8
+    assert decode_seq(bytes.fromhex("0000000000000102") + b"extra") is None  # llm-d would read 8
+    assert decode_seq(b"123456789") is None
     assert decode_seq(b"\x00" * 7) is None
     assert decode_seq(b"") is None
+
+
+def test_a_live_message_is_three_frames_with_an_8_byte_seq() -> None:
+    assert split_message([b"kv@a:1@m", encode_seq(7), b"p"]) == (b"kv@a:1@m", 7, b"p")
+    assert split_message([b"t", b"123456789", b"p"]) == "bad_seq"
+    assert split_message([b"t", b"\x00" * 7, b"p"]) == "bad_seq"
+    for frames in ([], [b"t"], [b"t", encode_seq(1)], [b"t", encode_seq(1), b"p", b""]):
+        assert split_message(frames) == "bad_frames"
 
 
 def test_topic_is_split_into_exactly_three_parts() -> None:

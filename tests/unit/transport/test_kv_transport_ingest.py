@@ -132,7 +132,9 @@ def test_regression_without_replay_clears_then_applies() -> None:
     assert h.count("restarts_detected") == 1 and h.src.last_seq == 0
 
 
-def test_reconnect_without_replay_needs_the_next_seq() -> None:
+def test_reconnect_without_replay_keeps_the_index_and_still_sees_a_restart() -> None:
+    """llm-d keeps applying after a reconnect; vLLM does not re-emit the blocks it still holds,
+    so clearing on a reconnect after lost messages would drop hot prefixes (issue #11 F11)."""
     h = Harness(replay=False)
     h.ingest.connected(h.src)
     h.live(0, stored(1, 100))
@@ -142,13 +144,19 @@ def test_reconnect_without_replay_needs_the_next_seq() -> None:
     assert h.holds(100) and h.count("restarts_detected") == 0
     h.ingest.disconnected(h.src)
     h.ingest.connected(h.src)
-    h.live(9, stored(3, 300))  # a jump right after a reconnect: a new engine
-    assert not h.holds(100) and h.holds(300) and h.count("restarts_detected") == 1
+    h.live(9, stored(3, 300))  # messages were lost while disconnected: a gap, the index stays
+    assert h.holds(100) and h.holds(200) and h.holds(300)
+    assert h.count("restarts_detected") == 0 and h.count("gaps") == 1
+    h.ingest.disconnected(h.src)
+    h.ingest.connected(h.src)
+    h.live(0, stored(4, 400))  # the counter went back: a restart
+    assert not h.holds(100) and not h.holds(300) and h.holds(400) and h.count("restarts_detected") == 1
 
 
-def test_bad_payload_consumes_its_seq_and_is_counted() -> None:
+def test_bad_payload_is_counted_and_moves_nothing() -> None:
     h = Harness(replay=False)
     h.live(0, b"\xc1")
+    assert h.src.last_seq is None
     h.live(1, stored(1, 100))
     assert h.count("bad_payload") == 1 and h.stats.dropped[(EP, "bad_msgpack")] == 1
     assert h.count("gaps") == 0 and h.holds(100)
@@ -308,3 +316,62 @@ def test_live_copies_of_replayed_seqs_are_duplicates_not_a_restart() -> None:
     assert h.holds(300) and h.src.last_seq == 2
     h.live(1, stored(9, 900))  # now a real regression
     assert h.count("restarts_detected") == 1 and not h.holds(100)
+
+
+def suspended(h: Harness) -> bool:
+    return EP in h.stats.suspended and h.src.state.suspended
+
+
+def test_a_disconnect_suspends_the_entries_until_the_stream_goes_on() -> None:
+    h = Harness(replay=False)
+    h.ingest.connected(h.src)
+    h.live(0, stored(1, 100))
+    assert not suspended(h)
+    h.ingest.disconnected(h.src)
+    assert suspended(h) and h.holds(100)  # kept, not trusted
+    h.ingest.connected(h.src)
+    assert suspended(h)  # a handshake proves nothing about the entries
+    h.live(1, b"\xc1")
+    assert suspended(h)  # nor does garbage
+    h.live(1, stored(2, 200))
+    assert not suspended(h) and h.holds(100) and h.holds(200)
+    assert h.count("suspensions") == 1
+
+
+def test_a_restart_after_a_disconnect_clears_and_lifts_the_suspension() -> None:
+    h = Harness(replay=False)
+    h.ingest.connected(h.src)
+    h.live(0, stored(1, 100))
+    h.live(1, stored(2, 200))
+    h.ingest.disconnected(h.src)
+    h.ingest.connected(h.src)
+    h.live(0, stored(3, 300))  # the restarted engine's first message
+    assert not suspended(h) and not h.holds(100) and h.holds(300)
+
+
+def test_a_verified_reconnect_lifts_the_suspension_a_mismatch_clears() -> None:
+    h = Harness(replay=True)
+    h.ingest.connected(h.src)
+    h.replays.sessions.clear()
+    h.src.replay = None
+    last = stored(1, 100)
+    h.live(0, last)
+    h.ingest.disconnected(h.src)
+    h.ingest.connected(h.src)
+    assert suspended(h)
+    h.reply(0, last)
+    assert not suspended(h) and h.holds(100)
+    h.end()
+    h.ingest.disconnected(h.src)
+    h.ingest.connected(h.src)
+    h.reply(0, stored(7, 700))
+    assert not suspended(h) and not h.holds(100)
+
+
+def test_forgetting_an_endpoint_drops_its_suspension() -> None:
+    h = Harness(replay=False)
+    h.ingest.connected(h.src)
+    h.live(0, stored(1, 100))
+    h.ingest.disconnected(h.src)
+    h.ingest.forget(h.src)
+    assert EP not in h.stats.suspended

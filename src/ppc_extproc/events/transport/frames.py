@@ -1,6 +1,9 @@
 """Frame-level rules of KV-event messages: topic, sequence number, replay replies, addresses.
 
-Pure functions, no sockets. Spec: ``kv_events_wire.md`` §1.2 (frames), §1.3 (topic), §6 (replay).
+Pure functions, no sockets. The frames are vLLM's (``vllm-project/vllm:
+vllm/distributed/kv_events.py``, ``ZmqEventPublisher``): ``[topic, seq, payload]`` with ``seq`` an
+8-byte big-endian counter; replay replies come from its ROUTER as ``[seq, payload]`` (vLLM ≤ 0.25)
+or ``[topic, seq, payload]`` (≥ 0.26), ended by the seq ``-1``.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ __all__ = [
     "is_ip_port",
     "parse_replay_reply",
     "parse_topic",
+    "split_message",
     "tcp_address",
 ]
 
@@ -31,12 +35,24 @@ def encode_seq(seq: int) -> bytes:
 
 
 def decode_seq(frame: bytes) -> int | None:
-    """The sequence number in ``frame`` (its first 8 bytes, as llm-d reads it); None if shorter."""
+    """The sequence number in ``frame``; None unless it is exactly 8 bytes. (llm-d reads the first
+    8 bytes of a longer frame: ``b"123456789"`` would be seq 3.5e18, a gap, and the engine's next
+    real message would look like a restart. vLLM and SGLang always send 8.)"""
     if len(frame) == _SEQ_BYTES:
         return int.from_bytes(frame, "big")
-    if len(frame) < _SEQ_BYTES:
-        return None
-    return int.from_bytes(frame[:_SEQ_BYTES], "big")
+    return None
+
+
+def split_message(frames: list[bytes]) -> tuple[bytes, int, bytes] | str:
+    """``(topic, seq, payload)`` of a live message, or why it is dropped: ``bad_frames`` (not
+    exactly three frames) or ``bad_seq`` (a sequence frame that is not 8 bytes)."""
+    if len(frames) != 3:
+        return "bad_frames"
+    topic, seq_frame, payload = frames
+    seq = decode_seq(seq_frame)
+    if seq is None:
+        return "bad_seq"
+    return topic, seq, payload
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,13 +1,19 @@
 """Per-source sequence tracking, replay policy and application of batches to the index.
 
 Every message of a source goes through ``live`` (from its SUB) or ``replay_reply`` (from its
-replay); batches are decoded and applied strictly in sequence order. Decisions (spec
-``kv_events_wire.md`` §5.8, §6; ``block_keys_and_index.md`` §3.6):
+replay); batches are decoded and applied strictly in sequence order. The rules follow llm-d's
+(``llm-d/llm-d-router: pkg/kvevents/zmq_subscriber.go``), which follow vLLM's publisher (a seq
+counter from 0 per engine, a replay ROUTER keeping recent batches):
 
 * ``seq == last + 1``: apply (the fast path).
 * first contact with ``seq > 0``, or ``seq <= last`` (engine restarted; the endpoint is cleared
   first): replay from 0 when the source has a replay endpoint, else apply.
 * ``seq > last + 1`` (lost messages): replay from ``last + 1``, else count the gap and apply.
+* a live message whose payload carries nothing applicable (it does not decode, or every event in
+  it was skipped) decides nothing: it is counted and dropped without touching the sequence state.
+  So garbage can neither clear an endpoint nor start a replay — nor, sent at ``last + 1``, make the
+  engine's own next message look like a restart. (From a replay, the engine's own ROUTER, such a
+  message still consumes its seq: replaying it again would not make it applicable.)
 * while a replay runs or waits, live messages are held (bounded); they are applied after it,
   those the replay already delivered dropped. A full hold drops the newest, and the source is
   replayed from ``last + 1`` once the current replay ends. Live copies of replayed seqs that
@@ -15,7 +21,16 @@ replay); batches are decoded and applied strictly in sequence order. Decisions (
   until the live stream passes the replayed range.
 * a reconnected subscriber is verified by replaying from ``last``: the same payload at ``last``
   means the same publisher; otherwise it restarted (clear, then everything from 0). Without
-  replay, the first message after a reconnect must be ``last + 1``, else it counts as a restart.
+  replay (or when the verification fails) the index is kept and the stream goes on by the rules
+  above, as llm-d does: a restart is still seen when the seq goes back, and lost messages are a
+  gap. (vLLM does not re-emit the blocks it still holds, so clearing on a mere reconnect would
+  drop hot prefixes for good. A restarted engine whose counter already passed ours cannot be told
+  from lost messages without replay.)
+* from the moment an established subscriber disconnects, the endpoint's entries are *suspended*:
+  kept, but not matched (``IngestStats.suspended``), until a message proves them — the verify
+  replay succeeds, or a live message is applied (the same publisher going on, or a restart that
+  cleared the endpoint first). A restarted engine therefore never gets traffic on entries its
+  predecessor left, however late its subscriber reconnects.
 
 Runs on the ingestion thread only (the applier is not thread-safe).
 """
@@ -35,6 +50,7 @@ from ppc_extproc.events.transport.frames import ReplayReply, parse_topic
 from ppc_extproc.events.transport.ratelimit import RateLimitedLog
 from ppc_extproc.events.transport.replay import Action, ReplayManager, ReplaySession
 from ppc_extproc.events.transport.source import ReplayKind, Source
+from ppc_extproc.events.wire import EventBatch
 
 __all__ = ["Ingestor"]
 
@@ -71,29 +87,31 @@ class Ingestor:
             self._hold(src, (topic, seq, payload))
             return
         last = src.last_seq
-        if last is not None and seq == last + 1 and not src.reconnected:
+        if last is not None and seq == last + 1:
             if src.replayed_to >= 0:
                 src.replayed_to = -1  # the live stream has passed what the replay delivered
             self._apply(src, topic, seq, payload)
-        elif 0 <= seq <= src.replayed_to and not src.reconnected:
+        elif 0 <= seq <= src.replayed_to:
             self.stats.count(src.endpoint, "live_duplicates")  # already applied by the replay
         else:
             self._out_of_line(src, topic, seq, payload)
 
     def _out_of_line(self, src: Source, topic: bytes, seq: int, payload: bytes, *, went_back: bool = False) -> None:
-        """Not the next seq (or the first after a reconnect): gap, restart or first contact.
-        ``went_back``: the live stream itself went backwards (a restart whatever ``last`` is)."""
+        """Not the next seq: gap, restart or first contact. ``went_back``: the live stream itself
+        went backwards (a restart whatever ``last`` is)."""
         endpoint = src.endpoint
+        batch = self._usable(src, seq, payload)
+        if batch is None:
+            return
         last = src.last_seq
         replay = self._can_replay(src)
-        reconnected, src.reconnected = src.reconnected or went_back, False
         src.replayed_to = -1
         if last is None:
             if seq > 0 and replay:
                 self._hold_and_replay(src, (topic, seq, payload), ReplayKind.FULL, 0)
                 return
-        elif seq <= last or (reconnected and seq != last + 1):
-            self._restart(src, seq, "reconnect" if reconnected and seq > last else "seq_regression")
+        elif seq <= last or went_back:
+            self._restart(src, seq, "held_stream_went_back" if went_back and seq > last else "seq_regression")
             if replay:
                 self._hold_and_replay(src, (topic, seq, payload), ReplayKind.FULL, 0)
                 return
@@ -106,7 +124,7 @@ class Ingestor:
                 self._hold_and_replay(src, (topic, seq, payload), ReplayKind.GAP, last + 1)
                 return
             self._warn.warning("kv_seq_gap", endpoint, last_seq=last, seq=seq)
-        self._apply(src, topic, seq, payload)
+        self._apply(src, topic, seq, payload, batch)
 
     def _restart(self, src: Source, seq: int, reason: str) -> None:
         self.stats.count(src.endpoint, "restarts_detected")
@@ -122,6 +140,7 @@ class Ingestor:
     def _clear(self, src: Source) -> None:
         self.applier.clear_endpoint(src.endpoint)
         self.stats.count(src.endpoint, "clears")
+        self.stats.suspend(src.state, False)  # nothing stale is left
         src.replayed_to = -1
         src.last_seq = None
         src.last_payload = b""
@@ -140,9 +159,7 @@ class Ingestor:
             log.info("kv_subscriber_reconnected", endpoint=src.endpoint, last_seq=src.last_seq)
         replays = self.replays
         if replays is None or not self._can_replay(src):
-            # Without replay the next message decides: anything but ``last + 1`` is a restart.
-            src.reconnected = not first and src.last_seq is not None
-            return
+            return  # without replay the stream goes on: its next seq decides (module docstring)
         if src.last_seq is None:
             if src.replay is None and (not first or replays.policy.replay_on_connect):
                 replays.request(src, ReplayKind.FULL, 0)
@@ -154,6 +171,9 @@ class Ingestor:
     def disconnected(self, src: Source) -> None:
         src.state.connected = False
         self.stats.count(src.endpoint, "disconnects")
+        if not src.state.suspended:
+            self.stats.count(src.endpoint, "suspensions")
+            self.stats.suspend(src.state, True)
         self._warn.info("kv_subscriber_disconnected", src.endpoint, last_seq=src.last_seq)
 
     # --- replays -------------------------------------------------------------------------------
@@ -188,6 +208,7 @@ class Ingestor:
                     if reply.payload == src.last_payload:
                         session.kind = ReplayKind.GAP  # same publisher: just catch up
                         self.stats.count(src.endpoint, "resyncs_verified")
+                        self.stats.suspend(src.state, False)
                         return Action.CONTINUE
                     self._restart(src, reply.seq, "payload_mismatch")
                     session.kind, session.start = ReplayKind.FULL, 0
@@ -211,7 +232,7 @@ class Ingestor:
             self.stats.count(src.endpoint, "replay_topic_unknown")
             return Action.FINISH
         self.stats.count(src.endpoint, "replayed")
-        self._apply(src, topic, reply.seq, reply.payload)
+        self._apply(src, topic, reply.seq, reply.payload, replayed=True)
         src.replayed_to = reply.seq
         return Action.CONTINUE
 
@@ -230,8 +251,6 @@ class Ingestor:
             src.cooldown_until = self._clock() + (
                 self.replays.policy.cooldown_seconds if self.replays is not None else 0.0
             )
-            if session.kind is ReplayKind.VERIFY:
-                src.reconnected = src.last_seq is not None  # let the next message decide
         self.release(src)
 
     def release(self, src: Source) -> None:
@@ -245,7 +264,7 @@ class Ingestor:
                 self._out_of_line(src, topic, seq, payload, went_back=True)
             elif last is not None and seq <= last:
                 self.stats.count(src.endpoint, "held_duplicates")
-            elif last is not None and seq == last + 1 and not src.reconnected:
+            elif last is not None and seq == last + 1:
                 self._apply(src, topic, seq, payload)
             else:
                 self._out_of_line(src, topic, seq, payload)
@@ -294,21 +313,53 @@ class Ingestor:
             self._warn.warning("kv_bad_topic", src.endpoint, topic=topic[:200].hex())
         return src.model
 
-    def _apply(self, src: Source, topic: bytes, seq: int, payload: bytes) -> None:
+    def _usable(self, src: Source, seq: int, payload: bytes) -> EventBatch | None:
+        """The batch of ``payload``; None, counted, when it carries nothing applicable: it does not
+        decode (``bad_payload`` and the decoder's reason) or every event was skipped
+        (``no_usable_events`` and each event's reason)."""
         endpoint = src.endpoint
-        src.last_seq = seq
-        src.last_payload = payload
-        state = src.state
-        state.last_seq = seq
-        model = src.model if topic == src.topic and src.topic_ok else self._model(src, topic)
         try:
             batch = decode_batch(payload, self._engine_type)
         except WireError as exc:
             self.stats.count(endpoint, "bad_payload")
             self.stats.drop(endpoint, exc.reason)
             self._warn.warning("kv_batch_dropped", endpoint, reason=exc.reason, seq=seq)
+            return None
+        if batch.skipped and not batch.events:
+            self.stats.count(endpoint, "no_usable_events")
+            for reason in batch.skipped:
+                self.stats.drop(endpoint, reason)
+            self._warn.warning("kv_events_skipped", endpoint, reasons=sorted(set(batch.skipped)), seq=seq)
+            return None
+        return batch
+
+    def _apply(
+        self,
+        src: Source,
+        topic: bytes,
+        seq: int,
+        payload: bytes,
+        batch: EventBatch | None = None,
+        *,
+        replayed: bool = False,
+    ) -> None:
+        """Apply the message at ``seq`` (``batch``: its payload, when already decoded). A live
+        message with nothing applicable is dropped here, before it can move the stream position."""
+        if batch is None:
+            batch = self._usable(src, seq, payload)
+            if batch is None and not replayed:
+                return
+        endpoint = src.endpoint
+        src.last_seq = seq
+        src.last_payload = payload
+        state = src.state
+        state.last_seq = seq
+        if batch is None:
             return
+        model = src.model if topic == src.topic and src.topic_ok else self._model(src, topic)
         self.applier.apply_batch(endpoint, model, batch)
+        if state.suspended:
+            self.stats.suspend(state, False)
         self.stats.count(endpoint, "batches")
         state.lag_seconds = time.time() - batch.ts
         if batch.skipped:

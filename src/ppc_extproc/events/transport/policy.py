@@ -38,9 +38,11 @@ class TransportTuning:
     #: so the next round serves several messages per wake-up (adds at most this much latency).
     coalesce_seconds: float = 0.0005
     coalesce_below: int = 4
-    #: ZMQ reconnect interval of SUB sockets, doubling up to the maximum (llm-d: 5 s).
+    #: ZMQ reconnect interval of SUB sockets, doubling up to the maximum. llm-d waits up to 5 s;
+    #: a restarted engine is routable again only once its subscriber reconnects, so keep it short
+    #: (a refused TCP connect twice a second per dead engine costs nothing).
     reconnect_interval_seconds: float = 0.1
-    reconnect_interval_max_seconds: float = 5.0
+    reconnect_interval_max_seconds: float = 0.5
     #: ZMTP heartbeats: a silent dead peer is noticed (and reconnected) after the timeout.
     heartbeat_interval_seconds: float = 5.0
     heartbeat_timeout_seconds: float = 15.0
@@ -48,7 +50,8 @@ class TransportTuning:
     replay_hwm: int = 100_000
     #: Frames above this size make libzmq drop the connection (the decoder refuses 64 MiB anyway).
     max_frame_bytes: int = 64 * 1024 * 1024 + 4096
-    #: Distinct topics accepted in central mode; more are dropped and counted.
+    #: Central mode: topics whose source is remembered (pool endpoints only; one per model segment).
+    #: Beyond, a pool endpoint's new topics are still accepted, just parsed on every message.
     max_central_sources: int = 4096
     #: A repeated warning (same event and endpoint) is logged at most once per interval.
     log_interval_seconds: float = 10.0

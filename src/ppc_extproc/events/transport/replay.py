@@ -4,7 +4,9 @@ One DEALER per attempt sends ``[b"", BE64(start)]`` and reads replies until the 
 (``[b"", seq, payload]``) and new (``[b"", topic, seq, payload]``) forms alike. Bounded like
 llm-d: an idle timeout per attempt, a total deadline, a few attempts without progress, and a
 limit on replays in flight (others wait in FIFO order). Nothing here blocks: replies are handed
-to a ``ReplaySink`` (the ingestor) as they arrive. Spec: ``kv_events_wire.md`` §6.
+to a ``ReplaySink`` (the ingestor) as they arrive. The protocol is vLLM's replay ROUTER
+(``vllm-project/vllm: vllm/distributed/kv_events.py``); the bounds are llm-d's
+(``llm-d/llm-d-router: pkg/kvevents/zmq_subscriber.go``).
 """
 
 from __future__ import annotations

@@ -85,17 +85,19 @@ def close_socket(sock: Socket | None, monitor: Socket | None = None) -> None:
         sock.close(0)
 
 
-def read_message(recv: Callable[..., zmq.Frame], first: zmq.Frame) -> tuple[bytes, bytes, bytes] | None:
-    """The three frames of a message whose first frame is ``first``; None (rest discarded) for any
-    other frame count. The remaining parts of a multipart message are always already there."""
-    if not first.more:
-        return None
-    second = recv(copy=False)
-    if not second.more:
-        return None
-    third = recv(copy=False)
-    if third.more:
-        while recv(copy=False).more:
-            pass
-        return None
-    return first.bytes, second.bytes, third.bytes
+def read_message(recv: Callable[..., zmq.Frame], first: zmq.Frame) -> list[bytes]:
+    """The frames of a message whose first frame is ``first``; a message of more than three frames
+    comes back as its first three and one empty frame, the rest discarded uncopied
+    (``split_message`` refuses any count but three). The remaining parts of a multipart message
+    are always already there."""
+    frames = [first.bytes]
+    more = first.more
+    while more and len(frames) < 3:
+        frame = recv(copy=False)
+        frames.append(frame.bytes)
+        more = frame.more
+    if more:
+        frames.append(b"")
+        while more:
+            more = recv(copy=False).more
+    return frames

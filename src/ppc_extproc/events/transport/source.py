@@ -70,8 +70,6 @@ class Source:
     cooldown_until: float = 0.0
     #: The SUB connected at least once (a later handshake is a reconnect).
     connected_once: bool = False
-    #: Reconnected without replay: the next message must be ``last + 1`` or the engine restarted.
-    reconnected: bool = False
     #: Socket (re)creation failed: retry at this monotonic time with ``backoff`` seconds.
     retry_at: float = 0.0
     backoff: float = 0.0

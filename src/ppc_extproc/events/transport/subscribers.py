@@ -2,9 +2,15 @@
 connection monitors, and reading messages off them into the ingestor.
 
 Per-endpoint mode: one SUB per endpoint connected to ``tcp://<ip>:<socket_port + rank>``; events
-are attributed to the endpoint's ``ip:port`` and the model comes from the topic. Central mode: one
-SUB bound at ``zmq_endpoint``; the source is the topic's pod id (``kv@<ip:port>@<model>``).
-Ingestion thread only. Spec: ``kv_events_wire.md`` §1.1–§1.4; ``block_keys_and_index.md`` §3.7.
+are attributed to the endpoint's ``ip:port`` and the model comes from the topic (as llm-d does,
+``llm-d/llm-d-router: pkg/kvevents/subscriber_manager.go``). Central mode: one SUB bound at
+``zmq_endpoint``; the source is the topic's pod id (``kv@<ip:port>@<model>``), and only pool
+endpoints are sources: anyone who can reach the port can publish, so a topic naming anything else
+is counted (``unknown``/``topic_not_in_pool``) and dropped without keeping any state for it. A
+source lives as long as its endpoint is in the pool (``add``/``remove``, which the producer calls
+on discovery events in both modes), so the source table, the per-source counters and their metric
+labels are bounded by the pool. Frames are checked before anything else: a message that is not
+three frames with an 8-byte sequence number never reaches a source. Ingestion thread only.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ import zmq
 
 from ppc_extproc.events.config import KVEventsConfig
 from ppc_extproc.events.stats import IngestStats
-from ppc_extproc.events.transport.frames import decode_seq, is_ip_port, parse_topic, tcp_address
+from ppc_extproc.events.transport.frames import parse_topic, split_message, tcp_address
 from ppc_extproc.events.transport.ingest import Ingestor
 from ppc_extproc.events.transport.policy import TransportTuning
 from ppc_extproc.events.transport.ratelimit import RateLimitedLog
@@ -39,7 +45,8 @@ log = structlog.get_logger(__name__)
 
 #: Endpoint label of counters that cannot be attributed (central mode: bad frames, bad topics).
 UNATTRIBUTED = "unknown"
-_MAX_TOMBSTONES = 4096
+#: Characters of a foreign pod id quoted in a (rate-limited) warning.
+_LOGGED_POD_ID_CHARS = 120
 
 
 def _has_input(sock: zmq.Socket[bytes]) -> bool:
@@ -73,7 +80,8 @@ class Subscribers:
         self._central_retry_at = 0.0
         self._central_backoff = 0.0
         self._central_topics: dict[bytes, Source] = {}
-        self._tombstones: dict[str, None] = {}
+        #: Central mode: the pool's endpoint ids, the only pod ids accepted from topics.
+        self._pool: set[str] = set()
 
     def busy(self) -> bool:
         """Some source holds messages for after its replay."""
@@ -102,7 +110,7 @@ class Subscribers:
 
     def add(self, endpoint: Endpoint) -> None:
         if self.central:
-            self._tombstones.pop(endpoint.id, None)
+            self._pool.add(endpoint.id)
             return
         ports = self.config.pod_discovery
         address = tcp_address(endpoint.address, ports.socket_port + endpoint.rank)
@@ -126,9 +134,7 @@ class Subscribers:
     def remove(self, endpoint: Endpoint) -> None:
         src = self.sources.pop(endpoint.id, None)
         if self.central:
-            self._tombstones[endpoint.id] = None
-            if len(self._tombstones) > _MAX_TOMBSTONES:
-                del self._tombstones[next(iter(self._tombstones))]
+            self._pool.discard(endpoint.id)
             for topic in [t for t, s in self._central_topics.items() if s is src]:
                 del self._central_topics[topic]
         if src is None:
@@ -232,14 +238,13 @@ class Subscribers:
             except zmq.Again:
                 return False
             try:
-                message = read_message(recv, first)
-                seq = None if message is None else decode_seq(message[1])
-                if message is None or seq is None:
-                    count(endpoint, "bad_frames")
-                    self._warn.warning("kv_bad_frames", endpoint)
+                message = split_message(read_message(recv, first))
+                if isinstance(message, str):
+                    count(endpoint, message)
+                    self._warn.warning("kv_" + message, endpoint)
                     continue
                 count(endpoint, "messages")
-                live(src, message[0], seq, message[2])
+                live(src, *message)
             except Exception:  # the loop boundary: log, count, continue
                 count(endpoint, "internal_errors")
                 log.exception("kv_message_failed", endpoint=endpoint)
@@ -264,46 +269,40 @@ class Subscribers:
             except zmq.Again:
                 return False
             try:
-                message = read_message(recv, first)
-                if message is None:
-                    count(UNATTRIBUTED, "bad_frames")
-                    self._warn.warning("kv_bad_frames", UNATTRIBUTED)
+                frames = read_message(recv, first)
+                message = split_message(frames)
+                if isinstance(message, str):  # checked before the topic can create a source
+                    known = topics.get(frames[0])
+                    endpoint = known.endpoint if known is not None else UNATTRIBUTED
+                    count(endpoint, message)
+                    self._warn.warning("kv_" + message, endpoint)
                     continue
                 topic = message[0]
                 src = topics.get(topic) or self._central_source(topic)
                 if src is None:
                     continue
-                seq = decode_seq(message[1])
-                if seq is None:
-                    count(src.endpoint, "bad_frames")
-                    self._warn.warning("kv_bad_frames", src.endpoint)
-                    continue
                 count(src.endpoint, "messages")
-                live(src, topic, seq, message[2])
+                live(src, *message)
             except Exception:  # the loop boundary: log, count, continue
                 count(UNATTRIBUTED, "internal_errors")
                 log.exception("kv_message_failed")
         return True
 
     def _central_source(self, topic: bytes) -> Source | None:
-        """The source of a topic not seen before; None (counted) when it cannot be attributed."""
+        """The source of a topic not seen before; None (counted, no state kept) when it names no
+        pool endpoint."""
         parsed = parse_topic(topic)
         if parsed is None:
             self.stats.count(UNATTRIBUTED, "bad_topic")
             self._warn.warning("kv_bad_topic", UNATTRIBUTED, topic=topic[:200].hex())
             return None
         pod = parsed.pod_id
-        if pod in self._tombstones:
-            self.stats.count(pod, "removed_endpoint_messages")
+        if pod not in self._pool:
+            self.stats.count(UNATTRIBUTED, "topic_not_in_pool")
+            self._warn.warning("kv_topic_not_in_pool", UNATTRIBUTED, pod_id=pod[:_LOGGED_POD_ID_CHARS])
             return None
         src = self.sources.get(pod)
         if src is None:
-            if len(self.sources) >= self.tuning.max_central_sources:
-                self.stats.count(UNATTRIBUTED, "too_many_sources")
-                self._warn.warning("kv_too_many_sources", UNATTRIBUTED, pod_id=pod)
-                return None
-            if not is_ip_port(pod):
-                self._warn.warning("kv_topic_pod_id_not_ip_port", pod, topic=topic.decode())
             state = self.stats.source(pod)
             state.address = self.config.zmq_endpoint
             state.connected = True

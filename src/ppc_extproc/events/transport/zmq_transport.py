@@ -11,11 +11,11 @@ add hand-offs under the GIL. Queues are bounded by the SUB receive high-water ma
 connection (``queue_size``; overflow shows up as a sequence gap) and, during a replay, by the
 hold of that source (``queue_size``; overflow ⇒ resync by replay).
 
-Modes: central (``zmq_endpoint`` set: one bound SUB, the source is the topic's pod id) and
+Modes: central (``zmq_endpoint`` set: one bound SUB, the source is the topic's pod id, which
+must be an endpoint of the pool: ``add_endpoint``/``remove_endpoint`` maintain that set) and
 per-endpoint (``discover_pods``: one SUB per endpoint at ``socket_port + rank``, the source is the
 endpoint's ``ip:port``, replay at ``replay_socket_port + rank``). Each per-endpoint SUB has a
-connection monitor: a reconnect makes the next message prove continuity (``Ingestor``).
-Spec: ``kv_events_wire.md`` §1, §6; ``block_keys_and_index.md`` §3.6–§3.7.
+connection monitor: a reconnect is verified by replay when the endpoint has one (``Ingestor``).
 """
 
 from __future__ import annotations
@@ -134,7 +134,8 @@ class ZmqTransport:
             log.warning("kv_transport_stop_timeout", timeout_seconds=timeout)
 
     def add_endpoint(self, endpoint: Endpoint) -> Future[None]:
-        """Ensure a subscriber for ``endpoint`` (idempotent; a changed address re-creates it)."""
+        """Ensure a subscriber for ``endpoint`` (idempotent; a changed address re-creates it). In
+        central mode: accept the topics that name it from now on."""
         return self._submit("add", endpoint)
 
     def remove_endpoint(self, endpoint: Endpoint) -> Future[None]:

@@ -236,8 +236,11 @@ class PrecisePrefixCacheProducer(
             return
         ctx.plugin_data[self.name] = keys_per_prompt
         candidates = [e.id for e in ctx.candidates]
+        # A subscriber that lost its engine suspends the entries until a message proves them.
+        suspended = self.stats.suspended
+        trusted = [c for c in candidates if c not in suspended] if suspended else candidates
         per_prompt = [
-            score_prefix_runs(self.index.prefix_runs(keys, candidates)) if keys else {} for keys in keys_per_prompt
+            score_prefix_runs(self.index.prefix_runs(keys, trusted)) if keys else {} for keys in keys_per_prompt
         ]
         scores = per_prompt[0] if len(per_prompt) == 1 else _summed(per_prompt)
         mm_blocks = self._multimodal_blocks(tokenized)

@@ -23,10 +23,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from ppc_extproc.errors import ConfigError, SchedulingError
+from ppc_extproc.errors import ConfigError
 from ppc_extproc.framework import ProfileHandler, ProfileResult, SchedulingContext, SchedulingResult
 from ppc_extproc.framework.params import Section
 from ppc_extproc.ids import destination_host_port, endpoint_id
+from ppc_extproc.plugins.profile_handlers.single import every_profile_once, sole_result
 from ppc_extproc.plugins.registry import Services, register
 
 __all__ = ["DATA_PARALLEL_HEADER", "DataParallelProfileHandler"]
@@ -54,12 +55,10 @@ class DataParallelProfileHandler(ProfileHandler):
     def pick_profiles(
         self, ctx: SchedulingContext, profiles: Sequence[str], results: Mapping[str, ProfileResult]
     ) -> list[str]:
-        return [] if results else list(profiles)
+        return every_profile_once(profiles, results)
 
     def process_results(self, ctx: SchedulingContext, results: Mapping[str, ProfileResult]) -> SchedulingResult:
-        if len(results) != 1:
-            raise SchedulingError("data-parallel profile handler runs exactly one scheduling profile")
-        (name, result), = results.items()
+        name, result = sole_result(results, "data-parallel profile handler runs exactly one scheduling profile")
         targets = result.targets
         destinations = [endpoint_id(e.address, self.primary_port) for e in targets]
         headers = [(DATA_PARALLEL_HEADER, destination_host_port(targets[0].id))] if targets else []

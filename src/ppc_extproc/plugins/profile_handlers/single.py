@@ -19,7 +19,7 @@ from ppc_extproc.framework import ProfileHandler, ProfileResult, SchedulingConte
 from ppc_extproc.framework.params import Section
 from ppc_extproc.plugins.registry import Services, register
 
-__all__ = ["SingleProfileHandler"]
+__all__ = ["SingleProfileHandler", "every_profile_once", "sole_result"]
 
 
 @register("single-profile-handler")
@@ -34,13 +34,24 @@ class SingleProfileHandler(ProfileHandler):
     def pick_profiles(
         self, ctx: SchedulingContext, profiles: Sequence[str], results: Mapping[str, ProfileResult]
     ) -> list[str]:
-        return [] if results else list(profiles)
+        return every_profile_once(profiles, results)
 
     def process_results(self, ctx: SchedulingContext, results: Mapping[str, ProfileResult]) -> SchedulingResult:
-        if len(results) != 1:
-            raise SchedulingError(
-                "single profile handler is intended to be used with a single profile, "
-                "failed to process multiple profiles"
-            )
-        (name, result), = results.items()
+        name, result = sole_result(
+            results,
+            "single profile handler is intended to be used with a single profile, failed to process multiple profiles",
+        )
         return SchedulingResult(name, results, result.targets, [e.id for e in result.targets])
+
+
+def every_profile_once(profiles: Sequence[str], results: Mapping[str, ProfileResult]) -> list[str]:
+    """First call: every profile; once they have run, none."""
+    return [] if results else list(profiles)
+
+
+def sole_result(results: Mapping[str, ProfileResult], error: str) -> tuple[str, ProfileResult]:
+    """The one profile's name and result; ``SchedulingError(error)`` unless exactly one ran."""
+    if len(results) != 1:
+        raise SchedulingError(error)
+    ((name, result),) = results.items()
+    return name, result
