@@ -16,6 +16,9 @@ Parts:
   the peer routers: token ids to vllm-router, text to sglang-router, which rejects ids with 422);
   per process CPU-seconds per request from /proc, decision p50/p99 (the service's histogram), RSS.
   The engines stream one SSE event per token (``--stream-interval-ms 0``), as vLLM does.
+* ``chat``: the 2K/32 workload as OpenAI chat messages (``/v1/chat/completions``): the engines
+  tokenise with a byte-level BPE built at run time, our local ``token-producer`` with the same
+  files; the peers get the same chats.
 * ``small``: 1,000-token prompts, one output token, against an Envoy ``direct_response`` upstream on
   16 loopback addresses (so the upstream costs ~nothing and the router is what is measured), with
   ``wrk``: the highest sustained req/s at c=32 and CPU per 1k requests, with 1 and 2 service workers
@@ -249,6 +252,70 @@ class Workload:
             out.append(orjson.dumps({"model": MODEL, "prompt": prompt, "max_tokens": self.output_tokens,
                                      "stream": True, "stream_options": {"include_usage": True}}))  # fmt: skip
         return out
+
+
+_WORDS = ("the", "request", "router", "keeps", "every", "session", "on", "engine", "that", "cached", "its",
+          "context", "while", "load", "stays", "balanced", "across", "pods", "tokens", "blocks", "prefix", "cache",
+          "hit", "rate", "latency", "agent", "tool", "call", "result", "answer", "question", "system", "user")
+
+
+def chat_bodies(count: int, shared_chars: int, tail_chars: int, output_tokens: int, seed: int, sessions: int = 8) -> list[bytes]:
+    """OpenAI chat bodies: a per-session system message (shared) and a new user message."""
+    rng = random.Random(seed)
+
+    def text(chars: int) -> str:
+        out: list[str] = []
+        size = 0
+        while size < chars:
+            out.append(rng.choice(_WORDS))
+            size += len(out[-1]) + 1
+        return " ".join(out)
+
+    systems = [text(shared_chars) for _ in range(sessions)]
+    return [orjson.dumps({"model": MODEL, "messages": [{"role": "system", "content": systems[i % sessions]},
+                                                       {"role": "user", "content": text(tail_chars)}],
+                          "max_tokens": output_tokens, "stream": True, "stream_options": {"include_usage": True}})
+            for i in range(count)]  # fmt: skip
+
+
+def part_chat(args: argparse.Namespace, work: Path) -> None:
+    """2K-token chats with 32 streamed tokens as /v1/chat/completions messages: the engines and our
+    token-producer tokenise with the same tiny byte-level BPE (built at run time)."""
+    from ppc_extproc.tokenizer import build_tiny_tokenizer
+
+    tokenizer = build_tiny_tokenizer(work / "tokenizer")
+    print("## Chat form: /v1/chat/completions, ~2K-token chats (1.5K-token system message per session), 32 "
+          "streamed tokens; engines and ppc-extproc's local token-producer share a byte-level BPE\n")
+    print("| router | config | requests | CPU ms/req service (minus idle) | CPU ms/req Envoy (router) | total | "
+          "decision p50 / p99 ms (≤) | req/s | errors |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    bodies = chat_bodies(400, 4_700, 1_550, 32, 1)
+    warm = chat_bodies(8, 4_700, 1_550, 32, 99)
+    with LocalCluster(num_engines=16, engines_per_process=16, model=MODEL, block_size=BLOCK, num_blocks=8192,
+                      engine_args=ENGINE_ARGS, envoy_variant=args.variants[0], envoy_args=["--concurrency", "1"],
+                      service_args=["--log-level", "warning"], tokenizer=tokenizer, log_dir=work / "chat",
+                      keep_logs=True) as cluster:  # fmt: skip
+        assert cluster.service_process is not None and cluster.envoy_process is not None
+        pids = {"service": cluster.service_process.pid or 0, "envoy": cluster.envoy_process.pid or 0}
+        url = cluster.listener_url + "/v1/chat/completions"
+        measure(url, warm, 8, pids)
+        idle = idle_cores(pids["service"], 3.0)
+        m = measure(url, bodies, 8, pids, cluster.service_admin_urls)
+        svc, env = m.ms_per_request("service"), m.ms_per_request("envoy")
+        print(f"| ppc-extproc | {args.variants[0]} + local token-producer | {m.requests} | {_fmt(svc)} "
+              f"({_fmt(svc - idle * m.wall_s / m.requests * 1e3)}) | {_fmt(env)} | {_fmt(svc + env)} | "
+              f"{_fmt(m.decision_p50 * 1e3, 3)} / {_fmt(m.decision_p99 * 1e3, 3)} | {m.requests / m.wall_s:.1f} | "
+              f"{m.errors} |", flush=True)  # fmt: skip
+        for name in args.peers:
+            router = PEERS[name]
+            with PeerDeployment(router, cluster.engine_urls, log_dir=work / f"chat-{name}") as peer:
+                ppids = {"router": peer.processes[0].pid or 0}
+                measure(peer.url + "/v1/chat/completions", warm, 8, ppids)
+                m = measure(peer.url + "/v1/chat/completions", bodies, 8, ppids)
+                cpu = m.ms_per_request("router")
+                print(f"| {name} {router.version()} | cache_aware | {m.requests} | - | {_fmt(cpu)} | {_fmt(cpu)} | - | "
+                      f"{m.requests / m.wall_s:.1f} | {m.errors} |", flush=True)  # fmt: skip
+    print()
 
 
 STREAMED = [
@@ -544,7 +611,7 @@ def _metrics_requests(cluster: LocalCluster) -> int:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--parts", default="streamed,small,idle")
+    parser.add_argument("--parts", default="streamed,chat,small,idle")
     parser.add_argument("--variants", default="buffered,full-duplex", help="Envoy configs for the streamed part")
     parser.add_argument("--peers", default="vllm-router,sglang-router", help="'' for none")
     parser.add_argument("--workers", default="1,2", help="service workers in the small part")
@@ -565,7 +632,7 @@ def main() -> None:
     header("bench_scale: router cost per request, throughput, idle CPU (issue #12)")
     print(f"load: {os.getloadavg()[0]:.2f} (1-min average before the run)\n")
     work = Path(tempfile.mkdtemp(prefix="ppc-bench-scale-"))
-    parts = {"streamed": part_streamed, "small": part_small, "idle": part_idle}
+    parts = {"streamed": part_streamed, "chat": part_chat, "small": part_small, "idle": part_idle}
     try:
         for name in args.parts.split(","):
             parts[name](args, work)
