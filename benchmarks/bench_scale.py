@@ -40,7 +40,6 @@ import os
 import random
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -55,7 +54,7 @@ import orjson
 import yaml
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import header
+from _common import WRK_SCRIPT, header, run_wrk
 
 from ppc_extproc.localcluster import (
     LocalCluster,
@@ -70,6 +69,7 @@ from ppc_extproc.localcluster import (
 )
 from ppc_extproc.workload.peers import PEERS, PeerDeployment
 from ppc_extproc.workload.policies import policy
+from ppc_extproc.workload.probes import tree_cpu_seconds, tree_rss_bytes
 
 MODEL = "mock-model"
 BLOCK = 64
@@ -77,56 +77,13 @@ ENGINE_ARGS = [
     "--prefill-tokens-per-s", "2000000", "--decode-ms-per-token", "2", "--stream-interval-ms", "0",
     "--max-num-seqs", "64", "--log-level", "warning",
 ]  # fmt: skip
-_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 # --- /proc --------------------------------------------------------------------------------------
 
 
-def _children() -> dict[int, list[int]]:
-    tree: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-            tree.setdefault(ppid, []).append(int(entry))
-    return tree
-
-
-def _tree(pid: int) -> list[int]:
-    tree, out, todo = _children(), [], [pid]
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        todo.extend(tree.get(p, []))
-    return out
-
-
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of ``pid`` and its descendants (``serve --workers`` forks)."""
-    total = 0.0
-    for p in _tree(pid):
-        try:
-            with open(f"/proc/{p}/stat") as f:
-                rest = f.read().rsplit(")", 1)[1].split()
-            total += (int(rest[11]) + int(rest[12])) / _TICKS
-        except (OSError, IndexError):
-            pass
-    return total
-
-
-def rss_bytes(pid: int) -> int:
-    total = 0
-    for p in _tree(pid):
-        try:
-            with open(f"/proc/{p}/status") as f:
-                total += next(int(ln.split()[1]) * 1024 for ln in f if ln.startswith("VmRSS:"))
-        except (OSError, StopIteration):
-            pass
-    return total
+cpu_seconds = tree_cpu_seconds
+rss_bytes = tree_rss_bytes
 
 
 # --- the service's decision histogram ------------------------------------------------------------
@@ -421,16 +378,6 @@ def part_streamed(args: argparse.Namespace, work: Path) -> None:
 
 # --- small requests through wrk -----------------------------------------------------------------
 
-WRK_SCRIPT = """
-wrk.method = "POST"
-wrk.headers["Content-Type"] = "application/json"
-wrk.body = io.open("{body}", "r"):read("*a")
-done = function(summary, latency, requests)
-  io.write(string.format("RESULT {{\\"requests\\": %d, \\"seconds\\": %f, \\"errors\\": %d, \\"non2xx\\": %d, \\"p50\\": %d, \\"p99\\": %d}}\\n",
-    summary.requests, summary.duration / 1e6, summary.errors.connect + summary.errors.read + summary.errors.write + summary.errors.timeout,
-    summary.errors.status, latency:percentile(50), latency:percentile(99)))
-end
-"""
 COMPLETION = ('{"id":"cmpl-1","object":"text_completion","model":"mock-model","choices":[{"index":0,"text":"ok",'
               '"finish_reason":"length"}],"usage":{"prompt_tokens":1000,"completion_tokens":1,"total_tokens":1001,'
               '"prompt_tokens_details":{"cached_tokens":0}}}')  # fmt: skip
@@ -449,19 +396,6 @@ def _listener(name: str, ip: str, port: int) -> dict[str, Any]:
                 "@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"}}],
         }}]}],
     }  # fmt: skip
-
-
-def run_wrk(url: str, script: Path, connections: int, seconds: float) -> dict[str, Any]:
-    out = subprocess.run(
-        ["wrk", f"-t{min(2, connections)}", f"-c{connections}", f"-d{max(1, round(seconds))}s", "--timeout", "10s", "-s", str(script), url],
-        capture_output=True, text=True, check=True,
-    ).stdout
-    match = re.search(r"RESULT (\{.*\})", out)
-    if match is None:
-        raise RuntimeError(f"wrk printed no result:\n{out}")
-    result: dict[str, Any] = json.loads(match.group(1))
-    result["rps"] = result["requests"] / result["seconds"]
-    return result
 
 
 def part_small(args: argparse.Namespace, work: Path) -> None:
