@@ -356,23 +356,22 @@ def part_streamed(args: argparse.Namespace, work: Path) -> None:
                 group.stop_all()
     if not args.peers:
         return
-    w = next(x for x in STREAMED if x.name == "2K/32")
+    peer_workloads = [x for x in STREAMED if x.name in ("2K/32", "agentic 100K/1K")]
     with LocalCluster(num_engines=16, engines_per_process=16, model=MODEL, block_size=BLOCK, num_blocks=8192,
                       engine_args=ENGINE_ARGS, with_service=False, log_dir=work / "streamed-peers",
                       keep_logs=True) as cluster:  # fmt: skip
         for name in args.peers:
             router = PEERS[name]
+            text = not router.accepts_token_ids
             with PeerDeployment(router, cluster.engine_urls, log_dir=work / f"peer-{name}") as peer:
                 pids = {"router": peer.processes[0].pid or 0}
-                bodies = w.bodies(1, text=not router.accepts_token_ids)
-                measure(peer.url + "/v1/completions", w.bodies(99, text=not router.accepts_token_ids, count=8),
-                        w.concurrency, pids)  # fmt: skip
-                m = measure(peer.url + "/v1/completions", bodies, w.concurrency, pids)
-                cpu = m.ms_per_request("router")
-                print(f"| {name} {router.version()} | cache_aware | {w.name} "
-                      f"{'ids' if router.accepts_token_ids else 'text'} | {m.requests} | - | {_fmt(cpu)} | "
-                      f"{_fmt(cpu)} | - | - / {m.rss['router'] / 2**20:.0f} | {m.requests / m.wall_s:.1f} | "
-                      f"{m.errors} |", flush=True)  # fmt: skip
+                for w in peer_workloads:
+                    measure(peer.url + "/v1/completions", w.bodies(99, text=text, count=w.sessions), w.concurrency, pids)
+                    m = measure(peer.url + "/v1/completions", w.bodies(1, text=text), w.concurrency, pids)
+                    cpu = m.ms_per_request("router")
+                    print(f"| {name} {router.version()} | cache_aware | {w.name} {'text' if text else 'ids'} | "
+                          f"{m.requests} | - | {_fmt(cpu)} | {_fmt(cpu)} | - | - / {m.rss['router'] / 2**20:.0f} | "
+                          f"{m.requests / m.wall_s:.1f} | {m.errors} |", flush=True)  # fmt: skip
     print()
 
 

@@ -4,9 +4,12 @@ FULL_DUPLEX_STREAMED: request headers are held until the body's end of stream; t
 reply routes (destination header, ``Content-Length``, ``clear_route_cache``, ``envoy.lb``
 metadata) and the body goes back in ≤ 62,000-byte chunks. BUFFERED: headers are answered at once;
 the body reply carries the destination. Header-only requests are routed at once. Errors are
-immediate responses, after which the stream closes cleanly. The response path echoes the body and
-records usage. This is the Gateway API Inference Extension's endpoint picker protocol
-(``kubernetes-sigs/gateway-api-inference-extension: docs/proposals/004-endpoint-picker-protocol``)
+immediate responses, after which the stream closes cleanly. The response path echoes the body
+(FULL_DUPLEX_STREAMED) and records usage; when Envoy sends no response body (``envoy.yaml``) a
+sample of responses asks for theirs with ``mode_override``, and the request ends when the stream
+does (Envoy ends it with the response). This is the Gateway API Inference Extension's endpoint
+picker protocol (``kubernetes-sigs/gateway-api-inference-extension:
+docs/proposals/004-endpoint-picker-protocol``)
 as llm-d's EPP implements it (``llm-d/llm-d-router: pkg/epp/handlers/``).
 
 No I/O here: the gRPC servicer feeds messages and sends what comes back, so the whole protocol is

@@ -16,7 +16,7 @@ Adaptive    an endpoint whose load (waiting, running, KV usage as extracted) did
             its last poll is polled at twice the previous interval, up to ``maxInterval``; a change
             brings it back to ``interval``, and so does this service routing a request to it or one
             finishing there (its in-flight count moved; checked every 250 ms while backed off). An
-            idle fleet of 100 engines is then polled 100×/s instead of 2,000×/s (BENCHMARKS.md §8).
+            idle fleet of 100 engines is then polled 100×/s instead of 2,000×/s (BENCHMARKS.md §10).
             Metrics go stale after 3 × ``maxInterval`` without a successful poll.
 
     plugins:
