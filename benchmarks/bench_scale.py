@@ -305,7 +305,7 @@ def _fmt(value: float, digits: int = 2) -> str:
 
 
 def part_streamed(args: argparse.Namespace, work: Path) -> None:
-    print("## Streamed workloads: 16 mock engines behind Envoy + the service (or a peer router)\n")
+    print(f"## Streamed workloads: {args.engines} mock engines behind Envoy + the service (or a peer router)\n")
     print(f"engines: {' '.join(ENGINE_ARGS)}; block size {BLOCK}; service: the default configuration "
           "(precise + speculative, prefix 3 + active-request 2), 1 worker; Envoy --concurrency 1\n")
     print("| router | config | workload | requests | CPU ms/req service (minus idle) | CPU ms/req Envoy (router) | total | "
@@ -313,8 +313,8 @@ def part_streamed(args: argparse.Namespace, work: Path) -> None:
     print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     workloads = [w for w in STREAMED if not args.quick or w.name != "chat 8K/64"]
     for variant in args.variants:
-        with LocalCluster(num_engines=16, engines_per_process=16, model=MODEL, block_size=BLOCK, num_blocks=8192,
-                          engine_args=ENGINE_ARGS, envoy_variant=variant, envoy_args=["--concurrency", "1"],
+        with LocalCluster(num_engines=args.engines, engines_per_process=args.engines, model=MODEL, block_size=BLOCK,
+                          num_blocks=8192, engine_args=ENGINE_ARGS, envoy_variant=variant, startup_timeout=180, envoy_args=["--concurrency", "1"],
                           service_args=["--log-level", "warning"], log_dir=work / f"streamed-{variant}",
                           keep_logs=True) as cluster:  # fmt: skip
             assert cluster.service_process is not None and cluster.envoy_process is not None
@@ -357,8 +357,8 @@ def part_streamed(args: argparse.Namespace, work: Path) -> None:
     if not args.peers:
         return
     peer_workloads = [x for x in STREAMED if x.name in ("2K/32", "agentic 100K/1K")]
-    with LocalCluster(num_engines=16, engines_per_process=16, model=MODEL, block_size=BLOCK, num_blocks=8192,
-                      engine_args=ENGINE_ARGS, with_service=False, log_dir=work / "streamed-peers",
+    with LocalCluster(num_engines=args.engines, engines_per_process=args.engines, model=MODEL, block_size=BLOCK,
+                      num_blocks=8192, engine_args=ENGINE_ARGS, with_service=False, startup_timeout=180, log_dir=work / "streamed-peers",
                       keep_logs=True) as cluster:  # fmt: skip
         for name in args.peers:
             router = PEERS[name]
@@ -552,6 +552,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=8.0, help="wrk seconds per cell")
     parser.add_argument("--idle-seconds", type=float, default=20.0)
     parser.add_argument("--quick", action="store_true", help="skip the 8K workload")
+    parser.add_argument("--engines", type=int, default=16, help="mock engines in the streamed part")
     args = parser.parse_args()
     args.variants = [v for v in args.variants.split(",") if v]
     args.peers = [p for p in args.peers.split(",") if p and PEERS[p].available()]
