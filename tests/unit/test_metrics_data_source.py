@@ -318,8 +318,9 @@ def test_adaptive_polling_wakes_when_this_service_routes_to_the_endpoint() -> No
         try:
             await until(lambda: polled.target(A)["intervalSeconds"] >= 1.0)  # backed off far
             polls = polled.target(A)["polls"]
-            inflight[A.id] = 1  # a request routed there: polled again within the movement check
-            await until(lambda: polled.target(A)["polls"] > polls)
+            inflight[A.id] = 1  # a request routed there: polled again within the movement check,
+            # then at the base interval again (backing off anew), not after the old 30 s wait
+            await until(lambda: polled.target(A)["polls"] >= polls + 3)
         finally:
             await polled.source.stop()
 

@@ -344,31 +344,36 @@ class MetricsDataSource(PollingSource, Lifecycle, StateReporter):
         adaptive = self.adaptive
         interval = base
         next_at = loop.time()
+        expedited = False
         while True:
             ok = await self.poll(target.endpoint.id)
             if ok:
                 if adaptive:
-                    interval = base if target.moved else min(self.options.max_interval_seconds or base, interval * 2)
+                    limit = self.options.max_interval_seconds or base
+                    interval = base if target.moved or expedited else min(limit, interval * 2)
                 next_at += interval
             else:  # back off: interval × 2^failures, capped
                 interval = base
                 delay = min(self.options.max_backoff_seconds, base * 2 ** min(target.failures, 16))
                 next_at = loop.time() + delay
             target.interval = interval
+            expedited = False
             if adaptive and interval > base:
-                await self._sleep_unless_moved(target, next_at)
+                expedited = await self._sleep_unless_moved(target, next_at)
             else:
                 await asyncio.sleep(max(0.0, next_at - loop.time()))
-            next_at = max(next_at, loop.time())  # fell behind (slow engine) or woke early: no burst
+            # Fell behind (slow engine) or woke early: the next poll is now, and no catch-up burst.
+            next_at = loop.time() if expedited else max(next_at, loop.time())
 
-    async def _sleep_unless_moved(self, target: _Target, until: float) -> None:
-        """Sleep until ``until``, returning early once this service's in-flight count for the
-        endpoint differs from the one at its last poll (routing has moved its load)."""
+    async def _sleep_unless_moved(self, target: _Target, until: float) -> bool:
+        """Sleep until ``until``; True when woken early because this service's in-flight count for
+        the endpoint differs from the one at its last poll (routing has moved its load)."""
         loop = asyncio.get_running_loop()
         while (remaining := until - loop.time()) > 0:
             await asyncio.sleep(min(remaining, _MOVEMENT_CHECK_SECONDS))
             if self._inflight is not None and self._inflight(target.endpoint.id) != target.inflight_seen:
-                return
+                return True
+        return False
 
     async def poll(self, endpoint_id: str) -> bool:
         """Poll one endpoint now and feed the extractors. True when some extractor took the body."""
