@@ -10,7 +10,39 @@ import sys
 import time
 from collections.abc import Callable
 
-__all__ = ["header", "percentile", "pin_to_one_core", "time_calls"]
+__all__ = ["WRK_SCRIPT", "header", "percentile", "pin_to_one_core", "run_wrk", "time_calls"]
+
+#: wrk Lua script: POST the body file, print one ``RESULT {json}`` line (requests, seconds, errors,
+#: non-2xx, latency p50/p90/p99 in µs). Format with ``body=<path>``.
+WRK_SCRIPT = """
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+wrk.body = io.open("{body}", "r"):read("*a")
+done = function(summary, latency, requests)
+  io.write(string.format("RESULT {{\\"requests\\": %d, \\"seconds\\": %f, \\"errors\\": %d, \\"non2xx\\": %d, \\"p50\\": %d, \\"p90\\": %d, \\"p99\\": %d}}\\n",
+    summary.requests, summary.duration / 1e6, summary.errors.connect + summary.errors.read + summary.errors.write + summary.errors.timeout,
+    summary.errors.status, latency:percentile(50), latency:percentile(90), latency:percentile(99)))
+end
+"""
+
+
+def run_wrk(url: str, script: object, connections: int, seconds: float) -> dict[str, float]:
+    """Run ``wrk`` with ``script`` (a file written from :data:`WRK_SCRIPT`); its RESULT plus ``rps``."""
+    import json
+    import re
+    import subprocess
+
+    out = subprocess.run(
+        ["wrk", f"-t{min(2, connections)}", f"-c{connections}", f"-d{max(1, round(seconds))}s", "--timeout", "10s",
+         "-s", str(script), url],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    match = re.search(r"RESULT (\{.*\})", out)
+    if match is None:
+        raise RuntimeError(f"wrk printed no result:\n{out}")
+    result: dict[str, float] = json.loads(match.group(1))
+    result["rps"] = result["requests"] / result["seconds"]
+    return result
 
 
 def _cpu_model() -> str:

@@ -13,9 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import re
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -23,7 +21,7 @@ from pathlib import Path
 import yaml
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import header
+from _common import WRK_SCRIPT, header, run_wrk
 
 from ppc_extproc.localcluster import (
     ProcessGroup,
@@ -36,18 +34,6 @@ from ppc_extproc.localcluster import (
 
 REPO = Path(__file__).resolve().parents[1]
 UPSTREAM_IP = "127.0.0.2"
-WRK_SCRIPT = """
-wrk.method = "POST"
-wrk.headers["Content-Type"] = "application/json"
-wrk.body = io.open("{body}", "r"):read("*a")
-done = function(summary, latency, requests)
-  io.write(string.format("RESULT {{\\"requests\\": %d, \\"seconds\\": %f, \\"errors\\": %d, \\"non2xx\\": %d, \\"p50\\": %d, \\"p90\\": %d, \\"p99\\": %d}}\\n",
-    summary.requests, summary.duration / 1e6, summary.errors.connect + summary.errors.read + summary.errors.write + summary.errors.timeout,
-    summary.errors.status, latency:percentile(50), latency:percentile(90), latency:percentile(99)))
-end
-"""
-
-
 def upstream_config(port: int, admin: int) -> dict:
     return {
         "admin": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": admin}}},
@@ -99,20 +85,6 @@ def direct_config(port: int, admin: int, upstream: int) -> dict:
             }],
         },
     }
-
-
-def run_wrk(url: str, script: Path, connections: int, seconds: int) -> dict:
-    threads = min(2, connections)
-    out = subprocess.run(
-        ["wrk", f"-t{threads}", f"-c{connections}", f"-d{seconds}s", "--timeout", "10s", "-s", str(script), url],
-        capture_output=True, text=True, check=True,
-    ).stdout
-    match = re.search(r"RESULT (\{.*\})", out)
-    if match is None:
-        raise RuntimeError(f"wrk printed no result:\n{out}")
-    result = json.loads(match.group(1))
-    result["rps"] = result["requests"] / result["seconds"]
-    return result
 
 
 def main() -> None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Coroutine, Sequence
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -148,15 +148,37 @@ def _add_kubernetes_flags(p: argparse.ArgumentParser) -> None:
     k8s.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, in-cluster, ~/.kube/config)")
 
 
-def _serve(args: argparse.Namespace) -> int:
+def _run_loop(main: Coroutine[Any, Any, None], event_loop: str) -> None:
+    """Run ``main`` on uvloop (``auto`` when it is installed: ~10 % less CPU per request in
+    grpc.aio's message path, BENCHMARKS.md §10) or asyncio's own loop."""
     import asyncio
 
+    if event_loop != "asyncio":
+        try:
+            import uvloop
+        except ImportError:
+            if event_loop == "uvloop":
+                raise
+        else:
+            uvloop.run(main)
+            return
+    asyncio.run(main)
+
+
+def _serve(args: argparse.Namespace) -> int:
     from ppc_extproc.errors import ConfigError
     from ppc_extproc.observability.logging import configure_logging
     from ppc_extproc.scheduling.pool import parse_endpoint_list
     from ppc_extproc.server.app import ServeOptions, serve
     from ppc_extproc.server.stream import BodyMode
+    from ppc_extproc.server.workers import cpu_count, supervise
 
+    workers = args.workers if args.workers > 0 else cpu_count()
+    if workers > 1 and args.worker_index is None:
+        if args.grpc_port == 0:
+            print("ppc-extproc serve: --workers needs a fixed --grpc-port (the workers share it)", file=sys.stderr)
+            return 2
+        return supervise(args.argv, workers, args.admin_port, stop_timeout=args.drain_seconds + 20.0)
     configure_logging(args.log_format, args.log_level)
     try:
         endpoints = parse_endpoint_list(args.endpoints) if args.endpoints is not None else None
@@ -180,11 +202,14 @@ def _serve(args: argparse.Namespace) -> int:
         max_body_bytes=args.max_body_bytes,
         default_body_mode=BodyMode[args.body_mode.upper().replace("-", "_")],
         json_errors=args.error_format == "openai",
+        usage_sample_rate=args.usage_sample_rate,
         drain_seconds=args.drain_seconds,
         discovery=discovery,
+        reuse_port=args.worker_index is not None,
+        worker_index=args.worker_index,
     )
     try:
-        asyncio.run(serve(options))
+        _run_loop(serve(options), args.event_loop)
     except ConfigError as exc:
         print(f"ppc-extproc serve: configuration error: {exc}", file=sys.stderr)
         return 2
@@ -192,6 +217,13 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"ppc-extproc serve: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+def _fraction(text: str) -> float:
+    value = float(text)
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be within [0, 1], got {text}")
+    return value
 
 
 def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -216,7 +248,23 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="request body mode assumed when Envoy does not announce it (default full-duplex-streamed)",
     )
     p.add_argument("--error-format", choices=["text", "openai"], default="text", help="error body format (default llm-d's text)")
+    p.add_argument(
+        "--usage-sample-rate", type=_fraction, default=0.01, metavar="R",
+        help="with Envoy sending no response bodies (envoy/envoy.yaml): ask for the body of this share of "
+        "responses (mode_override) to read their usage for the usage and cached-tokens metrics; "
+        "0 disables, 1 reads every response (default 0.01)",
+    )
     p.add_argument("--drain-seconds", type=float, default=10.0, help="how long open streams may finish at shutdown")
+    p.add_argument(
+        "--workers", type=int, default=1, metavar="N",
+        help="service processes sharing the gRPC port (SO_REUSEPORT), each a full service with its own "
+        "index and KV-event subscribers; worker i serves admin on --admin-port + i; 0 = one per core (default 1)",
+    )
+    p.add_argument("--worker-index", type=int, default=None, help=argparse.SUPPRESS)
+    p.add_argument(
+        "--event-loop", choices=["auto", "asyncio", "uvloop"], default="auto",
+        help="asyncio event loop implementation; auto = uvloop when installed (default auto)",
+    )
     p.add_argument("--log-format", choices=["json", "console"], default="json")
     p.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default="info")
     _add_kubernetes_flags(p)
@@ -302,6 +350,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # serve --workers re-runs it per worker
     handler = getattr(args, "handler", None)
     if handler is None:
         parser.print_help()

@@ -75,3 +75,42 @@ def test_cli_serves_and_exits_cleanly_on_signal(signum: int) -> None:
         for stream in (proc.stdout, proc.stderr):
             if stream is not None:
                 stream.close()
+
+
+def test_distinct_hosts_give_each_engine_its_own_address_cache_and_kv_socket() -> None:
+    """``--count 3 --distinct-hosts``: engines on 127.0.0.{first..first+2}, the same HTTP and KV
+    ports on each (like pods), each with its own cache."""
+    from ppc_extproc.localcluster import PortAllocator
+
+    first = 60
+    hosts = [f"127.0.0.{first + i}" for i in range(3)]
+    http_port, kv_port = PortAllocator().ports(2, hosts)
+    env = {**os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    cmd = [
+        sys.executable, "-m", "ppc_extproc.mock_vllm", "--host", hosts[0], "--port", str(http_port),
+        "--count", "3", "--distinct-hosts", "--kv-events-endpoint", f"tcp://{hosts[0]}:{kv_port}",
+        "--block-size", "16", "--log-level", "warning",
+    ]  # fmt: skip
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        engines = _read_ready_line(proc, timeout=20)["engines"]
+        assert [e["endpoint"] for e in engines] == [f"{h}:{http_port}" for h in hosts]
+        assert [e["kv_events_endpoint"] for e in engines] == [f"tcp://{h}:{kv_port}" for h in hosts]
+        assert [e["topic"] for e in engines] == [f"kv@{h}:{http_port}@mock-model" for h in hosts]
+        prompt = list(range(64))
+
+        def complete(url: str) -> int:
+            req = urllib.request.Request(f"{url}/v1/completions", headers={"Content-Type": "application/json"},
+                                         data=json.dumps({"prompt": prompt, "max_tokens": 1}).encode())  # fmt: skip
+            with urllib.request.urlopen(req, timeout=5) as r:
+                return int(json.load(r)["usage"]["prompt_tokens_details"]["cached_tokens"])
+
+        assert complete(engines[0]["url"]) == 0
+        assert complete(engines[0]["url"]) == 48  # cached there (the last block is always recomputed)
+        assert complete(engines[1]["url"]) == 0  # not on its neighbour
+    finally:
+        proc.kill()
+        proc.wait(timeout=5)
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()

@@ -15,7 +15,7 @@ from polled_metrics import Polled
 from ppc_extproc.errors import ConfigError
 from ppc_extproc.framework import Endpoint
 from ppc_extproc.framework.params import Section
-from ppc_extproc.plugins.datalayer import MetricsDataSource, PollOptions
+from ppc_extproc.plugins.datalayer import CoreMetricsExtractor, MetricsDataSource, PollOptions
 from ppc_extproc.plugins.registry import Services
 from ppc_extproc.scheduling.pool import EndpointPool
 
@@ -269,3 +269,68 @@ def test_the_store_goes_stale_after_twenty_polls_of_the_configured_interval() ->
     section = Section({"interval": "200ms"}, "p", "metrics-data-source")
     MetricsDataSource.from_parameters("m", section, services)
     assert services.engine_metrics.stale_after_seconds == pytest.approx(4.0)
+
+
+def _adaptive(engines: FakeEngines, inflight: dict[str, int]) -> Polled:
+    """A source polling every 5 ms, backing off to 40 ms while the load stands still."""
+    options = PollOptions(interval_seconds=0.005, max_interval_seconds=0.04, timeout_seconds=0.05, max_backoff_seconds=0.02)
+    polled = Polled(options, engines)
+
+    def load(endpoint_id: str) -> tuple[object, ...] | None:
+        m = polled.store.snapshot(endpoint_id)
+        return None if m is None else (m.waiting, m.running, m.kv_usage)
+
+    polled.source = MetricsDataSource("metrics-data-source", options, fetch=engines, load=load,
+                                      inflight=lambda endpoint_id: inflight.get(endpoint_id, 0))  # fmt: skip
+    polled.source.attach([CoreMetricsExtractor("core-metrics-extractor", polled.store)])
+    return polled
+
+
+def test_adaptive_polling_backs_off_while_the_load_stands_still_and_returns_when_it_moves() -> None:
+    async def main() -> None:
+        engines, inflight = FakeEngines(), {}
+        polled = _adaptive(engines, inflight)
+        polled.add(A)
+        await polled.source.start()
+        try:
+            await until(lambda: polled.target(A)["intervalSeconds"] == 0.04)  # 5 → 10 → 20 → 40 ms, no further
+            polls = polled.target(A)["polls"]
+            await until(lambda: polled.target(A)["polls"] >= polls + 2)
+            assert polled.target(A)["intervalSeconds"] == 0.04
+            engines.bodies[url(A)] = body(7)  # the load moved: back to the base interval
+            await until(lambda: polled.snapshot(A).waiting == 7)  # type: ignore[union-attr]
+            await until(lambda: polled.target(A)["intervalSeconds"] == 0.005)
+            await until(lambda: polled.target(A)["intervalSeconds"] == 0.04)  # and still again
+        finally:
+            await polled.source.stop()
+
+    run(main)
+
+
+def test_adaptive_polling_wakes_when_this_service_routes_to_the_endpoint() -> None:
+    async def main() -> None:
+        engines, inflight = FakeEngines(), {}
+        options = PollOptions(interval_seconds=0.005, max_interval_seconds=30.0, timeout_seconds=0.05)
+        polled = _adaptive(engines, inflight)
+        polled.source.options = options
+        polled.add(A)
+        await polled.source.start()
+        try:
+            await until(lambda: polled.target(A)["intervalSeconds"] >= 1.0)  # backed off far
+            polls = polled.target(A)["polls"]
+            inflight[A.id] = 1  # a request routed there: polled again within the movement check,
+            # then at the base interval again (backing off anew), not after the old 30 s wait
+            await until(lambda: polled.target(A)["polls"] >= polls + 3)
+        finally:
+            await polled.source.stop()
+
+    run(main)
+
+
+def test_max_interval_parameter_defaults_to_one_second_and_zero_disables_it() -> None:
+    services = Services()
+    adaptive = MetricsDataSource.from_parameters("m", Section({}, "p", "metrics-data-source"), services)
+    assert adaptive.options.max_interval_seconds == pytest.approx(1.0) and adaptive.adaptive
+    assert services.engine_metrics.stale_after_seconds == pytest.approx(3.0)  # 3 × maxInterval
+    fixed = MetricsDataSource.from_parameters("m", Section({"maxInterval": "0s"}, "p", "metrics-data-source"), Services())
+    assert fixed.options.max_interval_seconds is None and not fixed.adaptive

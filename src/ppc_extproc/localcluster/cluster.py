@@ -66,13 +66,16 @@ class LocalCluster(ClusterLayout):
         engine_args: extra arguments for every engine, e.g. the time model
             (``--prefill-tokens-per-s``, ``--decode-ms-per-token``, ``--max-num-seqs``).
         per_engine_args: extra arguments per engine (index ``i`` → engine ``i``).
+        engines_per_process: engines served by one mock process (``--count k --distinct-hosts``:
+            each still has its own loopback address, ports, cache and KV-event socket); 1 starts a
+            process per engine. Above 1, engines cannot be stopped or restarted one at a time.
         service_args: extra arguments for the service (every replica).
         service_replicas: service processes behind Envoy's ``ext_proc`` cluster (same config,
             their own ports); replica 0 is what the single-service accessors refer to.
         service_config: the service config as a mapping or a YAML file path; the cluster patches
             the KV-event ports in, writes it to the log dir and passes ``--config-file``.
             ``None`` → :func:`default_service_config`.
-        envoy_variant: ``"full-duplex"``, ``"buffered"``, ``"override-host"`` or a YAML path.
+        envoy_variant: ``"buffered"`` (``envoy.yaml``), ``"full-duplex"``, ``"override-host"`` or a YAML path.
         log_dir: where logs and rendered configs go; ``None`` → a temporary directory, removed on
             stop unless ``keep_logs`` or the start failed.
         engine_command / service_command: command prefixes (defaults: ``python -m ppc_extproc
@@ -100,6 +103,7 @@ class LocalCluster(ClusterLayout):
         num_blocks: int | None = None,
         engine_args: Sequence[str] = (),
         per_engine_args: Sequence[Sequence[str]] | None = None,
+        engines_per_process: int = 1,
         service_args: Sequence[str] = (),
         service_replicas: int = 1,
         service_config: Mapping[str, Any] | str | os.PathLike[str] | None = None,
@@ -126,6 +130,11 @@ class LocalCluster(ClusterLayout):
         )
         if per_engine_args is not None and len(per_engine_args) != num_engines:
             raise ValueError("per_engine_args needs one entry per engine")
+        if engines_per_process < 1:
+            raise ValueError("engines_per_process must be >= 1")
+        if engines_per_process > 1 and per_engine_args is not None:
+            raise ValueError("per_engine_args needs one process per engine (engines_per_process=1)")
+        self.engines_per_process = engines_per_process
         self.model = model
         self.block_size = block_size
         self.num_blocks = num_blocks
@@ -219,8 +228,10 @@ class LocalCluster(ClusterLayout):
         try:
             self.allocate_ports()
             self._write_configs()
+            per = self.engines_per_process
             self._engines = [
-                self._group.add(self._engine_process(i)) for i in range(self.num_engines)
+                self._group.add(self._engine_process(i, min(per, self.num_engines - i)))
+                for i in range(0, self.num_engines, per)
             ]
             for proc in self._engines:  # start all, then wait: they boot in parallel
                 proc.start()
@@ -289,9 +300,14 @@ class LocalCluster(ClusterLayout):
                 process=self._services[r],
             )
 
+    def _single_engine(self, index: int) -> ManagedProcess:
+        if self.engines_per_process > 1:
+            raise LocalClusterError("engines share processes (engines_per_process > 1): stop or start them together")
+        return self._engines[index]
+
     def stop_engine(self, index: int) -> None:
         """Stop engine ``index``."""
-        self._engines[index].stop(self.stop_timeout)
+        self._single_engine(index).stop(self.stop_timeout)
 
     def kill_engine(self, index: int) -> None:
         """SIGKILL engine ``index`` (a crash: no graceful shutdown, sockets reset)."""
@@ -299,7 +315,7 @@ class LocalCluster(ClusterLayout):
 
     def start_engine(self, index: int) -> None:
         """(Re)start engine ``index`` on the same address and ports; wait for ``/health``."""
-        self._engines[index].start()
+        self._single_engine(index).start()
         self._wait_engine(index)
 
     def restart_engine(self, index: int) -> None:
@@ -354,7 +370,8 @@ class LocalCluster(ClusterLayout):
                 upstream_endpoints=self.engine_endpoints,
             )
 
-    def _engine_process(self, index: int) -> ManagedProcess:
+    def _engine_process(self, index: int, count: int = 1) -> ManagedProcess:
+        """The process of engine ``index`` (and, with ``count`` > 1, the next ``count - 1``)."""
         ip = self.engine_ips[index]
         argv = [
             *self.engine_command,
@@ -363,6 +380,8 @@ class LocalCluster(ClusterLayout):
             "--model", self.model,
             "--kv-events-endpoint", f"tcp://{ip}:{self.kv_events_port}",
         ]  # fmt: skip
+        if count > 1:
+            argv += ["--count", str(count), "--distinct-hosts"]
         if self.replay:
             argv += ["--replay-endpoint", f"tcp://{ip}:{self.replay_port}"]
         if self.block_size is not None:
@@ -374,15 +393,14 @@ class LocalCluster(ClusterLayout):
         argv += self.engine_args
         if self.per_engine_args is not None:
             argv += self.per_engine_args[index]
-        return ManagedProcess(
-            f"engine-{index}", argv, log_path=self.log_dir / f"engine-{index}.log", env=self.env
-        )
+        name = f"engine-{index}" if count == 1 else f"engines-{index}-{index + count - 1}"
+        return ManagedProcess(name, argv, log_path=self.log_dir / f"{name}.log", env=self.env)
 
     def _wait_engine(self, index: int) -> None:
         wait_for_http(
             f"{self.engine_urls[index]}/health",
             timeout=self.startup_timeout,
-            process=self._engines[index],
+            process=self._engines[index // self.engines_per_process],
         )
 
     def _service_process(self, replica: int = 0) -> ManagedProcess:

@@ -47,11 +47,12 @@ __all__ = [
 
 #: Variant name → file name in the ``envoy`` data directory.
 VARIANTS: Mapping[str, str] = {
-    "full-duplex": "envoy.yaml",
-    "buffered": "envoy-buffered.yaml",
+    "buffered": "envoy.yaml",
+    "full-duplex": "envoy-full-duplex.yaml",
     "override-host": "envoy-override-host.yaml",
 }
-DEFAULT_VARIANT = "full-duplex"
+#: ``envoy.yaml``: BUFFERED request bodies, response bodies not sent (the recommended config).
+DEFAULT_VARIANT = "buffered"
 #: Name of the cluster that points at the ppc-extproc gRPC service in every shipped file.
 EXT_PROC_CLUSTER = "ext_proc"
 OVERRIDE_HOST_POLICY = "envoy.load_balancing_policies.override_host"
@@ -80,7 +81,7 @@ def find_envoy() -> str:
 
 
 def envoy_config_file(variant: str) -> Traversable:
-    """The packaged file of a variant (``full-duplex``, ``buffered``, ``override-host``)."""
+    """The packaged file of a variant (``buffered``, ``full-duplex``, ``override-host``)."""
     try:
         name = VARIANTS[variant]
     except KeyError:

@@ -120,6 +120,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="engines to serve, on consecutive ports (HTTP, KV events and replay +i) (default %(default)s)",
     )
     parser.add_argument(
+        "--distinct-hosts",
+        action="store_true",
+        help="with --count: engine i binds the IPv4 address --host + i on the same ports (KV events and "
+        "replay too) instead of port + i, like pods",
+    )
+    parser.add_argument(
+        "--stream-interval-ms",
+        type=float,
+        default=d.stream_interval_s * 1e3,
+        help="minimum spacing of a stream's writes; tokens due together are written together; "
+        "0 = one write per token (default %(default)s)",
+    )
+    parser.add_argument(
         "--tokenizer",
         default=None,
         metavar="DIR",
@@ -155,6 +168,8 @@ def options_from_args(args: argparse.Namespace) -> MockVllmOptions:
         buffer_steps=args.buffer_steps,
         hwm=args.hwm,
         count=args.count,
+        distinct_hosts=args.distinct_hosts,
+        stream_interval_s=args.stream_interval_ms / 1e3,
         tokenizer=args.tokenizer,
     )
 

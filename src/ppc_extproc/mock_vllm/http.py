@@ -10,7 +10,8 @@ with ``--tokenizer`` the text routes of :mod:`~ppc_extproc.mock_vllm.text`). Moc
 
 Streaming: one SSE ``data: <json>\\n\\n`` chunk per output token, each sent no earlier than the
 token's simulated time; chunks due together are written together and the writer wakes at
-most every :data:`STREAM_MIN_INTERVAL_S`, so tokens may arrive in small bursts.
+most every :data:`STREAM_MIN_INTERVAL_S` (``create_app(stream_interval_s=…)``, ``--stream-interval-ms``),
+so tokens may arrive in small bursts; with 0 every token is its own write, as vLLM sends them.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ STREAM_MIN_INTERVAL_S: Final = 0.02
 
 _ENGINE: Final = web.AppKey("engine", MockEngine)
 _INFO: Final = web.AppKey("info", dict)
+_STREAM_INTERVAL: Final = web.AppKey("stream_interval_s", float)
 #: The engine of an app (for route modules).
 ENGINE: Final = _ENGINE
 #: The tokenizer of an app started with ``--tokenizer`` (absent otherwise).
@@ -113,7 +115,9 @@ def _submit_all(
     return reqs
 
 
-async def _tokens(reqs: Sequence[EngineRequest]) -> AsyncIterator[list[tuple[int, int]]]:
+async def _tokens(
+    reqs: Sequence[EngineRequest], min_interval_s: float = STREAM_MIN_INTERVAL_S
+) -> AsyncIterator[list[tuple[int, int]]]:
     """Yield ``[(choice_index, token_pos)]`` batches as tokens fall due, in time order."""
     loop = asyncio.get_running_loop()
     emitted = [0] * len(reqs)
@@ -141,7 +145,7 @@ async def _tokens(reqs: Sequence[EngineRequest]) -> AsyncIterator[list[tuple[int
         if all(emitted[i] >= r.max_tokens for i, r in enumerate(reqs)):
             return
         last_wake = now
-        wake = max(next_due, last_wake + STREAM_MIN_INTERVAL_S)
+        wake = max(next_due, last_wake + min_interval_s)
         timeout = None if math.isinf(wake) else max(wake - loop.time(), 0.0)
         if unstarted:
             await asyncio.wait(unstarted, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
@@ -163,7 +167,7 @@ async def sse_stream(
     await resp.prepare(request)
     try:
         try:
-            async for batch in _tokens(reqs):
+            async for batch in _tokens(reqs, request.app.get(_STREAM_INTERVAL, STREAM_MIN_INTERVAL_S)):
                 await resp.write(
                     b"".join(
                         b"data: " + orjson.dumps(chunk_for(i, pos)) + b"\n\n" for i, pos in batch
@@ -370,10 +374,12 @@ def create_app(
     kv_events_config: dict[str, Any] | None = None,
     engine_index: int = 0,
     tokenizer: LocalTokenizer | None = None,
+    stream_interval_s: float = STREAM_MIN_INTERVAL_S,
 ) -> web.Application:
     """The aiohttp application serving ``engine`` as ``advertised_endpoint`` (``ip:port``)."""
     app = web.Application(client_max_size=64 * 1024 * 1024)
     app[_ENGINE] = engine
+    app[_STREAM_INTERVAL] = stream_interval_s
     app[_INFO] = {
         "endpoint": advertised_endpoint,
         "version": vllm_version,

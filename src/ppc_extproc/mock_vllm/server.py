@@ -2,16 +2,20 @@
 
 With ``count = N`` engine ``i`` serves HTTP on ``port + i`` and offsets its KV-event and replay
 endpoints like vLLM's DP ranks (``tcp`` port + i; port 0 stays ephemeral; ``ipc``/``inproc``
-get a ``_i`` suffix). Each engine has its own cache, scheduler, seq counter and metrics.
+get a ``_i`` suffix). With ``distinct_hosts`` engine ``i`` instead binds the IPv4 address
+``host + i`` (``127.0.0.2``, ``127.0.0.3``, …) on the same ports, like pods: one process serves
+many endpoints, each with its own address, cache, scheduler, seq counter, KV-event socket and
+metrics; idle engines cost no CPU (the time model wakes only for work).
 Port 0 binds an ephemeral port; :meth:`RunningEngine.describe` reports the real addresses.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import socket
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import structlog
@@ -65,6 +69,10 @@ class MockVllmOptions:
     buffer_steps: int = 10_000
     hwm: int = 100_000
     count: int = 1
+    #: Engine ``i`` binds ``host + i`` (IPv4) on the same ports instead of ``port + i``.
+    distinct_hosts: bool = False
+    #: Minimum spacing of a stream's writes; 0 ⇒ one write per token.
+    stream_interval_s: float = 0.02
     #: HF model directory (``tokenizer.json`` + chat template): text, chat and messages are
     #: tokenized with it and the render/tokenize routes are served; None ⇒ UTF-8 bytes as ids.
     tokenizer: str | None = None
@@ -80,6 +88,14 @@ def offset_endpoint(endpoint: str | None, index: int) -> str | None:
             return endpoint
         return f"{base}:{int(port) + index}"
     return f"{endpoint}_{index}"
+
+
+def _with_host(endpoint: str, host: str) -> str:
+    """``tcp://<any>:<port>`` → ``tcp://<host>:<port>`` (other transports unchanged)."""
+    if not endpoint.startswith("tcp://"):
+        return endpoint
+    _, _, port = endpoint.rpartition(":")
+    return f"tcp://{host}:{port}"
 
 
 def _host_for_url(host: str) -> str:
@@ -146,8 +162,24 @@ class MockVllmFleet:
         self.engines.clear()
 
 
+def _host_plus(host: str, index: int) -> str:
+    """``host`` (an IPv4 address) advanced by ``index``."""
+    return str(ipaddress.IPv4Address(host) + index)
+
+
 async def _start_engine(options: MockVllmOptions, index: int, tokenizer: LocalTokenizer | None = None) -> RunningEngine:
-    sock = _listen(options.host, options.port + index if options.port else 0)
+    if options.distinct_hosts:
+        host = _host_plus(options.host, index)
+        options = replace(options, host=host, advertise_host=host if options.advertise_host is None
+                          else _host_plus(options.advertise_host, index))
+        if options.kv_events_endpoint:
+            options = replace(options, kv_events_endpoint=_with_host(options.kv_events_endpoint, host))
+        if options.replay_endpoint:
+            options = replace(options, replay_endpoint=_with_host(options.replay_endpoint, host))
+        port_index = 0
+    else:
+        port_index = index
+    sock = _listen(options.host, options.port + port_index if options.port else 0)
     publisher: EventPublisher | None = None
     try:
         port = sock.getsockname()[1]
@@ -162,13 +194,13 @@ async def _start_engine(options: MockVllmOptions, index: int, tokenizer: LocalTo
         kv_ep = options.kv_events_endpoint
         if kv_ep is None:
             kv_ep = f"tcp://{_host_for_url(options.host.strip('[]'))}:5557"
-        kv_ep = offset_endpoint(kv_ep, index)
+        kv_ep = offset_endpoint(kv_ep, port_index)
         if kv_ep:
             zpub = ZmqEventPublisher(
                 kv_ep,
                 topic=topic,
                 encoding=options.event_encoding,
-                replay_endpoint=offset_endpoint(options.replay_endpoint, index),
+                replay_endpoint=offset_endpoint(options.replay_endpoint, port_index),
                 buffer_steps=options.buffer_steps,
                 hwm=options.hwm,
                 replay_format=options.replay_format,
@@ -209,6 +241,7 @@ async def _start_engine(options: MockVllmOptions, index: int, tokenizer: LocalTo
             kv_events_config=kv_config,
             engine_index=index,
             tokenizer=tokenizer,
+            stream_interval_s=options.stream_interval_s,
         )
         runner = web.AppRunner(app, shutdown_timeout=0.5, access_log=None)
         await runner.setup()

@@ -60,9 +60,15 @@ class ServeOptions:
     max_body_bytes: int = 16 * 1024 * 1024
     default_body_mode: BodyMode = BodyMode.FULL_DUPLEX_STREAMED
     json_errors: bool = False
+    #: Share of responses whose usage is read when Envoy sends no response bodies (``StreamOptions``).
+    usage_sample_rate: float = 0.01
     #: Bound on waiting for open streams at shutdown.
     drain_seconds: float = 10.0
     services: Services = field(default_factory=Services)
+    #: Bind the gRPC port with SO_REUSEPORT (``serve --workers``: several processes share it).
+    reuse_port: bool = False
+    #: This process's index among ``serve --workers`` (None: a single process).
+    worker_index: int | None = None
     #: A discovery source overriding ``endpoints`` and the configuration's discovery (Kubernetes,
     #: or an embedding application's own endpoint source).
     discovery: Discovery | None = None
@@ -85,7 +91,9 @@ class Service:
         self.metrics = Metrics(self.registry)
         self.registry.register(StateCollector(self.state_for_metrics))
         self.health = Health()
-        stream_options = StreamOptions(options.max_body_bytes, options.default_body_mode, options.json_errors)
+        stream_options = StreamOptions(
+            options.max_body_bytes, options.default_body_mode, options.json_errors, options.usage_sample_rate
+        )
         self.extproc = ExternalProcessor(self.router, stream_options, self.metrics)
         self.grpc_port = 0
         self.admin_port = 0
@@ -166,7 +174,8 @@ async def serve(
             loop.add_signal_handler(sig, stop.set)
 
     server = grpc.aio.server(options=[
-        ("grpc.so_reuseport", 0),
+        # Off by default, so a port already in use is an error rather than a silently shared port.
+        ("grpc.so_reuseport", 1 if options.reuse_port else 0),
         ("grpc.max_receive_message_length", options.max_body_bytes + (1 << 20)),
         ("grpc.max_send_message_length", options.max_body_bytes + (1 << 20)),
     ])
@@ -210,7 +219,7 @@ async def serve(
             await service.health.set_ready(True)
             log.info(
                 "service_ready", grpc_port=service.grpc_port, admin_port=service.admin_port,
-                endpoints=len(service.pool), config=loaded.source,
+                endpoints=len(service.pool), config=loaded.source, worker=options.worker_index,
             )
             if on_ready is not None:
                 on_ready(service)

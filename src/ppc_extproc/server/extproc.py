@@ -16,6 +16,7 @@ from envoy.service.ext_proc.v3.external_processor_pb2 import ProcessingRequest, 
 from ppc_extproc.observability.metrics import Metrics
 from ppc_extproc.scheduling.router import Router
 from ppc_extproc.server.stream import ExtProcStream, StreamOptions
+from ppc_extproc.server.usage import UsageSampler
 
 __all__ = ["ExternalProcessor"]
 
@@ -33,13 +34,15 @@ class ExternalProcessor(external_processor_pb2_grpc.ExternalProcessorServicer): 
         self.active = 0
         #: The most recent routing decisions, newest last (``GET /debug/decisions``).
         self.recent_decisions: deque[dict[str, Any]] = deque(maxlen=decisions_kept)
+        #: One sampler for every stream: which responses' usage is read when bodies are off.
+        self.sampler = UsageSampler(options.usage_sample_rate)
 
     async def Process(
         self,
         request_iterator: AsyncIterator[ProcessingRequest],
         context: grpc.aio.ServicerContext[ProcessingRequest, ProcessingResponse],
     ) -> AsyncIterator[ProcessingResponse]:
-        stream = ExtProcStream(self.router, self.options, self.metrics, self.recent_decisions.append)
+        stream = ExtProcStream(self.router, self.options, self.metrics, self.recent_decisions.append, self.sampler)
         self.active += 1
         cancelled = True
         try:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 
 from envoy.config.core.v3.base_pb2 import HeaderValue, HeaderValueOption
+from envoy.extensions.filters.http.ext_proc.v3.processing_mode_pb2 import ProcessingMode
 from envoy.service.ext_proc.v3.external_processor_pb2 import (
     CommonResponse,
     HeaderMutation,
@@ -30,6 +31,7 @@ __all__ = [
     "buffered_route_response",
     "continue_body",
     "continue_headers",
+    "continue_headers_with_response_body",
     "continue_trailers",
     "error_response",
     "route_headers_response",
@@ -113,6 +115,17 @@ def body_chunks(body: bytes, end_of_stream: bool = True, *, response: bool = Fal
 def continue_headers(*, response: bool = False) -> ProcessingResponse:
     reply = ProcessingResponse()
     (reply.response_headers if response else reply.request_headers).response.SetInParent()
+    return reply
+
+
+def continue_headers_with_response_body() -> ProcessingResponse:
+    """The response-headers reply of a sampled request: continue, and switch this response's body
+    mode to STREAMED (``ProcessingResponse.mode_override``; Envoy needs ``allow_mode_override``).
+    The trailer mode stays SEND, so the stream still ends with the response."""
+    reply = ProcessingResponse()
+    reply.response_headers.response.SetInParent()
+    reply.mode_override.response_body_mode = ProcessingMode.STREAMED
+    reply.mode_override.response_trailer_mode = ProcessingMode.SEND
     return reply
 
 

@@ -4,9 +4,12 @@ FULL_DUPLEX_STREAMED: request headers are held until the body's end of stream; t
 reply routes (destination header, ``Content-Length``, ``clear_route_cache``, ``envoy.lb``
 metadata) and the body goes back in ≤ 62,000-byte chunks. BUFFERED: headers are answered at once;
 the body reply carries the destination. Header-only requests are routed at once. Errors are
-immediate responses, after which the stream closes cleanly. The response path echoes the body and
-records usage. This is the Gateway API Inference Extension's endpoint picker protocol
-(``kubernetes-sigs/gateway-api-inference-extension: docs/proposals/004-endpoint-picker-protocol``)
+immediate responses, after which the stream closes cleanly. The response path echoes the body
+(FULL_DUPLEX_STREAMED) and records usage; when Envoy sends no response body (``envoy.yaml``) a
+sample of responses asks for theirs with ``mode_override``, and the request ends when the stream
+does (Envoy ends it with the response). This is the Gateway API Inference Extension's endpoint
+picker protocol (``kubernetes-sigs/gateway-api-inference-extension:
+docs/proposals/004-endpoint-picker-protocol``)
 as llm-d's EPP implements it (``llm-d/llm-d-router: pkg/epp/handlers/``).
 
 No I/O here: the gRPC servicer feeds messages and sends what comes back, so the whole protocol is
@@ -33,7 +36,7 @@ from ppc_extproc.observability.metrics import Metrics
 from ppc_extproc.plugins.parsers import claims_path
 from ppc_extproc.scheduling.router import Decision, Router
 from ppc_extproc.server import messages
-from ppc_extproc.server.usage import UsageParser
+from ppc_extproc.server.usage import UsageParser, UsageSampler
 from ppc_extproc.tokens import ParsedBody, parse_body, token_field_for_path
 from ppc_extproc.tokens.streaming import StreamingPrompt
 
@@ -69,6 +72,9 @@ class StreamOptions:
     default_body_mode: BodyMode = BodyMode.FULL_DUPLEX_STREAMED
     #: Error bodies as OpenAI's JSON envelope instead of llm-d's plain text.
     json_errors: bool = False
+    #: Share of responses whose body is asked for (``mode_override``) when Envoy is configured not
+    #: to send response bodies; their usage feeds the usage and cached-tokens metrics.
+    usage_sample_rate: float = 0.01
 
 
 class _Phase(enum.Enum):
@@ -122,12 +128,17 @@ class ExtProcStream:
         options: StreamOptions,
         metrics: Metrics,
         recorder: Callable[[dict[str, Any]], None] | None = None,
+        sampler: UsageSampler | None = None,
     ) -> None:
         self.router = router
         self.options = options
         self.metrics = metrics
         #: Receives a summary of every routing decision (the admin API's recent decisions).
         self.recorder = recorder
+        #: Picks the responses whose bodies are asked for when Envoy sends none by default.
+        self.sampler = sampler
+        #: This response's body was asked for with ``mode_override``.
+        self.usage_sampled = False
         self.phase = _Phase.START
         self.request_mode = options.default_body_mode
         self.response_mode: BodyMode | None = None
@@ -376,7 +387,17 @@ class ExtProcStream:
         self.usage = UsageParser(streaming)
         if headers.end_of_stream:
             self._complete()
+            return [messages.continue_headers(response=True)]
+        if self._response_bodies_off and self.sampler is not None and self.sampler.sample():
+            self.usage_sampled = True
+            return [messages.continue_headers_with_response_body()]
         return [messages.continue_headers(response=True)]
+
+    @property
+    def _response_bodies_off(self) -> bool:
+        """Envoy sends no response body and would honour ``mode_override`` (it ignores it with a
+        FULL_DUPLEX_STREAMED request body: ``envoy.yaml``'s notes)."""
+        return self.response_mode == BodyMode.NONE and not self._full_duplex
 
     def _response_body(self, body: Any) -> list[ProcessingResponse]:
         if self.usage is None:

@@ -7,7 +7,7 @@ from typing import Any
 
 import orjson
 
-__all__ = ["Usage", "UsageParser"]
+__all__ = ["Usage", "UsageParser", "UsageSampler"]
 
 #: Most response bytes kept for parsing; beyond it the body still flows, only usage is lost.
 MAX_RESPONSE_BUFFER = 8 * 1024 * 1024
@@ -97,3 +97,33 @@ class UsageParser:
                 continue
             if found is not None:
                 self.usage = found
+
+
+class UsageSampler:
+    """Which responses to read usage from, when Envoy does not send response bodies by default.
+
+    Deterministic: with rate ``r`` every ``1/r``-th request is sampled (credit accumulates by ``r``
+    per call), so rate 1 samples all, 0 none, 0.01 one in a hundred. One sampler per process; the
+    event loop is single-threaded, so no lock.
+    """
+
+    __slots__ = ("_credit", "rate", "sampled", "seen")
+
+    def __init__(self, rate: float) -> None:
+        if not 0.0 <= rate <= 1.0:
+            raise ValueError(f"usage sample rate must be within [0, 1], got {rate}")
+        self.rate = rate
+        self._credit = 1.0 - rate  # the first request is sampled when rate > 0
+        self.seen = 0
+        self.sampled = 0
+
+    def sample(self) -> bool:
+        self.seen += 1
+        if self.rate <= 0.0:
+            return False
+        self._credit += self.rate
+        if self._credit >= 1.0 - 1e-9:
+            self._credit -= 1.0
+            self.sampled += 1
+            return True
+        return False

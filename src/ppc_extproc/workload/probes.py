@@ -17,7 +17,9 @@ from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
 
-__all__ = ["CpuMeter", "CpuReport", "DecisionLatency", "decision_latency", "machine_info"]
+__all__ = [
+    "CpuMeter", "CpuReport", "DecisionLatency", "decision_latency", "machine_info", "tree_cpu_seconds", "tree_rss_bytes",
+]  # fmt: skip
 
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
@@ -40,6 +42,46 @@ def _process_seconds(pid: int) -> float | None:
     except (OSError, IndexError):
         return None
     return (int(rest[11]) + int(rest[12])) / _TICKS  # utime + stime
+
+
+def _process_tree(pid: int) -> list[int]:
+    """``pid`` and its descendants (``serve --workers`` runs its workers as children)."""
+    children: dict[int, list[int]] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return [pid]
+    for entry in entries:
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    tree, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        tree.append(p)
+        todo.extend(children.get(p, []))
+    return tree
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """CPU seconds (user + system) of ``pid`` and its descendants; 0 without ``/proc``."""
+    return sum(s for p in _process_tree(pid) if (s := _process_seconds(p)) is not None)
+
+
+def tree_rss_bytes(pid: int) -> int:
+    """Resident memory of ``pid`` and its descendants."""
+    total = 0
+    for p in _process_tree(pid):
+        try:
+            with open(f"/proc/{p}/status", encoding="ascii", errors="replace") as f:
+                total += next((int(ln.split()[1]) * 1024 for ln in f if ln.startswith("VmRSS:")), 0)
+        except OSError:
+            pass
+    return total
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from ppc_extproc.localcluster import (
+    DEFAULT_VARIANT,
     VARIANTS,
     LocalClusterError,
     envoy_config_file,
@@ -132,10 +133,30 @@ def test_full_duplex_modes(variant: str) -> None:
     }
 
 
-def test_buffered_modes() -> None:
-    mode = _ext_proc(load_envoy_config("buffered"))["processing_mode"]
-    assert mode["request_body_mode"] == "BUFFERED"
-    assert mode["response_body_mode"] in ("STREAMED", "NONE")
+def test_default_is_buffered_without_response_bodies() -> None:
+    """envoy.yaml: one message each way per phase; the stream lives until the response ends
+    (trailers SEND), and sampled requests may switch their response body on (mode_override)."""
+    assert DEFAULT_VARIANT == "buffered" and VARIANTS["buffered"] == "envoy.yaml"
+    ext = _ext_proc(load_envoy_config("buffered"))
+    assert ext["processing_mode"] == {
+        "request_header_mode": "SEND",
+        "response_header_mode": "SEND",
+        "request_body_mode": "BUFFERED",
+        "response_body_mode": "NONE",
+        "request_trailer_mode": "SKIP",
+        "response_trailer_mode": "SEND",
+    }
+    assert ext["allow_mode_override"] is True
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_ext_proc_connection_allows_many_streams(variant: str) -> None:
+    """Envoy's default of 1,024 streams per HTTP/2 connection is raised on the ext_proc cluster."""
+    options = _cluster(load_envoy_config(variant), "ext_proc")["typed_extension_protocol_options"]
+    http2 = options["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"]["explicit_http_config"][
+        "http2_protocol_options"
+    ]
+    assert http2["max_concurrent_streams"] >= 65536
 
 
 @pytest.mark.parametrize("variant", ["full-duplex", "buffered"])

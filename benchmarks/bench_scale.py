@@ -1,0 +1,578 @@
+"""What routing costs (issue #12): CPU per request for the service and Envoy, throughput, latency,
+memory and idle CPU against the number of endpoints — next to vllm-router and sglang-router, all
+in one run on this machine.
+
+    python benchmarks/bench_scale.py                       # every part (~10 min on 2 cores)
+    python benchmarks/bench_scale.py --parts streamed      # one part: streamed, small, idle
+    python benchmarks/bench_scale.py --parts small --workers 1,2 --peers vllm-router,sglang-router
+
+Parts:
+
+* ``streamed``: 16 mock engines (one process, each on its own loopback address with its own cache,
+  KV-event socket and /metrics) behind Envoy + the service, both shipped Envoy configs
+  (``envoy.yaml``, BUFFERED request bodies and no response bodies; ``envoy-full-duplex.yaml``);
+  workloads: agentic (100K-token prompts sharing 95K per session, 1,000 and 32 streamed output
+  tokens), chat at 8K tokens (64 streamed), 2K-token prompts with 32 streamed tokens (also through
+  the peer routers: token ids to vllm-router, text to sglang-router, which rejects ids with 422);
+  per process CPU-seconds per request from /proc, decision p50/p99 (the service's histogram), RSS.
+  The engines stream one SSE event per token (``--stream-interval-ms 0``), as vLLM does.
+* ``chat``: the 2K/32 workload as OpenAI chat messages (``/v1/chat/completions``): the engines
+  tokenise with a byte-level BPE built at run time, our local ``token-producer`` with the same
+  files; the peers get the same chats.
+* ``small``: 1,000-token prompts, one output token, against an Envoy ``direct_response`` upstream on
+  16 loopback addresses (so the upstream costs ~nothing and the router is what is measured), with
+  ``wrk``: the highest sustained req/s at c=32 and CPU per 1k requests, with 1 and 2 service workers
+  (``serve --workers``; Envoy ``--concurrency`` matches), and p50 latency at c=1 added over the
+  upstream reached directly. Same for the peers.
+* ``idle``: idle CPU of the service over 20 s with N = 16, 100, 256 mock engines in one process,
+  with the default configuration (in-flight load, nothing polled) and with engine-metrics scoring
+  (``kv-cache-utilization-scorer`` + ``queue-scorer``: /metrics polled, adaptive interval).
+
+Needs ``wrk`` (Debian package) for ``small`` and the ``bench`` extra for the peers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import re
+import shutil
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+import yaml
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _common import WRK_SCRIPT, header, run_wrk
+
+from ppc_extproc.localcluster import (
+    LocalCluster,
+    ProcessGroup,
+    default_service_config,
+    find_envoy,
+    free_port,
+    loopback_ips,
+    render_envoy_config,
+    wait_for_grpc_health,
+    wait_for_http,
+)
+from ppc_extproc.workload.peers import PEERS, PeerDeployment
+from ppc_extproc.workload.policies import policy
+from ppc_extproc.workload.probes import tree_cpu_seconds, tree_rss_bytes
+
+MODEL = "mock-model"
+BLOCK = 64
+ENGINE_ARGS = [
+    "--prefill-tokens-per-s", "2000000", "--decode-ms-per-token", "2", "--stream-interval-ms", "0",
+    "--max-num-seqs", "64", "--log-level", "warning",
+]  # fmt: skip
+
+
+# --- /proc --------------------------------------------------------------------------------------
+
+
+cpu_seconds = tree_cpu_seconds
+rss_bytes = tree_rss_bytes
+
+
+# --- the service's decision histogram ------------------------------------------------------------
+
+
+def _buckets(admin_urls: Sequence[str]) -> dict[float, float]:
+    merged: dict[float, float] = {}
+    pattern = re.compile(r'^ppc_extproc_decision_duration_seconds_bucket\{le="([^"]+)"\} (\S+)$')
+    for url in admin_urls:
+        try:
+            with urllib.request.urlopen(url + "/metrics", timeout=5) as response:
+                text = response.read().decode()
+        except OSError:
+            continue
+        for line in text.splitlines():
+            if m := pattern.match(line):
+                le = float(m.group(1))
+                merged[le] = merged.get(le, 0.0) + float(m.group(2))
+    return merged
+
+
+def _quantile_le(before: Mapping[float, float], after: Mapping[float, float], q: float) -> float:
+    delta = {le: after[le] - before.get(le, 0.0) for le in after}
+    count = delta.get(float("inf"), 0.0)
+    if count <= 0:
+        return float("nan")
+    return next(le for le, n in sorted(delta.items()) if n >= q * count)
+
+
+# --- load ---------------------------------------------------------------------------------------
+
+
+async def _drive(url: str, bodies: Sequence[bytes], concurrency: int) -> tuple[list[float], int]:
+    """POST every body (``concurrency`` at a time), read each response to its end; latencies, errors."""
+    latencies: list[float] = []
+    errors = 0
+    queue = list(reversed(bodies))
+    connector = aiohttp.TCPConnector(limit=concurrency, force_close=False)
+    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=600)) as session:
+
+        async def worker() -> None:
+            nonlocal errors
+            while queue:
+                data = queue.pop()
+                started = time.perf_counter()
+                try:
+                    async with session.post(url, data=data, headers={"content-type": "application/json"}) as r:
+                        async for _ in r.content.iter_any():
+                            pass
+                        if r.status != 200:
+                            errors += 1
+                except aiohttp.ClientError:
+                    errors += 1
+                latencies.append(time.perf_counter() - started)
+
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return latencies, errors
+
+
+@dataclass
+class Measured:
+    requests: int
+    wall_s: float
+    cpu_s: dict[str, float]
+    rss: dict[str, int]
+    errors: int
+    latencies: list[float] = field(default_factory=list)
+    decision_p50: float = float("nan")
+    decision_p99: float = float("nan")
+
+    def ms_per_request(self, name: str) -> float:
+        return self.cpu_s.get(name, float("nan")) / max(1, self.requests) * 1e3
+
+
+def idle_cores(pid: int, seconds: float) -> float:
+    """Cores ``pid`` uses doing nothing (housekeeping, KV-event sockets): subtracted to give a
+    request's marginal cost."""
+    before, started = cpu_seconds(pid), time.perf_counter()
+    time.sleep(seconds)
+    return (cpu_seconds(pid) - before) / (time.perf_counter() - started)
+
+
+def measure(url: str, bodies: Sequence[bytes], concurrency: int, pids: Mapping[str, int],
+            admin_urls: Sequence[str] = ()) -> Measured:  # fmt: skip
+    before_cpu = {n: cpu_seconds(p) for n, p in pids.items()}
+    before_hist = _buckets(admin_urls) if admin_urls else {}
+    started = time.perf_counter()
+    latencies, errors = asyncio.run(_drive(url, bodies, concurrency))
+    wall = time.perf_counter() - started
+    time.sleep(0.3)  # let the last streams close (in-flight accounting, KV events)
+    cpu = {n: cpu_seconds(p) - before_cpu[n] for n, p in pids.items()}
+    out = Measured(len(bodies), wall, cpu, {n: rss_bytes(p) for n, p in pids.items()}, errors, latencies)
+    if admin_urls:
+        after = _buckets(admin_urls)
+        out.decision_p50 = _quantile_le(before_hist, after, 0.5)
+        out.decision_p99 = _quantile_le(before_hist, after, 0.99)
+    return out
+
+
+# --- workloads ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    prompt_tokens: int
+    shared_tokens: int
+    output_tokens: int
+    requests: int
+    concurrency: int
+    sessions: int = 8
+
+    def bodies(self, seed: int, *, text: bool = False, count: int | None = None) -> list[bytes]:
+        """Token-id bodies (``text``: the same lengths as ASCII text, which the mock reads as one
+        id per byte) cycling over the sessions; each request's tail is new."""
+        rng = random.Random(seed)
+        prefixes = [[rng.randrange(1, 150_000) for _ in range(self.shared_tokens)] for _ in range(self.sessions)]
+        out = []
+        for i in range(count if count is not None else self.requests):
+            tail = [rng.randrange(1, 150_000) for _ in range(self.prompt_tokens - self.shared_tokens)]
+            ids = prefixes[i % self.sessions] + tail
+            prompt: Any = "".join(chr(97 + t % 26) for t in ids) if text else ids
+            out.append(orjson.dumps({"model": MODEL, "prompt": prompt, "max_tokens": self.output_tokens,
+                                     "stream": True, "stream_options": {"include_usage": True}}))  # fmt: skip
+        return out
+
+
+_WORDS = ("the", "request", "router", "keeps", "every", "session", "on", "engine", "that", "cached", "its",
+          "context", "while", "load", "stays", "balanced", "across", "pods", "tokens", "blocks", "prefix", "cache",
+          "hit", "rate", "latency", "agent", "tool", "call", "result", "answer", "question", "system", "user")
+
+
+def chat_bodies(count: int, shared_chars: int, tail_chars: int, output_tokens: int, seed: int, sessions: int = 8) -> list[bytes]:
+    """OpenAI chat bodies: a per-session system message (shared) and a new user message."""
+    rng = random.Random(seed)
+
+    def text(chars: int) -> str:
+        out: list[str] = []
+        size = 0
+        while size < chars:
+            out.append(rng.choice(_WORDS))
+            size += len(out[-1]) + 1
+        return " ".join(out)
+
+    systems = [text(shared_chars) for _ in range(sessions)]
+    return [orjson.dumps({"model": MODEL, "messages": [{"role": "system", "content": systems[i % sessions]},
+                                                       {"role": "user", "content": text(tail_chars)}],
+                          "max_tokens": output_tokens, "stream": True, "stream_options": {"include_usage": True}})
+            for i in range(count)]  # fmt: skip
+
+
+def part_chat(args: argparse.Namespace, work: Path) -> None:
+    """2K-token chats with 32 streamed tokens as /v1/chat/completions messages: the engines and our
+    token-producer tokenise with the same tiny byte-level BPE (built at run time)."""
+    from ppc_extproc.tokenizer import build_tiny_tokenizer
+
+    tokenizer = build_tiny_tokenizer(work / "tokenizer")
+    print("## Chat form: /v1/chat/completions, ~2K-token chats (1.5K-token system message per session), 32 "
+          "streamed tokens; engines and ppc-extproc's local token-producer share a byte-level BPE\n")
+    print("| router | config | requests | CPU ms/req service (minus idle) | CPU ms/req Envoy (router) | total | "
+          "decision p50 / p99 ms (≤) | req/s | errors |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    bodies = chat_bodies(400, 4_700, 1_550, 32, 1)
+    warm = chat_bodies(8, 4_700, 1_550, 32, 99)
+    with LocalCluster(num_engines=16, engines_per_process=16, model=MODEL, block_size=BLOCK, num_blocks=8192,
+                      engine_args=ENGINE_ARGS, envoy_variant=args.variants[0], envoy_args=["--concurrency", "1"],
+                      service_args=["--log-level", "warning"], tokenizer=tokenizer, log_dir=work / "chat",
+                      keep_logs=True) as cluster:  # fmt: skip
+        assert cluster.service_process is not None and cluster.envoy_process is not None
+        pids = {"service": cluster.service_process.pid or 0, "envoy": cluster.envoy_process.pid or 0}
+        url = cluster.listener_url + "/v1/chat/completions"
+        measure(url, warm, 8, pids)
+        idle = idle_cores(pids["service"], 3.0)
+        m = measure(url, bodies, 8, pids, cluster.service_admin_urls)
+        svc, env = m.ms_per_request("service"), m.ms_per_request("envoy")
+        print(f"| ppc-extproc | {args.variants[0]} + local token-producer | {m.requests} | {_fmt(svc)} "
+              f"({_fmt(svc - idle * m.wall_s / m.requests * 1e3)}) | {_fmt(env)} | {_fmt(svc + env)} | "
+              f"{_fmt(m.decision_p50 * 1e3, 3)} / {_fmt(m.decision_p99 * 1e3, 3)} | {m.requests / m.wall_s:.1f} | "
+              f"{m.errors} |", flush=True)  # fmt: skip
+        for name in args.peers:
+            router = PEERS[name]
+            with PeerDeployment(router, cluster.engine_urls, log_dir=work / f"chat-{name}") as peer:
+                ppids = {"router": peer.processes[0].pid or 0}
+                measure(peer.url + "/v1/chat/completions", warm, 8, ppids)
+                m = measure(peer.url + "/v1/chat/completions", bodies, 8, ppids)
+                cpu = m.ms_per_request("router")
+                print(f"| {name} {router.version()} | cache_aware | {m.requests} | - | {_fmt(cpu)} | {_fmt(cpu)} | - | "
+                      f"{m.requests / m.wall_s:.1f} | {m.errors} |", flush=True)  # fmt: skip
+    print()
+
+
+STREAMED = [
+    Workload("agentic 100K/1K", 100_000, 95_000, 1000, 24, 4),
+    Workload("agentic 100K/32", 100_000, 95_000, 32, 24, 4),
+    Workload("chat 8K/64", 8_000, 6_000, 64, 96, 8),
+    Workload("2K/32", 2_000, 1_500, 32, 400, 8),
+]
+
+
+def envoy_without_ext_proc(rendered: Path, engines: Sequence[str], out: Path) -> Path:
+    """The rendered shipped config minus the ext_proc (and header-mutation) filter, routing round
+    robin over ``engines``: what Envoy itself costs to proxy the same traffic."""
+    config = yaml.safe_load(rendered.read_text())
+    hcm = config["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
+    hcm["http_filters"] = [f for f in hcm["http_filters"] if f["name"] == "envoy.filters.http.router"]
+    hcm["route_config"]["virtual_hosts"][0]["routes"][0]["route"]["cluster"] = "engines"
+    members = [{"endpoint": {"address": {"socket_address": {"address": e.rsplit(":", 1)[0],
+                                                            "port_value": int(e.rsplit(":", 1)[1])}}}} for e in engines]
+    config["static_resources"]["clusters"].append({
+        "name": "engines", "type": "STATIC", "lb_policy": "ROUND_ROBIN", "connect_timeout": "5s",
+        "load_assignment": {"cluster_name": "engines", "endpoints": [{"lb_endpoints": members}]},
+    })  # fmt: skip
+    out.write_text(yaml.safe_dump(config, sort_keys=False))
+    return out
+
+
+def _fmt(value: float, digits: int = 2) -> str:
+    return "-" if value != value else f"{value:,.{digits}f}"
+
+
+def part_streamed(args: argparse.Namespace, work: Path) -> None:
+    print(f"## Streamed workloads: {args.engines} mock engines behind Envoy + the service (or a peer router)\n")
+    print(f"engines: {' '.join(ENGINE_ARGS)}; block size {BLOCK}; service: the default configuration "
+          "(precise + speculative, prefix 3 + active-request 2), 1 worker; Envoy --concurrency 1\n")
+    print("| router | config | workload | requests | CPU ms/req service (minus idle) | CPU ms/req Envoy (router) | total | "
+          "decision p50 / p99 ms (≤) | RSS MB service / Envoy | req/s | errors |")
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    workloads = [w for w in STREAMED if not args.quick or w.name != "chat 8K/64"]
+    for variant in args.variants:
+        with LocalCluster(num_engines=args.engines, engines_per_process=args.engines, model=MODEL, block_size=BLOCK,
+                          num_blocks=8192, engine_args=ENGINE_ARGS, envoy_variant=variant, startup_timeout=180, envoy_args=["--concurrency", "1"],
+                          service_args=["--log-level", "warning"], log_dir=work / f"streamed-{variant}",
+                          keep_logs=True) as cluster:  # fmt: skip
+            assert cluster.service_process is not None and cluster.envoy_process is not None
+            pids = {"service": cluster.service_process.pid or 0, "envoy": cluster.envoy_process.pid or 0}
+            url = cluster.listener_url + "/v1/completions"
+            for w in workloads:
+                measure(url, w.bodies(99, count=w.sessions), w.concurrency, pids)  # warm: sessions cached
+                idle = idle_cores(pids["service"], 3.0)
+                m = measure(url, w.bodies(1), w.concurrency, pids, cluster.service_admin_urls)
+                svc, env = m.ms_per_request("service"), m.ms_per_request("envoy")
+                marginal = svc - idle * m.wall_s / m.requests * 1e3
+                print(f"| ppc-extproc | {variant} | {w.name} | {m.requests} | {_fmt(svc)} ({_fmt(marginal)}) | {_fmt(env)} | "
+                      f"{_fmt(svc + env)} | {_fmt(m.decision_p50 * 1e3, 3)} / {_fmt(m.decision_p99 * 1e3, 3)} | "
+                      f"{m.rss['service'] / 2**20:.0f} / {m.rss['envoy'] / 2**20:.0f} | "
+                      f"{m.requests / m.wall_s:.1f} | {m.errors} |", flush=True)
+            if variant != args.variants[0] or cluster.envoy_config_path is None:
+                continue
+            # Envoy's own cost for the same traffic: the same file without ext_proc, round robin.
+            plain = envoy_without_ext_proc(cluster.envoy_config_path, cluster.engine_endpoints, work / "plain.yaml")
+            listen, admin = free_port(), free_port()
+            config = yaml.safe_load(plain.read_text())
+            config["admin"]["address"]["socket_address"]["port_value"] = admin
+            config["static_resources"]["listeners"][0]["address"]["socket_address"]["port_value"] = listen
+            plain.write_text(yaml.safe_dump(config, sort_keys=False))
+            group = ProcessGroup(work / "plain")
+            try:
+                proxy = group.spawn("envoy-plain", [find_envoy(), "-c", str(plain), "--disable-hot-restart",
+                                                    "--log-level", "error", "--concurrency", "1"])  # fmt: skip
+                wait_for_http(f"http://127.0.0.1:{admin}/ready")
+                plain_url = f"http://127.0.0.1:{listen}/v1/completions"
+                for w in workloads:
+                    measure(plain_url, w.bodies(99, count=w.sessions), w.concurrency, {})
+                    m = measure(plain_url, w.bodies(1), w.concurrency, {"envoy": proxy.pid or 0})
+                    env = m.ms_per_request("envoy")
+                    print(f"| Envoy alone (no ext_proc, round robin) | {variant} minus ext_proc | {w.name} | "
+                          f"{m.requests} | - | {_fmt(env)} | {_fmt(env)} | - | - / {m.rss['envoy'] / 2**20:.0f} | "
+                          f"{m.requests / m.wall_s:.1f} | {m.errors} |", flush=True)  # fmt: skip
+            finally:
+                group.stop_all()
+    if not args.peers:
+        return
+    peer_workloads = [x for x in STREAMED if x.name in ("2K/32", "agentic 100K/1K")]
+    with LocalCluster(num_engines=args.engines, engines_per_process=args.engines, model=MODEL, block_size=BLOCK,
+                      num_blocks=8192, engine_args=ENGINE_ARGS, with_service=False, startup_timeout=180, log_dir=work / "streamed-peers",
+                      keep_logs=True) as cluster:  # fmt: skip
+        for name in args.peers:
+            router = PEERS[name]
+            text = not router.accepts_token_ids
+            with PeerDeployment(router, cluster.engine_urls, log_dir=work / f"peer-{name}") as peer:
+                pids = {"router": peer.processes[0].pid or 0}
+                for w in peer_workloads:
+                    measure(peer.url + "/v1/completions", w.bodies(99, text=text, count=w.sessions), w.concurrency, pids)
+                    m = measure(peer.url + "/v1/completions", w.bodies(1, text=text), w.concurrency, pids)
+                    cpu = m.ms_per_request("router")
+                    print(f"| {name} {router.version()} | cache_aware | {w.name} {'text' if text else 'ids'} | "
+                          f"{m.requests} | - | {_fmt(cpu)} | {_fmt(cpu)} | - | - / {m.rss['router'] / 2**20:.0f} | "
+                          f"{m.requests / m.wall_s:.1f} | {m.errors} |", flush=True)  # fmt: skip
+    print()
+
+
+# --- small requests through wrk -----------------------------------------------------------------
+
+COMPLETION = ('{"id":"cmpl-1","object":"text_completion","model":"mock-model","choices":[{"index":0,"text":"ok",'
+              '"finish_reason":"length"}],"usage":{"prompt_tokens":1000,"completion_tokens":1,"total_tokens":1001,'
+              '"prompt_tokens_details":{"cached_tokens":0}}}')  # fmt: skip
+
+
+def _listener(name: str, ip: str, port: int) -> dict[str, Any]:
+    hcm = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
+    return {
+        "name": name, "address": {"socket_address": {"address": ip, "port_value": port}},
+        "filter_chains": [{"filters": [{"name": "envoy.filters.network.http_connection_manager", "typed_config": {
+            "@type": hcm, "stat_prefix": name,
+            "route_config": {"virtual_hosts": [{"name": "all", "domains": ["*"], "routes": [{
+                "match": {"prefix": "/"}, "direct_response": {"status": 200, "body": {"inline_string": COMPLETION}},
+                "response_headers_to_add": [{"header": {"key": "content-type", "value": "application/json"}}]}]}]},
+            "http_filters": [{"name": "envoy.filters.http.router", "typed_config": {
+                "@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"}}],
+        }}]}],
+    }  # fmt: skip
+
+
+def part_small(args: argparse.Namespace, work: Path) -> None:
+    if shutil.which("wrk") is None:
+        print("## Small requests: skipped (wrk not found: apt-get install wrk)\n")
+        return
+    envoy = find_envoy()
+    rng = random.Random(1)
+    body = work / "small.json"
+    body.write_bytes(orjson.dumps({"model": MODEL, "prompt": [rng.randrange(150000) for _ in range(1000)], "max_tokens": 1}))
+    script = work / "post.lua"
+    script.write_text(WRK_SCRIPT.format(body=body))
+    print(f"## Small requests: 1,000-token prompts ({body.stat().st_size:,} bytes), 1 output token, 16 upstreams "
+          f"(Envoy direct_response); wrk {args.seconds:g} s per cell\n")
+    print("| router | workers | req/s c=32 | CPU s per 1k req (router process[es] + Envoy) | of which Envoy | "
+          "p50 c=1 ms | added p50 ms | p99 c=1 ms | errors |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    group = ProcessGroup(work / "small")
+    try:
+        ips = loopback_ips(16, first=2)
+        port, admin = free_port(ips[0]), free_port()
+        config = {"admin": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": admin}}},
+                  "static_resources": {"listeners": [_listener(f"u{i}", ip, port) for i, ip in enumerate(ips)]}}
+        (work / "upstream.yaml").write_text(yaml.safe_dump(config))
+        group.spawn("upstream", [envoy, "-c", str(work / "upstream.yaml"), "--disable-hot-restart", "--log-level", "error",
+                                 "--concurrency", "2"])  # fmt: skip
+        wait_for_http(f"http://127.0.0.1:{admin}/ready")
+        endpoints = [f"{ip}:{port}" for ip in ips]
+        direct = run_wrk(f"http://{endpoints[0]}/v1/completions", script, 1, args.seconds)
+        print(f"| upstream direct | - | - | - | - | {direct['p50'] / 1e3:.2f} | +0.00 | {direct['p99'] / 1e3:.2f} | 0 |")
+        config_file = work / "small-service.yaml"
+        service_config = default_service_config(block_size=BLOCK)
+        config_file.write_text(yaml.safe_dump(service_config))
+
+        def row(name: str, workers: int | str, url: str, pids: Mapping[str, int]) -> None:
+            run_wrk(url, script, 8, 1.0)  # warm up
+            before = {n: cpu_seconds(p) for n, p in pids.items()}
+            load = run_wrk(url, script, 32, args.seconds)
+            cpu = {n: cpu_seconds(p) - before[n] for n, p in pids.items()}
+            single = run_wrk(url, script, 1, args.seconds)
+            per_1k = sum(cpu.values()) / max(1, load["requests"]) * 1e3
+            envoy_1k = cpu.get("envoy", 0.0) / max(1, load["requests"]) * 1e3
+            errors = load["errors"] + load["non2xx"] + single["errors"] + single["non2xx"]
+            print(f"| {name} | {workers} | {load['rps']:,.0f} | {per_1k:.3f} | {envoy_1k:.3f} | {single['p50'] / 1e3:.2f} | "
+                  f"{(single['p50'] - direct['p50']) / 1e3:+.2f} | {single['p99'] / 1e3:.2f} | {errors} |", flush=True)
+
+        cells = [(variant, workers) for variant in args.variants
+                 for workers in (args.workers if variant == args.variants[0] else [1])]  # fmt: skip
+        for variant, workers in cells:
+            grpc_port, listen, envoy_admin = free_port(), free_port(), free_port()
+            service = group.spawn(f"service-{variant}-w{workers}", [
+                sys.executable, "-m", "ppc_extproc", "serve", "--log-level", "warning", "--grpc-port", str(grpc_port),
+                "--admin-port", "0", "--endpoints", ",".join(endpoints), "--config-file", str(config_file),
+                *(["--workers", str(workers)] if workers > 1 else []),
+            ])  # fmt: skip
+            wait_for_grpc_health(f"127.0.0.1:{grpc_port}", "readiness", timeout=60)
+            rendered = render_envoy_config(variant, work, listener_port=listen, admin_port=envoy_admin,
+                                           ext_proc_port=grpc_port, file_name=f"envoy-small-{variant}-{workers}.yaml")  # fmt: skip
+            proxy = group.spawn(f"envoy-{variant}-w{workers}", [envoy, "-c", str(rendered), "--disable-hot-restart", "--log-level",
+                                                      "error", "--concurrency", str(workers)])  # fmt: skip
+            wait_for_http(f"http://127.0.0.1:{envoy_admin}/ready")
+            row(f"ppc-extproc ({variant})", workers, f"http://127.0.0.1:{listen}/v1/completions",
+                {"service": service.pid or 0, "envoy": proxy.pid or 0})  # fmt: skip
+            proxy.stop()
+            service.stop()
+        stub = Path(__file__).resolve().parents[1] / "tests/unit/localcluster/stub_extproc.py"
+        if stub.is_file():  # the floor of any Python grpc.aio ext_proc: routes round robin, nothing else
+            grpc_port, listen, envoy_admin = free_port(), free_port(), free_port()
+            service = group.spawn("stub", [sys.executable, str(stub), "--grpc-port", str(grpc_port), "--admin-port",
+                                           str(free_port()), "--endpoints", ",".join(endpoints)])  # fmt: skip
+            wait_for_grpc_health(f"127.0.0.1:{grpc_port}", "readiness", timeout=60)
+            rendered = render_envoy_config(args.variants[0], work, listener_port=listen, admin_port=envoy_admin,
+                                           ext_proc_port=grpc_port, file_name="envoy-small-stub.yaml")  # fmt: skip
+            proxy = group.spawn("envoy-stub", [envoy, "-c", str(rendered), "--disable-hot-restart", "--log-level",
+                                               "error", "--concurrency", "1"])  # fmt: skip
+            wait_for_http(f"http://127.0.0.1:{envoy_admin}/ready")
+            row("trivial grpc.aio ext_proc (tests/unit/localcluster/stub_extproc.py)", 1,
+                f"http://127.0.0.1:{listen}/v1/completions", {"service": service.pid or 0, "envoy": proxy.pid or 0})
+            proxy.stop()
+            service.stop()
+        for name in args.peers:
+            router = PEERS[name]
+            if not router.accepts_token_ids:
+                text = work / "small-text.json"
+                text.write_bytes(orjson.dumps({"model": MODEL, "prompt": "a" * 4000, "max_tokens": 1}))
+                peer_script = work / "post-text.lua"
+                peer_script.write_text(WRK_SCRIPT.format(body=text))
+            else:
+                peer_script = script
+            with PeerDeployment(router, [f"http://{e}" for e in endpoints], log_dir=work / f"small-{name}") as peer:
+                saved, script = script, peer_script
+                try:
+                    row(f"{name} {router.version()}{'' if router.accepts_token_ids else ' (text)'}", 1,
+                        peer.url + "/v1/completions", {"router": peer.processes[0].pid or 0})  # fmt: skip
+                finally:
+                    script = saved
+    finally:
+        group.stop_all()
+    print()
+
+
+# --- idle ---------------------------------------------------------------------------------------
+
+
+def _load_config() -> dict[str, Any]:
+    config = dict(policy("precise+load", block_size=BLOCK).service_config or {})
+    return config
+
+
+def part_idle(args: argparse.Namespace, work: Path) -> None:
+    print(f"## Idle CPU of the service against N (mock engines in one process; {args.idle_seconds:g} s after warm-up)\n")
+    print("| endpoints | configuration | service cores idle | % of a core | per endpoint µs/s | RSS MB | /metrics polls/s |")
+    print("|---:|---|---:|---:|---:|---:|---:|")
+    configs: dict[str, Callable[[], dict[str, Any]]] = {
+        "default (in-flight load, no polling)": lambda: default_service_config(block_size=BLOCK),
+        "precise+load (/metrics polled)": _load_config,
+    }
+    for n in args.endpoints:
+        for label, make in configs.items():
+            with LocalCluster(num_engines=n, engines_per_process=n, model=MODEL, block_size=BLOCK, num_blocks=256,
+                              engine_args=ENGINE_ARGS, service_config=make(), with_envoy=False,
+                              service_args=["--log-level", "warning"], startup_timeout=180,
+                              log_dir=work / f"idle-{n}-{label.split()[0]}", keep_logs=True) as cluster:  # fmt: skip
+                assert cluster.service_process is not None
+                pid = cluster.service_process.pid or 0
+                time.sleep(3.0)
+                polls0 = _metrics_requests(cluster)
+                before, t0 = cpu_seconds(pid), time.perf_counter()
+                time.sleep(args.idle_seconds)
+                cores = (cpu_seconds(pid) - before) / (time.perf_counter() - t0)
+                polls = (_metrics_requests(cluster) - polls0) / (time.perf_counter() - t0)
+                print(f"| {n} | {label} | {cores:.4f} | {cores * 100:.2f} % | {cores / n * 1e6:,.0f} | "
+                      f"{rss_bytes(pid) / 2**20:.0f} | {polls:,.1f} |", flush=True)
+    print()
+
+
+def _metrics_requests(cluster: LocalCluster) -> int:
+    total = 0
+    for url in cluster.engine_urls:
+        try:
+            with urllib.request.urlopen(url + "/mock/state", timeout=5) as response:
+                total += int(json.loads(response.read()).get("metrics_requests", 0))
+        except OSError:
+            pass
+    return total
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--parts", default="streamed,chat,small,idle")
+    parser.add_argument("--variants", default="buffered,full-duplex", help="Envoy configs for the streamed part")
+    parser.add_argument("--peers", default="vllm-router,sglang-router", help="'' for none")
+    parser.add_argument("--workers", default="1,2", help="service workers in the small part")
+    parser.add_argument("--endpoints", default="16,100,256", help="N in the idle part")
+    parser.add_argument("--seconds", type=float, default=8.0, help="wrk seconds per cell")
+    parser.add_argument("--idle-seconds", type=float, default=20.0)
+    parser.add_argument("--quick", action="store_true", help="skip the 8K workload")
+    parser.add_argument("--engines", type=int, default=16, help="mock engines in the streamed part")
+    args = parser.parse_args()
+    args.variants = [v for v in args.variants.split(",") if v]
+    args.peers = [p for p in args.peers.split(",") if p and PEERS[p].available()]
+    args.workers = [int(w) for w in args.workers.split(",") if w]
+    args.endpoints = [int(n) for n in args.endpoints.split(",") if n]
+    import logging
+
+    import structlog
+
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+    header("bench_scale: router cost per request, throughput, idle CPU (issue #12)")
+    print(f"load: {os.getloadavg()[0]:.2f} (1-min average before the run)\n")
+    work = Path(tempfile.mkdtemp(prefix="ppc-bench-scale-"))
+    parts = {"streamed": part_streamed, "chat": part_chat, "small": part_small, "idle": part_idle}
+    try:
+        for name in args.parts.split(","):
+            parts[name](args, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
