@@ -45,7 +45,7 @@ from ppc_extproc.observability.logging import configure_logging
 from ppc_extproc.observability.metrics import Metrics
 from ppc_extproc.scheduling.pool import EndpointPool
 from ppc_extproc.scheduling.router import Router
-from ppc_extproc.server.stream import ExtProcStream, StreamOptions
+from ppc_extproc.server.stream import BodyMode, ExtProcStream, StreamOptions
 from ppc_extproc.tokens import TokenizedPrompt
 from ppc_extproc.tokens.le32 import tokens_to_le32
 
@@ -87,29 +87,36 @@ def warm(producer, prompts: list[list[int]]) -> None:
                 producer.index.add(None, keys[:held], [PodEntry(endpoint.id, "gpu")])
 
 
-def request_messages(body: bytes, path: str = "/v1/completions") -> list[ProcessingRequest]:
+#: The processing mode Envoy is configured with (``envoy-full-duplex.yaml`` / ``envoy.yaml``).
+BODY_MODES = {"full-duplex": BodyMode.FULL_DUPLEX_STREAMED, "buffered": BodyMode.BUFFERED}
+
+
+def request_messages(body: bytes, path: str, mode: BodyMode) -> list[ProcessingRequest]:
+    """The messages Envoy sends: the body in 16 KiB chunks (FULL_DUPLEX_STREAMED) or whole (BUFFERED)."""
     hdrs = ProcessingRequest(request_headers=HttpHeaders(headers=HeaderMap(headers=[
         HeaderValue(key=":path", raw_value=path.encode()), HeaderValue(key=":method", raw_value=b"POST"),
         HeaderValue(key="content-type", raw_value=b"application/json"),
     ])))
-    chunks = [body[i : i + CHUNK] for i in range(0, len(body), CHUNK)]
+    size = len(body) if mode == BodyMode.BUFFERED else CHUNK
+    chunks = [body[i : i + size] for i in range(0, len(body), size)]
     msgs = [hdrs]
     for i, chunk in enumerate(chunks):
         msgs.append(ProcessingRequest(request_body=HttpBody(body=chunk, end_of_stream=i == len(chunks) - 1)))
     return msgs
 
 
-def measure(router: Router, bodies: list[bytes], requests: int, metrics: Metrics | None = None,
+def measure(router: Router, bodies: list[bytes], requests: int, mode: BodyMode, metrics: Metrics | None = None,
             path: str = "/v1/completions") -> tuple[list[float], float]:
     """Decision latencies (s) of ``requests`` requests, and the mean time spent on the body chunks
     before end of stream (the streamed extraction and hashing that the decision no longer waits for)."""
-    return asyncio.run(_measure(router, bodies, requests, metrics or Metrics(), path))
+    return asyncio.run(_measure(router, bodies, requests, mode, metrics or Metrics(), path))
 
 
-async def _measure(router: Router, bodies: list[bytes], requests: int, metrics: Metrics,
+async def _measure(router: Router, bodies: list[bytes], requests: int, mode: BodyMode, metrics: Metrics,
                    path: str = "/v1/completions") -> tuple[list[float], float]:
-    options = StreamOptions()
-    prepared = [request_messages(b, path) for b in bodies]
+    options = StreamOptions(default_body_mode=mode)
+    routed_by = "request_body" if mode == BodyMode.BUFFERED else "request_headers"
+    prepared = [request_messages(b, path, mode) for b in bodies]
     samples = []
     streaming = 0.0
     for i in range(requests + 5):
@@ -121,7 +128,7 @@ async def _measure(router: Router, bodies: list[bytes], requests: int, metrics: 
         start = time.perf_counter()
         replies, _ = await stream.handle(msgs[-1])
         elapsed = time.perf_counter() - start
-        assert replies[0].WhichOneof("response") == "request_headers"
+        assert replies[0].WhichOneof("response") == routed_by
         stream.close()
         if i >= 5:
             samples.append(elapsed)
@@ -188,6 +195,7 @@ def chat_body(system: str, history: list[str], question: str) -> bytes:
 
 def chat_rows(args: argparse.Namespace) -> None:
     """Chat bodies routed through the token-producer, local and vllm, cold and warm."""
+    mode = BODY_MODES[args.body_mode]
     from ppc_extproc.localcluster.ports import free_port
     from ppc_extproc.localcluster.readiness import wait_for_http
     from ppc_extproc.tokenizer import LocalTokenizer, build_tiny_tokenizer
@@ -228,7 +236,7 @@ def chat_rows(args: argparse.Namespace) -> None:
                 warm_bodies = [chat_body(system, history, f"question {i}") for i in range(requests + 5)]
                 prefix = tokenizer.tokenize("chat", orjson.loads(warm_bodies[0])).prompts[0]
                 warm(producer, [list(np.frombuffer(prefix, dtype="<u4")[: len(prefix) // 4 - 64])])
-                cold_ms, warm_ms = asyncio.run(_chat_run(loaded, router, cold, warm_bodies, requests))
+                cold_ms, warm_ms = asyncio.run(_chat_run(loaded, router, cold, warm_bodies, requests, mode))
                 print(f"{len(prefix) // 4:>7}  {len(warm_bodies[0]) / 1024:>7.0f}  {backend:>8}  "
                       f"{statistics.median(cold_ms) * 1e3:9.3f} {percentile(cold_ms, 95) * 1e3:7.3f}   "
                       f"{statistics.median(warm_ms) * 1e3:9.3f} {percentile(warm_ms, 95) * 1e3:7.3f}")  # fmt: skip
@@ -239,15 +247,15 @@ def chat_rows(args: argparse.Namespace) -> None:
 
 
 async def _chat_run(loaded, router: Router, cold: list[bytes], warm_bodies: list[bytes],  # type: ignore[no-untyped-def]
-                    requests: int) -> tuple[list[float], list[float]]:
+                    requests: int, mode: BodyMode) -> tuple[list[float], list[float]]:
     """Cold then warm latencies in one event loop, with the plugins (the render client) started."""
     for plugin in loaded.roles.lifecycle:
         await plugin.start()
     try:
         path = "/v1/chat/completions"
-        cold_ms, _ = await _measure(router, cold, requests, Metrics(), path)
-        await _measure(router, warm_bodies[:3], 3, Metrics(), path)  # fill the segment caches
-        warm_ms, _ = await _measure(router, warm_bodies, requests, Metrics(), path)
+        cold_ms, _ = await _measure(router, cold, requests, mode, Metrics(), path)
+        await _measure(router, warm_bodies[:3], 3, mode, Metrics(), path)  # fill the segment caches
+        warm_ms, _ = await _measure(router, warm_bodies, requests, mode, Metrics(), path)
         return cold_ms, warm_ms
     finally:
         for plugin in loaded.roles.lifecycle:
@@ -262,9 +270,11 @@ def main() -> None:
     parser.add_argument("--skip-chat", action="store_true", help="only the token-id rows")
     parser.add_argument("--chat-sizes", type=lambda t: [int(x) for x in t.split(",")],
                         default=[8_000, 32_000, 100_000, 200_000])  # fmt: skip
+    parser.add_argument("--body-mode", choices=sorted(BODY_MODES), default="full-duplex",
+                        help="how Envoy sends the body: chunks as they arrive, or whole (envoy.yaml)")  # fmt: skip
     args = parser.parse_args()
     configure_logging("console", "warning")
-    header(f"Decision latency, in-process (block size {args.block_size}, 16 endpoints)")
+    header(f"Decision latency, in-process (block size {args.block_size}, 16 endpoints, {args.body_mode} body)")
     if not args.skip_tokens:
         token_rows(args)
     if not args.skip_chat:
@@ -272,6 +282,7 @@ def main() -> None:
 
 
 def token_rows(args: argparse.Namespace) -> None:
+    mode = BODY_MODES[args.body_mode]
     rng = random.Random(1)
     print(f"{'tokens':>7}  {'body KB':>7}  {'idle p50':>9} {'p95':>7} {'p99':>7}   {'+50k blk/s p50':>14} {'p95':>7} {'p99':>7}")
     breakdown = []
@@ -282,11 +293,11 @@ def token_rows(args: argparse.Namespace) -> None:
         bodies = [orjson.dumps({"model": "m", "prompt": p, "max_tokens": 16}) for p in prompts]
         requests = args.requests if n_tokens < 100_000 else max(50, args.requests // 2)
         metrics = Metrics()
-        idle, streamed = measure(router, bodies, requests, metrics)
+        idle, streamed = measure(router, bodies, requests, mode, metrics)
         breakdown.append((n_tokens, stage_means(metrics), streamed))
         ingestion = Ingestion(producer, 50_000)
         ingestion.start()
-        busy, _ = measure(router, bodies, requests)
+        busy, _ = measure(router, bodies, requests, mode)
         ingestion.stop.set()
         ingestion.join()
         row = [statistics.median(idle), percentile(idle, 95), percentile(idle, 99),

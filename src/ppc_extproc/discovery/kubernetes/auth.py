@@ -13,6 +13,7 @@ it is re-read at least every minute and after any 401 (client-go
 
 from __future__ import annotations
 
+import inspect
 import os
 import time
 from collections.abc import Callable, Mapping
@@ -58,7 +59,7 @@ class ClusterAccess:
     async def _hook(self, configuration: Any) -> None:
         if self._refresh is not None:
             result = self._refresh()
-            if hasattr(result, "__await__"):
+            if inspect.isawaitable(result):  # kubernetes_asyncio refresh hooks may be sync or async
                 await result
 
 
