@@ -113,14 +113,12 @@ def test_readiness_fails_fast_with_log_tail_when_the_process_dies(tmp_path: Path
     )
     proc.start()
     try:
-        started = time.monotonic()
         with pytest.raises(ReadinessError) as info:
-            wait_for_http(f"http://127.0.0.1:{free_port()}/health", timeout=30, process=proc)
-        assert time.monotonic() - started < 10
+            wait_for_http(f"http://127.0.0.1:{free_port()}/health", timeout=300, process=proc)
     finally:
         proc.stop()
     message = str(info.value)
-    assert "exited with status 3" in message
+    assert "exited with status 3" in message  # the exit ended the wait, not the timeout
     assert "boom-marker" in message
 
 
