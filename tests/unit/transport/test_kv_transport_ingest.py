@@ -215,13 +215,19 @@ def test_replay_that_starts_after_the_gap_resynchronises() -> None:
     assert h.count("replay_incomplete") == 1 and not h.holds(100) and h.holds(400)
 
 
-def test_verify_after_reconnect() -> None:
+def connected_with_replay(last: bytes) -> Harness:
+    """A replaying source past its first contact, whose last applied message is ``last`` at seq 0."""
     h = Harness(replay=True)
     h.ingest.connected(h.src)
     h.replays.sessions.clear()
     h.src.replay = None
-    last = stored(1, 100)
     h.live(0, last)
+    return h
+
+
+def test_verify_after_reconnect() -> None:
+    last = stored(1, 100)
+    h = connected_with_replay(last)
     # Same publisher: its seq 0 is our seq 0.
     h.ingest.connected(h.src)
     session = h.replays.sessions[-1]
@@ -350,12 +356,8 @@ def test_a_restart_after_a_disconnect_clears_and_lifts_the_suspension() -> None:
 
 
 def test_a_verified_reconnect_lifts_the_suspension_a_mismatch_clears() -> None:
-    h = Harness(replay=True)
-    h.ingest.connected(h.src)
-    h.replays.sessions.clear()
-    h.src.replay = None
     last = stored(1, 100)
-    h.live(0, last)
+    h = connected_with_replay(last)
     h.ingest.disconnected(h.src)
     h.ingest.connected(h.src)
     assert suspended(h)
