@@ -23,7 +23,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).parent))
 from _common import WRK_SCRIPT, header, run_wrk
 
-from ppc_extproc.localcluster import (
+from ppc_extproc_lab.localcluster import (
     ProcessGroup,
     find_envoy,
     free_port,

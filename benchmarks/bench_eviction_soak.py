@@ -19,7 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parent.parent / "tests" / "reliability"))
 from _common import header, pin_to_one_core
-from fault_soak import soak
+from ppc_extproc_lab.soak import soak
 
 
 def main() -> None:

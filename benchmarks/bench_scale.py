@@ -56,7 +56,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).parent))
 from _common import WRK_SCRIPT, header, run_wrk
 
-from ppc_extproc.localcluster import (
+from ppc_extproc_lab.localcluster import (
     LocalCluster,
     ProcessGroup,
     default_service_config,
@@ -67,9 +67,9 @@ from ppc_extproc.localcluster import (
     wait_for_grpc_health,
     wait_for_http,
 )
-from ppc_extproc.workload.peers import PEERS, PeerDeployment
-from ppc_extproc.workload.policies import policy
-from ppc_extproc.workload.probes import tree_cpu_seconds, tree_rss_bytes
+from ppc_extproc_lab.workload.peers import PEERS, PeerDeployment
+from ppc_extproc_lab.workload.policies import policy
+from ppc_extproc_lab.workload.probes import tree_cpu_seconds, tree_rss_bytes
 
 MODEL = "mock-model"
 BLOCK = 64

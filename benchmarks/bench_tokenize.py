@@ -70,7 +70,7 @@ def conversation(tokens: int, tok: LocalTokenizer, seed: int) -> list[dict[str, 
 
 def start_mock(tdir: Path) -> tuple[subprocess.Popen[str], str]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "ppc_extproc.mock_vllm", "--port", "0", "--kv-events-endpoint", "", "--model", "tiny",
+        [sys.executable, "-m", "ppc_extproc_lab.mock_vllm", "--port", "0", "--kv-events-endpoint", "", "--model", "tiny",
          "--tokenizer", str(tdir), "--num-blocks", "100000", "--log-level", "warning"],
         stdout=subprocess.PIPE, text=True,
     )

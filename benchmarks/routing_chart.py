@@ -10,7 +10,7 @@ from typing import Any
 
 from routing_report import ScenarioResult
 
-from ppc_extproc.workload import PolicyRun
+from ppc_extproc_lab.workload import PolicyRun
 
 __all__ = ["write_charts"]
 

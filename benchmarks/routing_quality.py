@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from ppc_extproc.observability.logging import configure_logging
-from ppc_extproc.workload import (
+from ppc_extproc_lab.workload import (
     ClusterPlan,
     EngineRestart,
     PolicyRun,
@@ -51,11 +51,11 @@ from ppc_extproc.workload import (
     run_policy,
     staircase,
 )
-from ppc_extproc.workload.clients import EngineTokens, client_for
-from ppc_extproc.workload.peers import PEERS
-from ppc_extproc.workload.scenarios import SCENARIOS, BaseSetup, Scenario, build_scenario, expected_seconds
-from ppc_extproc.workload.spec import from_flags
-from ppc_extproc.workload.text import TextWorkload, chars_per_token
+from ppc_extproc_lab.workload.clients import EngineTokens, client_for
+from ppc_extproc_lab.workload.peers import PEERS
+from ppc_extproc_lab.workload.scenarios import SCENARIOS, BaseSetup, Scenario, build_scenario, expected_seconds
+from ppc_extproc_lab.workload.spec import from_flags
+from ppc_extproc_lab.workload.text import TextWorkload, chars_per_token
 
 sys.path.insert(0, str(Path(__file__).parent))
 from routing_report import ScenarioResult, aims_of, markdown, results_table, scenario_details

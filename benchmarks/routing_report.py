@@ -8,14 +8,14 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ppc_extproc.workload import PolicyRun, format_table, summarize
-from ppc_extproc.workload.aims import Aim, PolicyNumbers, scenario_aims
-from ppc_extproc.workload.probes import machine_info
-from ppc_extproc.workload.report import UNFINISHED
-from ppc_extproc.workload.scenarios import Scenario
-from ppc_extproc.workload.table import ms as _ms
-from ppc_extproc.workload.table import num as _num
-from ppc_extproc.workload.table import pct as _pct
+from ppc_extproc_lab.workload import PolicyRun, format_table, summarize
+from ppc_extproc_lab.workload.aims import Aim, PolicyNumbers, scenario_aims
+from ppc_extproc_lab.workload.probes import machine_info
+from ppc_extproc_lab.workload.report import UNFINISHED
+from ppc_extproc_lab.workload.scenarios import Scenario
+from ppc_extproc_lab.workload.table import ms as _ms
+from ppc_extproc_lab.workload.table import num as _num
+from ppc_extproc_lab.workload.table import pct as _pct
 
 __all__ = [
     "ScenarioResult",

@@ -97,7 +97,7 @@ def _add_keys(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _add_mock_vllm(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from ppc_extproc.mock_vllm import cli as mock_cli
+    from ppc_extproc_lab.mock_vllm import cli as mock_cli
 
     p = sub.add_parser(
         "mock-vllm",
@@ -110,7 +110,7 @@ def _add_mock_vllm(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
 
 
 def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from ppc_extproc.demo import cli as demo_cli
+    from ppc_extproc_lab.demo import cli as demo_cli
 
     p = sub.add_parser(
         "demo",

@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
-from ppc_extproc.mock_vllm.server import MockVllmOptions, serve
-from ppc_extproc.workload.generator import Workload, arrivals
-from ppc_extproc.workload.oracle import OracleTarget
-from ppc_extproc.workload.report import summarize
-from ppc_extproc.workload.runner import RunResult, WorkloadRunner
-from ppc_extproc.workload.spec import Stage, WorkloadSpec
+from ppc_extproc_lab.mock_vllm.server import MockVllmOptions, serve
+from ppc_extproc_lab.workload.generator import Workload, arrivals
+from ppc_extproc_lab.workload.oracle import OracleTarget
+from ppc_extproc_lab.workload.report import summarize
+from ppc_extproc_lab.workload.runner import RunResult, WorkloadRunner
+from ppc_extproc_lab.workload.spec import Stage, WorkloadSpec
 
 pytestmark = pytest.mark.integration
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ppc_extproc.localcluster import VARIANTS, LocalClusterError, find_envoy, render_envoy_config
+from ppc_extproc_lab.localcluster import VARIANTS, LocalClusterError, find_envoy, render_envoy_config
 
 pytestmark = pytest.mark.integration
 

@@ -10,7 +10,7 @@ import httpx
 import openai
 import pytest
 
-from ppc_extproc.localcluster import LocalCluster, default_service_config, wait_for
+from ppc_extproc_lab.localcluster import LocalCluster, default_service_config, wait_for
 
 pytestmark = pytest.mark.integration
 

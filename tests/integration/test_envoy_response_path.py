@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from ppc_extproc.localcluster import LocalCluster, wait_for
+from ppc_extproc_lab.localcluster import LocalCluster, wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import httpx
 import pytest
 
-from ppc_extproc.localcluster import LocalCluster
+from ppc_extproc_lab.localcluster import LocalCluster
 
 pytestmark = pytest.mark.integration
 

@@ -8,7 +8,7 @@ import random
 import httpx
 import pytest
 
-from ppc_extproc.localcluster import LocalCluster, LocalClusterError, wait_for
+from ppc_extproc_lab.localcluster import LocalCluster, LocalClusterError, wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -1,4 +1,4 @@
-"""``python -m ppc_extproc.mock_vllm`` as a process: ready line, serving, clean SIGTERM exit."""
+"""``python -m ppc_extproc_lab.mock_vllm`` as a process: ready line, serving, clean SIGTERM exit."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def _read_ready_line(proc: subprocess.Popen[bytes], timeout: float) -> dict[str,
 def test_cli_serves_and_exits_cleanly_on_signal(signum: int) -> None:
     env = {**os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     cmd = [
-        sys.executable, "-m", "ppc_extproc.mock_vllm",
+        sys.executable, "-m", "ppc_extproc_lab.mock_vllm",
         "--port", "0", "--count", "2", "--model", "m",
         "--kv-events-endpoint", "tcp://127.0.0.1:0", "--replay-endpoint", "tcp://127.0.0.1:0",
         "--log-level", "warning",
@@ -80,14 +80,14 @@ def test_cli_serves_and_exits_cleanly_on_signal(signum: int) -> None:
 def test_distinct_hosts_give_each_engine_its_own_address_cache_and_kv_socket() -> None:
     """``--count 3 --distinct-hosts``: engines on 127.0.0.{first..first+2}, the same HTTP and KV
     ports on each (like pods), each with its own cache."""
-    from ppc_extproc.localcluster import PortAllocator
+    from ppc_extproc_lab.localcluster import PortAllocator
 
     first = 60
     hosts = [f"127.0.0.{first + i}" for i in range(3)]
     http_port, kv_port = PortAllocator().ports(2, hosts)
     env = {**os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     cmd = [
-        sys.executable, "-m", "ppc_extproc.mock_vllm", "--host", hosts[0], "--port", str(http_port),
+        sys.executable, "-m", "ppc_extproc_lab.mock_vllm", "--host", hosts[0], "--port", str(http_port),
         "--count", "3", "--distinct-hosts", "--kv-events-endpoint", f"tcp://{hosts[0]}:{kv_port}",
         "--block-size", "16", "--log-level", "warning",
     ]  # fmt: skip

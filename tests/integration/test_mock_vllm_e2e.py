@@ -20,7 +20,7 @@ import pytest
 import zmq
 import zmq.asyncio
 
-from ppc_extproc.mock_vllm.server import MockVllmOptions, RunningEngine, serve
+from ppc_extproc_lab.mock_vllm.server import MockVllmOptions, RunningEngine, serve
 
 pytestmark = pytest.mark.integration
 

@@ -13,7 +13,7 @@ import httpx
 import openai
 import pytest
 
-from ppc_extproc.localcluster import LocalCluster
+from ppc_extproc_lab.localcluster import LocalCluster
 from ppc_extproc.tokenizer.tiny import build_tiny_tokenizer
 
 pytestmark = pytest.mark.integration

@@ -14,17 +14,17 @@ import orjson
 import pytest
 from aiohttp import web
 
-from ppc_extproc.localcluster import free_port
-from ppc_extproc.mock_vllm.server import MockVllmOptions, serve
+from ppc_extproc_lab.localcluster import free_port
+from ppc_extproc_lab.mock_vllm.server import MockVllmOptions, serve
 from ppc_extproc.tokenizer import LocalTokenizer, build_tiny_tokenizer
-from ppc_extproc.workload.clients import ChatClient, EngineTokens, RequestClient, client_for
-from ppc_extproc.workload.disturbance import OutsideTraffic
-from ppc_extproc.workload.generator import arrivals
-from ppc_extproc.workload.oracle import OracleTarget
-from ppc_extproc.workload.report import RequestRecord, summarize
-from ppc_extproc.workload.runner import RunResult, WorkloadRunner
-from ppc_extproc.workload.spec import Stage, WorkloadSpec
-from ppc_extproc.workload.text import TextPrompt, TextWorkload, chars_per_token
+from ppc_extproc_lab.workload.clients import ChatClient, EngineTokens, RequestClient, client_for
+from ppc_extproc_lab.workload.disturbance import OutsideTraffic
+from ppc_extproc_lab.workload.generator import arrivals
+from ppc_extproc_lab.workload.oracle import OracleTarget
+from ppc_extproc_lab.workload.report import RequestRecord, summarize
+from ppc_extproc_lab.workload.runner import RunResult, WorkloadRunner
+from ppc_extproc_lab.workload.spec import Stage, WorkloadSpec
+from ppc_extproc_lab.workload.text import TextPrompt, TextWorkload, chars_per_token
 
 pytestmark = pytest.mark.integration
 

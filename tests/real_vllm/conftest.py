@@ -23,7 +23,7 @@ from real_vllm_helpers import (
     vllm_python,
 )
 
-from ppc_extproc.localcluster import ManagedProcess, PortAllocator, check_loopback_ip, wait_for_http
+from ppc_extproc_lab.localcluster import ManagedProcess, PortAllocator, check_loopback_ip, wait_for_http
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

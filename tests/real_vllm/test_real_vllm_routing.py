@@ -23,7 +23,7 @@ import openai
 import pytest
 from real_vllm_helpers import BLOCK, ENGINE_ENV, MODEL, ROUTING_LOG, STARTUP_TIMEOUT, engine_command
 
-from ppc_extproc.localcluster import LocalCluster, wait_for
+from ppc_extproc_lab.localcluster import LocalCluster, wait_for
 from ppc_extproc.tokenizer import LocalTokenizer
 
 pytestmark = [pytest.mark.real_vllm, pytest.mark.integration, pytest.mark.timeout(1800)]

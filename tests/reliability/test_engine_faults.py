@@ -9,8 +9,8 @@ from collections.abc import Iterator
 import fault_tally as tally
 import pytest
 
-from ppc_extproc.localcluster import LocalCluster
-from ppc_extproc.localcluster.faults import kill_under_traffic, restart_staleness
+from ppc_extproc_lab.localcluster import LocalCluster
+from ppc_extproc_lab.localcluster.faults import kill_under_traffic, restart_staleness
 
 pytestmark = pytest.mark.integration
 

@@ -8,9 +8,9 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from ppc_extproc.enginemetrics import parse_vllm_metrics
-from ppc_extproc.mock_vllm.engine import EngineConfig, MockEngine
-from ppc_extproc.mock_vllm.metrics import engine_registry
-from ppc_extproc.mock_vllm.publisher import MemoryEventPublisher
+from ppc_extproc_lab.mock_vllm.engine import EngineConfig, MockEngine
+from ppc_extproc_lab.mock_vllm.metrics import engine_registry
+from ppc_extproc_lab.mock_vllm.publisher import MemoryEventPublisher
 
 # vLLM V1 (0.11-era) /metrics, trimmed: process metrics, the gauges, the look-alike
 # num_requests_waiting_by_reason, counters with _created, a histogram, and cache_config_info.

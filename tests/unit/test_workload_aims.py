@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from ppc_extproc.workload.aims import FAST_SCENARIOS, Aim, PolicyNumbers, best, scenario_aims
+from ppc_extproc_lab.workload.aims import FAST_SCENARIOS, Aim, PolicyNumbers, best, scenario_aims
 
 
 def n(name: str, kind: str, hit: float, p90: float) -> PolicyNumbers:

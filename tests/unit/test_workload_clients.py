@@ -8,11 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ppc_extproc.mock_vllm.request import output_tokens
+from ppc_extproc_lab.mock_vllm.request import output_tokens
 from ppc_extproc.tokenizer import LocalTokenizer, build_tiny_tokenizer
-from ppc_extproc.workload.clients import ChatClient, CompletionsClient, EngineTokens, client_for, mock_text_answer
-from ppc_extproc.workload.policies import policy
-from ppc_extproc.workload.text import TextPrompt, chars_per_token
+from ppc_extproc_lab.workload.clients import ChatClient, CompletionsClient, EngineTokens, client_for, mock_text_answer
+from ppc_extproc_lab.workload.policies import policy
+from ppc_extproc_lab.workload.text import TextPrompt, chars_per_token
 
 PROMPT = TextPrompt(0, "context ", (("q1 ", "a1 "),), "q2")
 

@@ -12,11 +12,11 @@ import pytest
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 
-from ppc_extproc.localcluster import free_port
-from ppc_extproc.workload.disturbance import EngineRestart, RestartRecord, busiest_engine, run_restart
-from ppc_extproc.workload.generator import Workload
-from ppc_extproc.workload.probes import decision_latency
-from ppc_extproc.workload.spec import WorkloadSpec
+from ppc_extproc_lab.localcluster import free_port
+from ppc_extproc_lab.workload.disturbance import EngineRestart, RestartRecord, busiest_engine, run_restart
+from ppc_extproc_lab.workload.generator import Workload
+from ppc_extproc_lab.workload.probes import decision_latency
+from ppc_extproc_lab.workload.spec import WorkloadSpec
 
 SPEC = WorkloadSpec(tenants=4, users_per_tenant=1, context_tokens=8, question_tokens=2, output_tokens=1)
 # matched context tokens per (tenant, engine): tenant 0 on e0, tenants 1 and 2 on e1 (2 holds

@@ -7,8 +7,8 @@ import statistics
 
 import pytest
 
-from ppc_extproc.workload.generator import Arrival, Workload, arrivals
-from ppc_extproc.workload.spec import EngineProfile, Stage, WorkloadSpec, staircase
+from ppc_extproc_lab.workload.generator import Arrival, Workload, arrivals
+from ppc_extproc_lab.workload.spec import EngineProfile, Stage, WorkloadSpec, staircase
 
 SPEC = WorkloadSpec(
     tenants=3,

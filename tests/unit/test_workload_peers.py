@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from ppc_extproc.localcluster.balancer import balancer_config
-from ppc_extproc.workload.peers import PEERS, KvEventSources, PeerDeployment, peer
+from ppc_extproc_lab.localcluster.balancer import balancer_config
+from ppc_extproc_lab.workload.peers import PEERS, KvEventSources, PeerDeployment, peer
 
 WORKERS = ["http://127.0.0.2:80", "http://127.0.0.3:80"]
 KV = KvEventSources(["tcp://127.0.0.2:5557", "tcp://127.0.0.3:5557"], ["tcp://127.0.0.2:5559", "tcp://127.0.0.3:5559"],

@@ -12,7 +12,7 @@ from ppc_extproc.errors import ConfigError
 from ppc_extproc.framework import Endpoint, LLMRequest, SchedulingContext
 from ppc_extproc.plugins.pickers import RoundRobinPicker
 from ppc_extproc.plugins.registry import registered_types
-from ppc_extproc.workload.policies import ALL_POLICIES, BENCHMARK_POLICIES, policy
+from ppc_extproc_lab.workload.policies import ALL_POLICIES, BENCHMARK_POLICIES, policy
 
 ENDPOINTS = [Endpoint("10.0.0.3", 8000), Endpoint("10.0.0.1", 8000), Endpoint("10.0.0.2", 8000)]
 

@@ -7,11 +7,11 @@ import math
 
 import pytest
 
-from ppc_extproc.workload.oracle import OracleTarget
-from ppc_extproc.workload.progress import ProgressLine
-from ppc_extproc.workload.report import RequestRecord, percentile, summarize
-from ppc_extproc.workload.runner import Progress
-from ppc_extproc.workload.table import format_table
+from ppc_extproc_lab.workload.oracle import OracleTarget
+from ppc_extproc_lab.workload.progress import ProgressLine
+from ppc_extproc_lab.workload.report import RequestRecord, percentile, summarize
+from ppc_extproc_lab.workload.runner import Progress
+from ppc_extproc_lab.workload.table import format_table
 
 
 def rec(

@@ -6,10 +6,10 @@ import dataclasses
 
 import pytest
 
-from ppc_extproc.workload.disturbance import EngineRestart, OutsideTraffic
-from ppc_extproc.workload.generator import arrivals
-from ppc_extproc.workload.scenarios import SCENARIOS, BaseSetup, build_scenario, expected_seconds
-from ppc_extproc.workload.spec import Stage, WorkloadSpec
+from ppc_extproc_lab.workload.disturbance import EngineRestart, OutsideTraffic
+from ppc_extproc_lab.workload.generator import arrivals
+from ppc_extproc_lab.workload.scenarios import SCENARIOS, BaseSetup, build_scenario, expected_seconds
+from ppc_extproc_lab.workload.spec import Stage, WorkloadSpec
 
 BASE = BaseSetup()
 

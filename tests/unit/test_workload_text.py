@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from ppc_extproc.workload.generator import Arrival
-from ppc_extproc.workload.spec import WorkloadSpec
-from ppc_extproc.workload.text import TextPrompt, TextWorkload, words
+from ppc_extproc_lab.workload.generator import Arrival
+from ppc_extproc_lab.workload.spec import WorkloadSpec
+from ppc_extproc_lab.workload.text import TextPrompt, TextWorkload, words
 
 SPEC = WorkloadSpec(tenants=3, users_per_tenant=2, context_tokens=200, question_tokens=20, output_tokens=4,
                     turns_per_session=3, seed=5)  # fmt: skip

@@ -7,7 +7,7 @@ import json
 import sys
 from typing import TYPE_CHECKING
 
-from ppc_extproc.demo.defaults import (
+from ppc_extproc_lab.demo.defaults import (
     DEFAULT_DRAIN_S,
     DEFAULT_DURATION_S,
     DEFAULT_ENGINES,
@@ -17,11 +17,11 @@ from ppc_extproc.demo.defaults import (
     DEFAULT_RATE_PER_S,
     FORMS,
 )
-from ppc_extproc.workload.policies import ALL_POLICIES
-from ppc_extproc.workload.spec import EngineProfile, WorkloadSpec, from_flags
+from ppc_extproc_lab.workload.policies import ALL_POLICIES
+from ppc_extproc_lab.workload.spec import EngineProfile, WorkloadSpec, from_flags
 
 if TYPE_CHECKING:
-    from ppc_extproc.demo.run import DemoOptions
+    from ppc_extproc_lab.demo.run import DemoOptions
 
 __all__ = ["add_arguments", "main", "options_from_args"]
 
@@ -134,7 +134,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def options_from_args(args: argparse.Namespace) -> DemoOptions:
     """``DemoOptions`` from the parsed flags (``ValueError`` for inconsistent values)."""
-    from ppc_extproc.demo.run import DemoOptions
+    from ppc_extproc_lab.demo.run import DemoOptions
 
     spec, profile = from_flags(args)
     return DemoOptions(
@@ -145,8 +145,8 @@ def options_from_args(args: argparse.Namespace) -> DemoOptions:
 
 
 def main(args: argparse.Namespace) -> int:
-    from ppc_extproc.demo.run import describe, render, run_demo
-    from ppc_extproc.localcluster import LocalClusterError
+    from ppc_extproc_lab.demo.run import describe, render, run_demo
+    from ppc_extproc_lab.localcluster import LocalClusterError
     from ppc_extproc.observability.logging import configure_logging
 
     configure_logging("console", args.log_level)

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from ppc_extproc.demo.defaults import (
+from ppc_extproc_lab.demo.defaults import (
     DEFAULT_DRAIN_S,
     DEFAULT_DURATION_S,
     DEFAULT_ENGINES,
@@ -31,7 +31,7 @@ from ppc_extproc.demo.defaults import (
 )
 from ppc_extproc.tokenizer.local import LocalTokenizer
 from ppc_extproc.tokenizer.tiny import build_tiny_tokenizer
-from ppc_extproc.workload import (
+from ppc_extproc_lab.workload import (
     ClusterPlan,
     EngineProfile,
     PolicyRun,
@@ -44,11 +44,11 @@ from ppc_extproc.workload import (
     policy,
     run_policy,
 )
-from ppc_extproc.workload.clients import EngineTokens, Form, RequestClient, client_for
-from ppc_extproc.workload.probes import machine_info
-from ppc_extproc.workload.report import Summary
-from ppc_extproc.workload.runner import Conversations
-from ppc_extproc.workload.text import TextWorkload, chars_per_token
+from ppc_extproc_lab.workload.clients import EngineTokens, Form, RequestClient, client_for
+from ppc_extproc_lab.workload.probes import machine_info
+from ppc_extproc_lab.workload.report import Summary
+from ppc_extproc_lab.workload.runner import Conversations
+from ppc_extproc_lab.workload.text import TextWorkload, chars_per_token
 
 __all__ = ["DEFAULT_POLICIES", "DemoOptions", "DemoResult", "run_demo", "verdict"]
 

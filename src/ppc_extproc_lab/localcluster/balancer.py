@@ -15,9 +15,9 @@ from typing import Any
 
 import yaml
 
-from ppc_extproc.localcluster.envoy_config import find_envoy, split_host_port
-from ppc_extproc.localcluster.processes import ManagedProcess, ProcessGroup
-from ppc_extproc.localcluster.readiness import wait_for_http
+from ppc_extproc_lab.localcluster.envoy_config import find_envoy, split_host_port
+from ppc_extproc_lab.localcluster.processes import ManagedProcess, ProcessGroup
+from ppc_extproc_lab.localcluster.readiness import wait_for_http
 
 __all__ = ["balancer_config", "start_balancer"]
 

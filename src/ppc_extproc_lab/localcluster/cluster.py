@@ -16,7 +16,7 @@ Layout of a run (ports chosen at start, all on loopback):
   ``grpc_ports[r]`` / ``service_admin_ports[r]``, same config): each subscribes to every engine's
   KV events and routes the requests Envoy gives it;
 * Envoy listens on ``127.0.0.1:<listener_port>`` (admin ``<envoy_admin_port>``), with one of the
-  shipped configs rewritten by :mod:`ppc_extproc.localcluster.envoy_config`; its ``ext_proc``
+  shipped configs rewritten by :mod:`ppc_extproc_lab.localcluster.envoy_config`; its ``ext_proc``
   cluster lists every replica, and Envoy load-balances the gRPC streams (one per request) over them.
 
 Start order: engines (``GET /health`` 200) → service replicas (gRPC health ``readiness``
@@ -39,12 +39,12 @@ from typing import Any, Self
 import structlog
 import yaml
 
-from ppc_extproc.localcluster._errors import LocalClusterError
-from ppc_extproc.localcluster.envoy_config import DEFAULT_VARIANT, find_envoy, render_envoy_config
-from ppc_extproc.localcluster.layout import ClusterLayout
-from ppc_extproc.localcluster.processes import ManagedProcess, ProcessGroup
-from ppc_extproc.localcluster.readiness import wait_for_grpc_health, wait_for_http
-from ppc_extproc.localcluster.service_config import default_service_config, patch_service_config
+from ppc_extproc_lab.localcluster._errors import LocalClusterError
+from ppc_extproc_lab.localcluster.envoy_config import DEFAULT_VARIANT, find_envoy, render_envoy_config
+from ppc_extproc_lab.localcluster.layout import ClusterLayout
+from ppc_extproc_lab.localcluster.processes import ManagedProcess, ProcessGroup
+from ppc_extproc_lab.localcluster.readiness import wait_for_grpc_health, wait_for_http
+from ppc_extproc_lab.localcluster.service_config import default_service_config, patch_service_config
 
 __all__ = ["DEFAULT_ENGINE_COMMAND", "DEFAULT_SERVICE_COMMAND", "LocalCluster"]
 

@@ -1,6 +1,6 @@
 """The shipped Envoy configurations, and their rewrite for a local run.
 
-The YAML files in ``ppc_extproc/localcluster/envoy/`` (package data; the repository's top-level
+The YAML files in ``ppc_extproc_lab/localcluster/envoy/`` (package data; the repository's top-level
 ``envoy/`` holds identical copies for docker-compose and readers) are the single source of truth.
 A local run changes only addresses and ports:
 
@@ -29,7 +29,7 @@ from typing import Any
 
 import yaml
 
-from ppc_extproc.localcluster._errors import LocalClusterError
+from ppc_extproc_lab.localcluster._errors import LocalClusterError
 
 __all__ = [
     "DEFAULT_VARIANT",
@@ -88,7 +88,7 @@ def envoy_config_file(variant: str) -> Traversable:
         raise LocalClusterError(
             f"unknown Envoy config variant {variant!r}; known: {', '.join(VARIANTS)}"
         ) from None
-    return resources.files("ppc_extproc.localcluster").joinpath("envoy", name)
+    return resources.files("ppc_extproc_lab.localcluster").joinpath("envoy", name)
 
 
 def envoy_config_text(variant_or_path: str | os.PathLike[str]) -> str:
@@ -264,6 +264,6 @@ def render_envoy_config(
         file_name = f"envoy-{stem}-{listener_port}.yaml"
     path = Path(out_dir) / file_name
     path.parent.mkdir(parents=True, exist_ok=True)
-    header = f"# Rendered by ppc_extproc.localcluster from {variant_or_path!s}; edit the source file, not this one.\n"
+    header = f"# Rendered by ppc_extproc_lab.localcluster from {variant_or_path!s}; edit the source file, not this one.\n"
     path.write_text(header + yaml.safe_dump(config, sort_keys=False, width=1000), encoding="utf-8")
     return path

@@ -25,8 +25,8 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
-from ppc_extproc.localcluster.cluster import LocalCluster
-from ppc_extproc.localcluster.readiness import wait_for
+from ppc_extproc_lab.localcluster.cluster import LocalCluster
+from ppc_extproc_lab.localcluster.readiness import wait_for
 
 __all__ = ["EngineDeath", "Outcome", "RestartStaleness", "kill_under_traffic", "restart_staleness"]
 

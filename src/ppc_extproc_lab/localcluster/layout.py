@@ -1,6 +1,6 @@
 """Where every process of a local cluster listens: loopback IPs, ports, and the URLs built on them.
 
-:class:`ClusterLayout` is the address book :class:`~ppc_extproc.localcluster.LocalCluster` is
+:class:`ClusterLayout` is the address book :class:`~ppc_extproc_lab.localcluster.LocalCluster` is
 built on (it subclasses it): engine ``i`` on ``engine_ips[i]`` with ports shared by every engine,
 service replica ``r`` on ``127.0.0.1:grpc_ports[r]`` (admin ``service_admin_ports[r]``), Envoy on
 ``listener_port`` / ``envoy_admin_port``. The single-service names (``grpc_port``,
@@ -9,7 +9,7 @@ service replica ``r`` on ``127.0.0.1:grpc_ports[r]`` (admin ``service_admin_port
 
 from __future__ import annotations
 
-from ppc_extproc.localcluster.ports import (
+from ppc_extproc_lab.localcluster.ports import (
     ANY_ADDRESS,
     PortAllocator,
     check_loopback_ip,

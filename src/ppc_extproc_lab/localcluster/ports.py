@@ -15,7 +15,7 @@ import errno
 import socket
 from collections.abc import Iterable, Sequence
 
-from ppc_extproc.localcluster._errors import LocalClusterError
+from ppc_extproc_lab.localcluster._errors import LocalClusterError
 
 __all__ = [
     "ANY_ADDRESS",

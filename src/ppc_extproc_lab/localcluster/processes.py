@@ -10,7 +10,7 @@
   Linux a child started from the main thread gets SIGTERM from the kernel when its parent dies,
   even by SIGKILL (``PR_SET_PDEATHSIG``).
 
-The readiness waits that watch these processes are in :mod:`~ppc_extproc.localcluster.readiness`.
+The readiness waits that watch these processes are in :mod:`~ppc_extproc_lab.localcluster.readiness`.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from typing import IO, Self
 
 import structlog
 
-from ppc_extproc.localcluster._errors import LocalClusterError
+from ppc_extproc_lab.localcluster._errors import LocalClusterError
 
 __all__ = ["ManagedProcess", "ProcessGroup", "stop_all_processes"]
 

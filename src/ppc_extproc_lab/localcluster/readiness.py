@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-from ppc_extproc.localcluster._errors import ReadinessError
+from ppc_extproc_lab.localcluster._errors import ReadinessError
 
 __all__ = ["WatchedProcess", "http_status", "wait_for", "wait_for_grpc_health", "wait_for_http", "wait_for_tcp"]
 

@@ -22,8 +22,8 @@ from collections import OrderedDict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ppc_extproc.mock_vllm.hashing import BlockHasher, block_extra_keys, event_extra_keys, wire_hash
-from ppc_extproc.mock_vllm.kv_events import (
+from ppc_extproc_lab.mock_vllm.hashing import BlockHasher, block_extra_keys, event_extra_keys, wire_hash
+from ppc_extproc_lab.mock_vllm.kv_events import (
     MEDIUM_GPU,
     SPEC_KIND_FULL_ATTENTION,
     AllBlocksCleared,

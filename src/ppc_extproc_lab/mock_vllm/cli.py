@@ -1,4 +1,4 @@
-"""``ppc-extproc mock-vllm`` / ``python -m ppc_extproc.mock_vllm``: run mock vLLM engines.
+"""``ppc-extproc mock-vllm`` / ``python -m ppc_extproc_lab.mock_vllm``: run mock vLLM engines.
 
 On startup one JSON line is printed to stdout::
 
@@ -21,8 +21,8 @@ from collections.abc import Callable, Sequence
 
 import structlog
 
-from ppc_extproc.mock_vllm.kv_events import ENCODINGS
-from ppc_extproc.mock_vllm.server import MockVllmFleet, MockVllmOptions, start_fleet
+from ppc_extproc_lab.mock_vllm.kv_events import ENCODINGS
+from ppc_extproc_lab.mock_vllm.server import MockVllmFleet, MockVllmOptions, start_fleet
 
 __all__ = ["add_arguments", "main", "options_from_args", "run"]
 

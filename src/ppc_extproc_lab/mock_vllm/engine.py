@@ -32,10 +32,10 @@ from typing import Any
 
 import structlog
 
-from ppc_extproc.mock_vllm.cache import CapacityError, PrefixCache
-from ppc_extproc.mock_vllm.hashing import BlockHasher
-from ppc_extproc.mock_vllm.publisher import EventPublisher, NullEventPublisher
-from ppc_extproc.mock_vllm.request import (
+from ppc_extproc_lab.mock_vllm.cache import CapacityError, PrefixCache
+from ppc_extproc_lab.mock_vllm.hashing import BlockHasher
+from ppc_extproc_lab.mock_vllm.publisher import EventPublisher, NullEventPublisher
+from ppc_extproc_lab.mock_vllm.request import (
     MAX_TOKEN_ID,
     EngineAborted,
     EngineRequest,

@@ -2,8 +2,8 @@
 
 vLLM routes: ``POST /v1/completions``, ``POST /inference/v1/generate``, ``GET /v1/models``,
 ``GET /health``, ``GET /version``, ``GET /metrics``, ``GET /kv_event_sources``,
-``POST /reset_prefix_cache``, ``POST /tokenize`` (UTF-8 bytes, :mod:`~ppc_extproc.mock_vllm.peer_probes`;
-with ``--tokenizer`` the text routes of :mod:`~ppc_extproc.mock_vllm.text`). Mock routes:
+``POST /reset_prefix_cache``, ``POST /tokenize`` (UTF-8 bytes, :mod:`~ppc_extproc_lab.mock_vllm.peer_probes`;
+with ``--tokenizer`` the text routes of :mod:`~ppc_extproc_lab.mock_vllm.text`). Mock routes:
 ``POST /mock/restart``, ``POST /mock/match`` (``{"prompt" | "messages", "cache_salt"?}`` →
 ``{"cached_tokens", "matched_tokens", "block_size"}``, no side effects; ``messages`` need
 ``--tokenizer``) and ``GET /mock/state``. Every response carries ``x-mock-vllm-endpoint``.
@@ -28,11 +28,11 @@ import structlog
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-import ppc_extproc.mock_vllm.protocol as p
+import ppc_extproc_lab.mock_vllm.protocol as p
 from ppc_extproc.errors import BadRequestError
-from ppc_extproc.mock_vllm.engine import EngineAborted, EngineRequest, MockEngine, RequestRejected
-from ppc_extproc.mock_vllm.metrics import engine_registry
-from ppc_extproc.mock_vllm.peer_probes import add_peer_probe_routes
+from ppc_extproc_lab.mock_vllm.engine import EngineAborted, EngineRequest, MockEngine, RequestRejected
+from ppc_extproc_lab.mock_vllm.metrics import engine_registry
+from ppc_extproc_lab.mock_vllm.peer_probes import add_peer_probe_routes
 from ppc_extproc.tokenizer.local import LocalTokenizer
 
 __all__ = ["ENDPOINT_HEADER", "ENGINE", "STREAM_MIN_INTERVAL_S", "TOKENIZER", "create_app", "sse_stream"]
@@ -321,7 +321,7 @@ def _chat_ids(request: web.Request, body: dict[str, Any]) -> list[int]:
     tok = request.app.get(TOKENIZER)
     if tok is None:
         raise RequestRejected("`messages` need an engine started with --tokenizer.")
-    from ppc_extproc.mock_vllm.text import chat_ids  # text routes import this module
+    from ppc_extproc_lab.mock_vllm.text import chat_ids  # text routes import this module
 
     try:
         return chat_ids(tok, body)
@@ -407,7 +407,7 @@ def create_app(
     app.router.add_post("/mock/match", mock_match)
     app.router.add_get("/mock/state", mock_state)
     if tokenizer is not None:
-        from ppc_extproc.mock_vllm.text import add_text_routes  # text routes import this module
+        from ppc_extproc_lab.mock_vllm.text import add_text_routes  # text routes import this module
 
         add_text_routes(app, tokenizer)  # /tokenize with the real tokenizer among them
     else:

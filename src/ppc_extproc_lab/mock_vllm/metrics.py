@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from ppc_extproc.mock_vllm.engine import MockEngine
+from ppc_extproc_lab.mock_vllm.engine import MockEngine
 
 __all__ = ["EngineCollector", "engine_registry"]
 

@@ -20,15 +20,15 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-import ppc_extproc.mock_vllm.protocol as p
-from ppc_extproc.mock_vllm.engine import MockEngine, RequestRejected
+import ppc_extproc_lab.mock_vllm.protocol as p
+from ppc_extproc_lab.mock_vllm.engine import MockEngine, RequestRejected
 
 __all__ = ["add_peer_probe_routes", "tokenize_body"]
 
 
 def tokenize_body(body: object, engine: MockEngine) -> dict[str, Any]:
     """vLLM's ``TokenizeResponse`` for a completion-form ``/tokenize`` body; raises
-    :class:`RequestRejected` (400) or :class:`~ppc_extproc.mock_vllm.protocol.NotFound` (404)."""
+    :class:`RequestRejected` (400) or :class:`~ppc_extproc_lab.mock_vllm.protocol.NotFound` (404)."""
     if not isinstance(body, dict):
         raise RequestRejected("The request body must be a JSON object.")
     model = body.get("model")

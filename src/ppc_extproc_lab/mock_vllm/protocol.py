@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ppc_extproc.mock_vllm.engine import EngineRequest, RequestRejected
+from ppc_extproc_lab.mock_vllm.engine import EngineRequest, RequestRejected
 
 __all__ = [
     "CompletionParams",

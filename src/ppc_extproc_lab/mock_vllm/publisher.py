@@ -29,7 +29,7 @@ import structlog
 import zmq
 import zmq.asyncio
 
-from ppc_extproc.mock_vllm.kv_events import (
+from ppc_extproc_lab.mock_vllm.kv_events import (
     AllBlocksCleared,
     BlockRemoved,
     BlockStored,

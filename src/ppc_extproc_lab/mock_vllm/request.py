@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ppc_extproc.mock_vllm.cache import Allocation
+    from ppc_extproc_lab.mock_vllm.cache import Allocation
 
 __all__ = [
     "MAX_TOKEN_ID",

@@ -21,10 +21,10 @@ from typing import Any
 import structlog
 from aiohttp import web
 
-from ppc_extproc.mock_vllm.engine import EngineConfig, MockEngine
-from ppc_extproc.mock_vllm.http import create_app
-from ppc_extproc.mock_vllm.kv_events import Encoding, vllm_version_for
-from ppc_extproc.mock_vllm.publisher import (
+from ppc_extproc_lab.mock_vllm.engine import EngineConfig, MockEngine
+from ppc_extproc_lab.mock_vllm.http import create_app
+from ppc_extproc_lab.mock_vllm.kv_events import Encoding, vllm_version_for
+from ppc_extproc_lab.mock_vllm.publisher import (
     EventPublisher,
     NullEventPublisher,
     ReplayFormat,

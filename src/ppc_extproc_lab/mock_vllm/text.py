@@ -24,10 +24,10 @@ import numpy as np
 import orjson
 from aiohttp import web
 
-import ppc_extproc.mock_vllm.protocol as p
+import ppc_extproc_lab.mock_vllm.protocol as p
 from ppc_extproc.errors import BadRequestError
-from ppc_extproc.mock_vllm.engine import EngineAborted, EngineRequest, MockEngine, RequestRejected
-from ppc_extproc.mock_vllm.http import ENGINE, TOKENIZER, sse_stream
+from ppc_extproc_lab.mock_vllm.engine import EngineAborted, EngineRequest, MockEngine, RequestRejected
+from ppc_extproc_lab.mock_vllm.http import ENGINE, TOKENIZER, sse_stream
 from ppc_extproc.tokenizer.local import LocalTokenizer
 from ppc_extproc.tokenizer.requests import parse_chat
 from ppc_extproc.tokenizer.result import TokenizeResult

@@ -3,7 +3,7 @@
 ================  ===========================================================================
 ``token-ids``     ``/v1/completions`` with ``prompt`` = token ids, answers as token ids
                   (``return_token_ids``); the token workload of the demo
-``tokens``        a :class:`~ppc_extproc.workload.text.TextPrompt` sent as the token ids the
+``tokens``        a :class:`~ppc_extproc_lab.workload.text.TextPrompt` sent as the token ids the
                   engine derives from its text (:class:`EngineTokens`), answers as text
 ``text``          the same prompt as a string: ``/v1/completions`` with ``prompt`` = text
 ``chat``          the same prompt as chat messages through the ``openai`` client
@@ -29,10 +29,10 @@ import aiohttp
 import numpy as np
 import orjson
 
-from ppc_extproc.mock_vllm.http import ENDPOINT_HEADER
-from ppc_extproc.mock_vllm.request import output_tokens
-from ppc_extproc.workload.report import RequestRecord
-from ppc_extproc.workload.text import TextPrompt
+from ppc_extproc_lab.mock_vllm.http import ENDPOINT_HEADER
+from ppc_extproc_lab.mock_vllm.request import output_tokens
+from ppc_extproc_lab.workload.report import RequestRecord
+from ppc_extproc_lab.workload.text import TextPrompt
 
 if TYPE_CHECKING:
     from ppc_extproc.tokenizer.local import LocalTokenizer

@@ -31,8 +31,8 @@ import aiohttp
 import orjson
 import structlog
 
-from ppc_extproc.workload.generator import Arrival
-from ppc_extproc.workload.spec import WorkloadSpec
+from ppc_extproc_lab.workload.generator import Arrival
+from ppc_extproc_lab.workload.spec import WorkloadSpec
 
 __all__ = ["EngineRestart", "OutsideTraffic", "RestartRecord", "busiest_engine", "tenants_by_engine"]
 

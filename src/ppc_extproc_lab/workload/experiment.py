@@ -1,17 +1,17 @@
 """One policy, one cold cluster, one run of the shared schedule: the unit the demo and the
 routing benchmark repeat per policy.
 
-``run_policy`` starts a :class:`~ppc_extproc.localcluster.LocalCluster` (fresh engines ⇒ cold
+``run_policy`` starts a :class:`~ppc_extproc_lab.localcluster.LocalCluster` (fresh engines ⇒ cold
 caches) and the policy's router in front of it, ``plan.service_replicas`` replicas of it:
 
 * ours: the service with the policy's config behind Envoy (Envoy balances the ext_proc streams);
-* a peer router (:mod:`~ppc_extproc.workload.peers`): its processes, with an Envoy round-robin
+* a peer router (:mod:`~ppc_extproc_lab.workload.peers`): its processes, with an Envoy round-robin
   balancer in front of several;
 * the oracle: nothing — the client picks the engine.
 
 It sends the schedule through the router in the request form of ``client``, optionally restarts
-an engine mid-run (:class:`~ppc_extproc.workload.disturbance.EngineRestart`) and sends a share of
-the arrivals around the router (:class:`~ppc_extproc.workload.disturbance.OutsideTraffic`),
+an engine mid-run (:class:`~ppc_extproc_lab.workload.disturbance.EngineRestart`) and sends a share of
+the arrivals around the router (:class:`~ppc_extproc_lab.workload.disturbance.OutsideTraffic`),
 measures CPU and the services' decision latency, and always stops every process — also on Ctrl-C.
 """
 
@@ -27,17 +27,17 @@ from typing import Any
 import aiohttp
 import structlog
 
-from ppc_extproc.localcluster import LocalCluster
-from ppc_extproc.workload.clients import RequestClient
-from ppc_extproc.workload.disturbance import EngineRestart, OutsideTraffic, RestartRecord, run_restart
-from ppc_extproc.workload.generator import Arrival
-from ppc_extproc.workload.oracle import OracleTarget
-from ppc_extproc.workload.peers import KvEventSources, PeerDeployment
-from ppc_extproc.workload.policies import Policy
-from ppc_extproc.workload.probes import CpuMeter, CpuReport, DecisionLatency, decision_latency
-from ppc_extproc.workload.report import RequestRecord, Summary, summarize
-from ppc_extproc.workload.runner import Conversations, Progress, RunResult, Target, WorkloadRunner
-from ppc_extproc.workload.spec import EngineProfile, Stage
+from ppc_extproc_lab.localcluster import LocalCluster
+from ppc_extproc_lab.workload.clients import RequestClient
+from ppc_extproc_lab.workload.disturbance import EngineRestart, OutsideTraffic, RestartRecord, run_restart
+from ppc_extproc_lab.workload.generator import Arrival
+from ppc_extproc_lab.workload.oracle import OracleTarget
+from ppc_extproc_lab.workload.peers import KvEventSources, PeerDeployment
+from ppc_extproc_lab.workload.policies import Policy
+from ppc_extproc_lab.workload.probes import CpuMeter, CpuReport, DecisionLatency, decision_latency
+from ppc_extproc_lab.workload.report import RequestRecord, Summary, summarize
+from ppc_extproc_lab.workload.runner import Conversations, Progress, RunResult, Target, WorkloadRunner
+from ppc_extproc_lab.workload.spec import EngineProfile, Stage
 
 __all__ = ["ClusterPlan", "PolicyRun", "run_policy", "stage_summaries"]
 

@@ -1,6 +1,6 @@
 """The seeded workload: token ids, the arrival schedule, and the users' conversations.
 
-Everything is a pure function of the :class:`~ppc_extproc.workload.spec.WorkloadSpec` seed:
+Everything is a pure function of the :class:`~ppc_extproc_lab.workload.spec.WorkloadSpec` seed:
 contexts and questions are drawn from RNGs keyed by what they are (tenant, or user/session/turn),
 so they do not depend on the order they are asked for; arrivals come from one RNG. The only
 input from outside is each answer, which the mock engines derive from the prompt alone — so
@@ -13,7 +13,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ppc_extproc.workload.spec import Stage, WorkloadSpec
+from ppc_extproc_lab.workload.spec import Stage, WorkloadSpec
 
 __all__ = ["Arrival", "Conversation", "Workload", "arrivals"]
 

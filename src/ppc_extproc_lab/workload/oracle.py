@@ -22,7 +22,7 @@ __all__ = ["OracleTarget"]
 
 
 class OracleTarget:
-    """A :class:`~ppc_extproc.workload.runner.Target` over the engines' base URLs."""
+    """A :class:`~ppc_extproc_lab.workload.runner.Target` over the engines' base URLs."""
 
     def __init__(self, engine_urls: Sequence[str], *, seed: int = 0, match_timeout_s: float = 10.0) -> None:
         if not engine_urls:

@@ -25,7 +25,7 @@ like a vLLM), and per text request ``POST /v1/completions/render`` then ``POST /
 of strings); vllm-router forwards them.
 
 :class:`PeerDeployment` starts ``replicas`` processes on ports chosen at run time (with more
-than one, an Envoy round-robin balancer in front, :mod:`~ppc_extproc.localcluster.balancer`),
+than one, an Envoy round-robin balancer in front, :mod:`~ppc_extproc_lab.localcluster.balancer`),
 waits for each one's ``/readiness`` with a timeout, and stops everything it started.
 """
 
@@ -40,10 +40,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-from ppc_extproc.localcluster.balancer import start_balancer
-from ppc_extproc.localcluster.ports import PortAllocator
-from ppc_extproc.localcluster.processes import ManagedProcess, ProcessGroup
-from ppc_extproc.localcluster.readiness import wait_for_http
+from ppc_extproc_lab.localcluster.balancer import start_balancer
+from ppc_extproc_lab.localcluster.ports import PortAllocator
+from ppc_extproc_lab.localcluster.processes import ManagedProcess, ProcessGroup
+from ppc_extproc_lab.localcluster.readiness import wait_for_http
 
 __all__ = ["PEERS", "KvEventSources", "PeerDeployment", "PeerRouter", "peer"]
 

@@ -15,7 +15,7 @@ default           the service's embedded default config (precise + speculative, 
 oracle            no service: the client asks every engine's ``/mock/match`` and sends the
                   request straight to the engine holding the most of it (ties: least loaded)
 vllm-router       no service: ``vllm-router`` 0.1.17 ``--policy cache_aware`` in front of the
-                  engines (:mod:`~ppc_extproc.workload.peers`)
+                  engines (:mod:`~ppc_extproc_lab.workload.peers`)
 sglang-router     no service: ``sglang-router`` 0.3.2 ``--policy cache_aware``
 vllm-router-kv    no service: ``vllm-router --policy kv_aware``, which reads every engine's KV
                   events (precise, like ours)
@@ -28,8 +28,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ppc_extproc.workload.clients import Form
-from ppc_extproc.workload.peers import PEERS, PeerRouter
+from ppc_extproc_lab.workload.clients import Form
+from ppc_extproc_lab.workload.peers import PEERS, PeerRouter
 
 __all__ = ["ALL_POLICIES", "BENCHMARK_POLICIES", "Policy", "policy"]
 
@@ -147,7 +147,7 @@ def _approximate(block_size: int) -> dict[str, Any]:
 
 
 def _service_default(block_size: int) -> dict[str, Any]:
-    from ppc_extproc.localcluster.service_config import default_service_config
+    from ppc_extproc_lab.localcluster.service_config import default_service_config
 
     return default_service_config(block_size=block_size)
 

@@ -10,7 +10,7 @@ import sys
 import time
 from typing import TextIO
 
-from ppc_extproc.workload.runner import Progress
+from ppc_extproc_lab.workload.runner import Progress
 
 __all__ = ["ProgressLine"]
 

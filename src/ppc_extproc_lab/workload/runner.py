@@ -1,7 +1,7 @@
 """Drive a schedule of arrivals against a base URL and record every request.
 
 Each user is one task: it waits for its arrival time (and for its own previous turn — the next
-prompt needs the answer) and sends its turn through a :class:`~ppc_extproc.workload.clients.
+prompt needs the answer) and sends its turn through a :class:`~ppc_extproc_lab.workload.clients.
 RequestClient` (by default streaming ``/v1/completions`` with token ids), which records the first
 token chunk, ``usage`` (prompt and cached tokens) and the ``x-mock-vllm-endpoint`` header. Arrivals
 in ``bypass`` skip the target and go straight to the engine named there (outside traffic). The
@@ -21,10 +21,10 @@ from typing import Any, Protocol
 import aiohttp
 import structlog
 
-from ppc_extproc.workload.clients import CompletionsClient, RequestClient, mock_answer
-from ppc_extproc.workload.generator import Arrival
-from ppc_extproc.workload.report import RequestRecord, percentile
-from ppc_extproc.workload.spec import WorkloadSpec
+from ppc_extproc_lab.workload.clients import CompletionsClient, RequestClient, mock_answer
+from ppc_extproc_lab.workload.generator import Arrival
+from ppc_extproc_lab.workload.report import RequestRecord, percentile
+from ppc_extproc_lab.workload.spec import WorkloadSpec
 
 __all__ = [
     "Conversations", "FixedTarget", "Progress", "RunResult", "Target", "WorkloadRunner", "mock_answer",

@@ -24,8 +24,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ppc_extproc.workload.disturbance import EngineRestart, OutsideTraffic
-from ppc_extproc.workload.spec import EngineProfile, Stage, WorkloadSpec
+from ppc_extproc_lab.workload.disturbance import EngineRestart, OutsideTraffic
+from ppc_extproc_lab.workload.spec import EngineProfile, Stage, WorkloadSpec
 
 __all__ = ["SCENARIOS", "BaseSetup", "Scenario", "build_scenario", "expected_seconds"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
-from ppc_extproc.workload.report import Summary
+from ppc_extproc_lab.workload.report import Summary
 
 __all__ = ["COLUMNS", "format_table", "ms", "num", "pct"]
 

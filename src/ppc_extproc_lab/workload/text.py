@@ -1,6 +1,6 @@
 """The shared-prefix workload as text: what users send, for every request form.
 
-Same shape and seeding as :mod:`~ppc_extproc.workload.generator` (tenants' shared contexts,
+Same shape and seeding as :mod:`~ppc_extproc_lab.workload.generator` (tenants' shared contexts,
 users' multi-turn sessions), but the content is ASCII words, so one prompt can be sent as a
 string (``/v1/completions``), as chat messages (``/v1/chat/completions``: the context is the
 system message, earlier turns are user/assistant pairs) or as the token ids the engine derives
@@ -16,8 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ppc_extproc.workload.generator import Arrival
-from ppc_extproc.workload.spec import WorkloadSpec
+from ppc_extproc_lab.workload.generator import Arrival
+from ppc_extproc_lab.workload.spec import WorkloadSpec
 
 __all__ = ["TextConversation", "TextPrompt", "TextWorkload", "chars_per_token", "words"]
 

@@ -17,8 +17,8 @@ import aiohttp
 import numpy as np
 import pytest
 
-from ppc_extproc.mock_vllm import MockVllmOptions, serve
-from ppc_extproc.mock_vllm.server import MockVllmFleet
+from ppc_extproc_lab.mock_vllm import MockVllmOptions, serve
+from ppc_extproc_lab.mock_vllm.server import MockVllmFleet
 from ppc_extproc.tokenizer import LocalTokenizer, build_tiny_tokenizer
 from ppc_extproc.tokenizer.render_client import RenderClient, RenderConfig
 

@@ -7,7 +7,7 @@ Built with the mock engine's ``EventEncoder`` (map era 0.26–0.28, array era 0.
 
 from __future__ import annotations
 
-from ppc_extproc.mock_vllm.kv_events import (
+from ppc_extproc_lab.mock_vllm.kv_events import (
     MEDIUM_GPU,
     SPEC_KIND_FULL_ATTENTION,
     AllBlocksCleared,

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from ppc_extproc.localcluster import LocalCluster
+from ppc_extproc_lab.localcluster import LocalCluster
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[2]

@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from ppc_extproc.localcluster import LocalCluster, ReadinessError
+from ppc_extproc_lab.localcluster import LocalCluster, ReadinessError
 
 pytestmark = pytest.mark.integration
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ppc_extproc.localcluster import (
+from ppc_extproc_lab.localcluster import (
     DEFAULT_ENGINE_COMMAND,
     DEFAULT_SERVICE_COMMAND,
     LocalCluster,

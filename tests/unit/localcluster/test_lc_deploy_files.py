@@ -7,7 +7,7 @@ from typing import Any
 
 import yaml
 
-from ppc_extproc.localcluster import load_envoy_config
+from ppc_extproc_lab.localcluster import load_envoy_config
 
 REPO = Path(__file__).resolve().parents[3]
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from ppc_extproc.localcluster import (
+from ppc_extproc_lab.localcluster import (
     DEFAULT_VARIANT,
     VARIANTS,
     LocalClusterError,
@@ -19,7 +19,7 @@ from ppc_extproc.localcluster import (
     render_envoy_config,
     rewrite_envoy_config,
 )
-from ppc_extproc.localcluster.envoy_config import split_host_port
+from ppc_extproc_lab.localcluster.envoy_config import split_host_port
 
 REPO = Path(__file__).resolve().parents[3]
 TOP_LEVEL = REPO / "envoy"
@@ -59,7 +59,7 @@ def test_top_level_copies_match_packaged_files() -> None:
     )
     for name in packaged:
         assert (TOP_LEVEL / name).read_text() == (PACKAGED / name).read_text(), (
-            f"envoy/{name} differs from src/ppc_extproc/localcluster/envoy/{name}; "
+            f"envoy/{name} differs from src/ppc_extproc_lab/localcluster/envoy/{name}; "
             "edit one and copy it over the other"
         )
 

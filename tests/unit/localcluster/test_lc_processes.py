@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ppc_extproc.localcluster import (
+from ppc_extproc_lab.localcluster import (
     LocalClusterError,
     ManagedProcess,
     ProcessGroup,
@@ -196,7 +196,7 @@ def _run_parent(tmp_path: Path, body: str) -> tuple[subprocess.Popen[bytes], int
     script = textwrap.dedent(
         f"""
         import os, pathlib, signal, sys, time
-        from ppc_extproc.localcluster import ManagedProcess
+        from ppc_extproc_lab.localcluster import ManagedProcess
         p = ManagedProcess("sleeper", ["sleep", "300"], log_path={str(tmp_path / "sleeper.log")!r})
         p.start()
         pathlib.Path({str(pidfile)!r}).write_text(f"{{p.pid}}\\n")
@@ -261,7 +261,7 @@ def _wait_gone_until_running(pid: int, timeout: float = 10.0) -> None:
 
 
 def test_port_probe_sees_a_listener_on_every_address() -> None:
-    from ppc_extproc.localcluster import PortAllocator, is_port_free
+    from ppc_extproc_lab.localcluster import PortAllocator, is_port_free
 
     with socket.socket() as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -278,7 +278,7 @@ def test_port_probe_sees_a_listener_on_every_address() -> None:
 
 
 def test_check_loopback_ip() -> None:
-    from ppc_extproc.localcluster import check_loopback_ip
+    from ppc_extproc_lab.localcluster import check_loopback_ip
 
     check_loopback_ip("127.0.0.2")
     with pytest.raises(LocalClusterError, match="cannot bind 192.0.2.1"):

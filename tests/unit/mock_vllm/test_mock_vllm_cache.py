@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from ppc_extproc.mock_vllm.cache import Allocation, CapacityError, PrefixCache
-from ppc_extproc.mock_vllm.hashing import BlockHasher, wire_hash
-from ppc_extproc.mock_vllm.kv_events import AllBlocksCleared, BlockRemoved, BlockStored
+from ppc_extproc_lab.mock_vllm.cache import Allocation, CapacityError, PrefixCache
+from ppc_extproc_lab.mock_vllm.hashing import BlockHasher, wire_hash
+from ppc_extproc_lab.mock_vllm.kv_events import AllBlocksCleared, BlockRemoved, BlockStored
 
 BS = 4
 

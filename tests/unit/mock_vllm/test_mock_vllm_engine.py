@@ -10,15 +10,15 @@ from typing import Any, TypeVar
 import msgpack
 import pytest
 
-from ppc_extproc.mock_vllm.engine import (
+from ppc_extproc_lab.mock_vllm.engine import (
     EngineAborted,
     EngineConfig,
     MockEngine,
     RequestRejected,
     output_tokens,
 )
-from ppc_extproc.mock_vllm.hashing import BlockHasher, wire_hash
-from ppc_extproc.mock_vllm.publisher import MemoryEventPublisher
+from ppc_extproc_lab.mock_vllm.hashing import BlockHasher, wire_hash
+from ppc_extproc_lab.mock_vllm.publisher import MemoryEventPublisher
 
 T = TypeVar("T")
 

@@ -6,8 +6,8 @@ import argparse
 
 import pytest
 
-from ppc_extproc.mock_vllm.cli import add_arguments, options_from_args
-from ppc_extproc.mock_vllm.server import MockVllmOptions, offset_endpoint
+from ppc_extproc_lab.mock_vllm.cli import add_arguments, options_from_args
+from ppc_extproc_lab.mock_vllm.server import MockVllmOptions, offset_endpoint
 
 
 def parse(*argv: str) -> MockVllmOptions:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ppc_extproc.mock_vllm.hashing import (
+from ppc_extproc_lab.mock_vllm.hashing import (
     BlockHasher,
     block_extra_keys,
     event_extra_keys,

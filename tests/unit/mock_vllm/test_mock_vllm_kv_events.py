@@ -8,7 +8,7 @@ import msgpack
 import pytest
 from vectors import load_vectors
 
-from ppc_extproc.mock_vllm.kv_events import (
+from ppc_extproc_lab.mock_vllm.kv_events import (
     AllBlocksCleared,
     BlockRemoved,
     BlockStored,

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from ppc_extproc.mock_vllm.engine import EngineConfig, MockEngine, RequestRejected
-from ppc_extproc.mock_vllm.peer_probes import tokenize_body
-from ppc_extproc.mock_vllm.protocol import NotFound
+from ppc_extproc_lab.mock_vllm.engine import EngineConfig, MockEngine, RequestRejected
+from ppc_extproc_lab.mock_vllm.peer_probes import tokenize_body
+from ppc_extproc_lab.mock_vllm.protocol import NotFound
 
 ENGINE = MockEngine(EngineConfig(model="m", block_size=16, num_blocks=10))
 

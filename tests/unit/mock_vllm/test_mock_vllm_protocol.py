@@ -8,10 +8,10 @@ from typing import Any
 import msgpack
 import pytest
 
-from ppc_extproc.mock_vllm import protocol as p
-from ppc_extproc.mock_vllm.engine import EngineConfig, MockEngine, RequestRejected
-from ppc_extproc.mock_vllm.kv_events import AllBlocksCleared
-from ppc_extproc.mock_vllm.publisher import MemoryEventPublisher, default_topic
+from ppc_extproc_lab.mock_vllm import protocol as p
+from ppc_extproc_lab.mock_vllm.engine import EngineConfig, MockEngine, RequestRejected
+from ppc_extproc_lab.mock_vllm.kv_events import AllBlocksCleared
+from ppc_extproc_lab.mock_vllm.publisher import MemoryEventPublisher, default_topic
 
 
 @pytest.mark.parametrize(
