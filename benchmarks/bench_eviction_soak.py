@@ -1,4 +1,4 @@
-"""Eviction soak (issue #11): resident memory while the index evicts 10M blocks.
+"""Eviction soak: resident memory while the index evicts 10M blocks.
 
 KV events of 64 new blocks each (16 tokens per block, 4 endpoints) go through the real decode and
 apply path into an index far smaller than what is stored, so nearly every block is evicted again;
@@ -17,7 +17,6 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-sys.path.insert(0, str(Path(__file__).parent.parent / "tests" / "reliability"))
 from _common import header, pin_to_one_core
 from ppc_extproc_lab.soak import soak
 

@@ -1,6 +1,6 @@
 """Eviction soak: KV events of 64 new blocks each through the real decode and apply path into an
 index far smaller than what is stored, so nearly every block is evicted again; resident memory
-is sampled as it goes. Used by ``test_eviction_soak.py`` (CI, ~1M blocks) and
+is sampled as it goes. Used by ``tests/reliability/test_eviction_soak.py`` (CI, ~1M blocks) and
 ``benchmarks/bench_eviction_soak.py`` (10M blocks)."""
 
 from __future__ import annotations
