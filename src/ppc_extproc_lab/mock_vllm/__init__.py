@@ -5,7 +5,7 @@ nothing; :func:`ppc_extproc_lab.mock_vllm.server.start_fleet` (or the ``mock-vll
 
 Modules: ``kv_events`` (structs and encodings), ``hashing`` (vLLM block hashes), ``cache``
 (block pool), ``engine`` (scheduler and time model), ``publisher`` (ZMQ PUB + replay),
-``protocol`` / ``http`` (OpenAI surface), ``metrics``, ``server`` (N engines), ``cli``.
+``protocol`` / ``http`` / ``text`` / ``streaming`` (OpenAI surface), ``metrics``, ``server`` (N engines), ``cli``.
 """
 
 from __future__ import annotations

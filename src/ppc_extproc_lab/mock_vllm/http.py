@@ -17,9 +17,8 @@ so tokens may arrive in small bursts; with 0 every token is its own write, as vL
 from __future__ import annotations
 
 import asyncio
-import math
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, Final
 
 import numpy as np
@@ -30,27 +29,20 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 import ppc_extproc_lab.mock_vllm.protocol as p
 from ppc_extproc.errors import BadRequestError
+from ppc_extproc.tokenizer.local import LocalTokenizer
 from ppc_extproc_lab.mock_vllm.engine import EngineAborted, EngineRequest, MockEngine, RequestRejected
 from ppc_extproc_lab.mock_vllm.metrics import engine_registry
 from ppc_extproc_lab.mock_vllm.peer_probes import add_peer_probe_routes
-from ppc_extproc.tokenizer.local import LocalTokenizer
+from ppc_extproc_lab.mock_vllm.streaming import ENGINE, STREAM_INTERVAL, STREAM_MIN_INTERVAL_S, TOKENIZER, sse_stream
+from ppc_extproc_lab.mock_vllm.text import add_text_routes, chat_ids
 
-__all__ = ["ENDPOINT_HEADER", "ENGINE", "STREAM_MIN_INTERVAL_S", "TOKENIZER", "create_app", "sse_stream"]
+__all__ = ["ENDPOINT_HEADER", "create_app"]
 
 logger = structlog.get_logger()
 
 #: Response header naming the advertised ``ip:port`` of the engine that answered.
 ENDPOINT_HEADER: Final = "x-mock-vllm-endpoint"
-#: Minimum spacing of a stream's wake-ups (keeps CPU low with many concurrent streams).
-STREAM_MIN_INTERVAL_S: Final = 0.02
-
-_ENGINE: Final = web.AppKey("engine", MockEngine)
 _INFO: Final = web.AppKey("info", dict)
-_STREAM_INTERVAL: Final = web.AppKey("stream_interval_s", float)
-#: The engine of an app (for route modules).
-ENGINE: Final = _ENGINE
-#: The tokenizer of an app started with ``--tokenizer`` (absent otherwise).
-TOKENIZER: Final = web.AppKey("tokenizer", LocalTokenizer)
 
 
 def _json(body: Any, status: int = 200) -> web.Response:
@@ -115,80 +107,6 @@ def _submit_all(
     return reqs
 
 
-async def _tokens(
-    reqs: Sequence[EngineRequest], min_interval_s: float = STREAM_MIN_INTERVAL_S
-) -> AsyncIterator[list[tuple[int, int]]]:
-    """Yield ``[(choice_index, token_pos)]`` batches as tokens fall due, in time order."""
-    loop = asyncio.get_running_loop()
-    emitted = [0] * len(reqs)
-    last_wake = -math.inf
-    while True:
-        now = loop.time()
-        due: list[tuple[float, int, int]] = []
-        unstarted: list[asyncio.Future[None]] = []
-        next_due = math.inf
-        for i, r in enumerate(reqs):
-            if emitted[i] >= r.max_tokens:
-                continue
-            if not r.first_token.done():
-                unstarted.append(r.first_token)
-                continue
-            r.first_token.result()  # raises EngineAborted
-            while emitted[i] < r.max_tokens and r.token_time(emitted[i] + 1) <= now:
-                emitted[i] += 1
-                due.append((r.token_time(emitted[i]), i, emitted[i]))
-            if emitted[i] < r.max_tokens:
-                next_due = min(next_due, r.token_time(emitted[i] + 1))
-        if due:
-            due.sort()
-            yield [(i, pos) for _, i, pos in due]
-        if all(emitted[i] >= r.max_tokens for i, r in enumerate(reqs)):
-            return
-        last_wake = now
-        wake = max(next_due, last_wake + min_interval_s)
-        timeout = None if math.isinf(wake) else max(wake - loop.time(), 0.0)
-        if unstarted:
-            await asyncio.wait(unstarted, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-        else:
-            await asyncio.sleep(timeout or 0.0)
-
-
-async def sse_stream(
-    request: web.Request,
-    reqs: list[EngineRequest],
-    chunk_for: Callable[[int, int], dict[str, Any]],
-    usage_chunk: Callable[[], dict[str, Any]] | None,
-) -> web.StreamResponse:
-    """Stream token chunks, an optional usage chunk and ``[DONE]``; abort on disconnect."""
-    engine = request.app[_ENGINE]
-    resp = web.StreamResponse(
-        headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
-    )
-    await resp.prepare(request)
-    try:
-        try:
-            async for batch in _tokens(reqs, request.app.get(_STREAM_INTERVAL, STREAM_MIN_INTERVAL_S)):
-                await resp.write(
-                    b"".join(
-                        b"data: " + orjson.dumps(chunk_for(i, pos)) + b"\n\n" for i, pos in batch
-                    )
-                )
-            await asyncio.gather(*(r.done for r in reqs))
-            if usage_chunk is not None:
-                await resp.write(b"data: " + orjson.dumps(usage_chunk()) + b"\n\n")
-        except EngineAborted as e:
-            await resp.write(
-                b"data: " + orjson.dumps(p.error_body(str(e), 500, "InternalServerError")) + b"\n\n"
-            )
-        await resp.write(b"data: [DONE]\n\n")
-        await resp.write_eof()
-    except (ConnectionResetError, asyncio.CancelledError):
-        for r in reqs:
-            engine.abort(r, "client disconnected")
-        raise
-    return resp
-
-
 async def _wait_done(engine: MockEngine, reqs: list[EngineRequest]) -> None:
     try:
         await asyncio.gather(*(r.done for r in reqs))
@@ -199,7 +117,7 @@ async def _wait_done(engine: MockEngine, reqs: list[EngineRequest]) -> None:
 
 
 async def completions(request: web.Request) -> web.StreamResponse:
-    engine = request.app[_ENGINE]
+    engine = request.app[ENGINE]
     try:
         body = await _read_json(request)
         params = p.parse_completion(body, engine.config.model, _encoder(request, body))
@@ -225,7 +143,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
 
 
 async def generate(request: web.Request) -> web.StreamResponse:
-    engine = request.app[_ENGINE]
+    engine = request.app[ENGINE]
     try:
         params = p.parse_generate(await _read_json(request), engine.config.model)
         reqs = _submit_all(
@@ -251,7 +169,7 @@ async def generate(request: web.Request) -> web.StreamResponse:
 
 
 async def models(request: web.Request) -> web.Response:
-    engine = request.app[_ENGINE]
+    engine = request.app[ENGINE]
     cfg = engine.config
     created = p.now_created()
     card = {
@@ -302,7 +220,7 @@ async def kv_event_sources(request: web.Request) -> web.Response:
 
 
 async def reset_prefix_cache(request: web.Request) -> web.Response:
-    if request.app[_ENGINE].reset_prefix_cache():
+    if request.app[ENGINE].reset_prefix_cache():
         return web.Response(status=200)
     return _error(
         "Failed to reset prefix cache: KV-cache blocks are in use by running requests.",
@@ -312,7 +230,7 @@ async def reset_prefix_cache(request: web.Request) -> web.Response:
 
 
 async def mock_restart(request: web.Request) -> web.Response:
-    engine = request.app[_ENGINE]
+    engine = request.app[ENGINE]
     engine.restart()
     return _json({"status": "restarted", "seq": engine.publisher.next_seq})
 
@@ -321,8 +239,6 @@ def _chat_ids(request: web.Request, body: dict[str, Any]) -> list[int]:
     tok = request.app.get(TOKENIZER)
     if tok is None:
         raise RequestRejected("`messages` need an engine started with --tokenizer.")
-    from ppc_extproc_lab.mock_vllm.text import chat_ids  # text routes import this module
-
     try:
         return chat_ids(tok, body)
     except BadRequestError as e:
@@ -330,7 +246,7 @@ def _chat_ids(request: web.Request, body: dict[str, Any]) -> list[int]:
 
 
 async def mock_match(request: web.Request) -> web.Response:
-    engine = request.app[_ENGINE]
+    engine = request.app[ENGINE]
     try:
         body = await _read_json(request)
         if not isinstance(body, dict) or ("prompt" not in body and "messages" not in body):
@@ -354,7 +270,7 @@ async def mock_match(request: web.Request) -> web.Response:
 
 async def mock_state(request: web.Request) -> web.Response:
     info = request.app[_INFO]
-    state = request.app[_ENGINE].state()
+    state = request.app[ENGINE].state()
     state.update(
         endpoint=info["endpoint"],
         kv_events_endpoint=info["kv_events_config"].get("endpoint"),
@@ -378,8 +294,8 @@ def create_app(
 ) -> web.Application:
     """The aiohttp application serving ``engine`` as ``advertised_endpoint`` (``ip:port``)."""
     app = web.Application(client_max_size=64 * 1024 * 1024)
-    app[_ENGINE] = engine
-    app[_STREAM_INTERVAL] = stream_interval_s
+    app[ENGINE] = engine
+    app[STREAM_INTERVAL] = stream_interval_s
     app[_INFO] = {
         "endpoint": advertised_endpoint,
         "version": vllm_version,
@@ -407,8 +323,6 @@ def create_app(
     app.router.add_post("/mock/match", mock_match)
     app.router.add_get("/mock/state", mock_state)
     if tokenizer is not None:
-        from ppc_extproc_lab.mock_vllm.text import add_text_routes  # text routes import this module
-
         add_text_routes(app, tokenizer)  # /tokenize with the real tokenizer among them
     else:
         # What the peer routers probe beyond inference (routing benchmark); kept in its own module.

@@ -26,11 +26,11 @@ from aiohttp import web
 
 import ppc_extproc_lab.mock_vllm.protocol as p
 from ppc_extproc.errors import BadRequestError
-from ppc_extproc_lab.mock_vllm.engine import EngineAborted, EngineRequest, MockEngine, RequestRejected
-from ppc_extproc_lab.mock_vllm.http import ENGINE, TOKENIZER, sse_stream
 from ppc_extproc.tokenizer.local import LocalTokenizer
 from ppc_extproc.tokenizer.requests import parse_chat
 from ppc_extproc.tokenizer.result import TokenizeResult
+from ppc_extproc_lab.mock_vllm.engine import EngineAborted, EngineRequest, MockEngine, RequestRejected
+from ppc_extproc_lab.mock_vllm.streaming import ENGINE, TOKENIZER, sse_stream
 
 __all__ = ["add_text_routes", "chat_ids", "generate_request"]
 
