@@ -6,7 +6,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Protocol, runtime_checkable
+from typing import Protocol
 
 __all__ = ["DEFAULT_STALE_AFTER_SECONDS", "EngineMetrics", "EngineMetricsReader", "EngineMetricsStore"]
 
@@ -40,7 +40,6 @@ class EngineMetrics:
     custom: Mapping[str, float] = field(default_factory=dict)
 
 
-@runtime_checkable
 class EngineMetricsReader(Protocol):
     """What scorers need: the latest metrics of an endpoint, None before its first poll."""
 
@@ -95,9 +94,6 @@ class EngineMetricsStore:
         if stale is None or stale.updated_at != metrics.updated_at:
             stale = self._stale[endpoint_id] = replace(metrics, stale=True)
         return stale
-
-    def snapshots(self) -> dict[str, EngineMetrics]:
-        return {ep: m for ep in list(self._snapshots) if (m := self.snapshot(ep)) is not None}
 
     def __len__(self) -> int:
         return len(self._snapshots)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol
 
 from ppc_extproc.framework.context import (
     ProfileResult,
@@ -66,7 +66,6 @@ __all__ = [
 ]
 
 
-@runtime_checkable
 class Plugin(Protocol):
     #: Instance name (``name`` in the config, defaulting to the type).
     name: str
@@ -74,14 +73,12 @@ class Plugin(Protocol):
     type_name: str = ""
 
 
-@runtime_checkable
 class DataConsumer(Plugin, Protocol):
     def consumes(self) -> tuple[Consumes, ...]:
         """The data this plugin reads; the loader checks each required one has a producer."""
         ...
 
 
-@runtime_checkable
 class DataProducer(DataConsumer, Protocol):
     def produces(self) -> frozenset[DataKey]: ...
 
@@ -91,7 +88,6 @@ class DataProducer(DataConsumer, Protocol):
         ...
 
 
-@runtime_checkable
 class AsyncDataProducer(DataConsumer, Protocol):
     """A producer that may wait on I/O (a render service); the router awaits it."""
 
@@ -103,26 +99,22 @@ class AsyncDataProducer(DataConsumer, Protocol):
     async def produce_async(self, ctx: SchedulingContext) -> None: ...
 
 
-@runtime_checkable
 class Filter(Plugin, Protocol):
     def filter(self, ctx: SchedulingContext, endpoints: Sequence[Endpoint]) -> list[Endpoint]: ...
 
 
-@runtime_checkable
 class Scorer(Plugin, Protocol):
     def score(self, ctx: SchedulingContext, endpoints: Sequence[Endpoint]) -> dict[EndpointId, float]:
         """Scores in [0, 1] (higher is better); an endpoint left out counts 0."""
         ...
 
 
-@runtime_checkable
 class Picker(Plugin, Protocol):
     def pick(self, ctx: SchedulingContext, scored: Sequence[tuple[Endpoint, float]]) -> list[Endpoint]:
         """Endpoints in preference order (the first is the destination)."""
         ...
 
 
-@runtime_checkable
 class ProfileHandler(Plugin, Protocol):
     def pick_profiles(
         self, ctx: SchedulingContext, profiles: Sequence[str], results: Mapping[str, ProfileResult]
@@ -133,14 +125,12 @@ class ProfileHandler(Plugin, Protocol):
     def process_results(self, ctx: SchedulingContext, results: Mapping[str, ProfileResult]) -> SchedulingResult: ...
 
 
-@runtime_checkable
 class EndpointExtractor(Plugin, Protocol):
     def extract(self, event: EndpointEvent) -> None:
         """React to an endpoint being added, updated or deleted."""
         ...
 
 
-@runtime_checkable
 class MetricsExtractor(Plugin, Protocol):
     def extract_metrics(self, endpoint: Endpoint, payload: bytes, now: float) -> None:
         """Turn one polled ``/metrics`` body into endpoint data; raise ValueError when the
@@ -152,7 +142,6 @@ class MetricsExtractor(Plugin, Protocol):
         ...
 
 
-@runtime_checkable
 class EndpointSource(Plugin, Protocol):
     """Forwards endpoint lifecycle events to its extractors (``endpoint-notification-source``)."""
 
@@ -163,7 +152,6 @@ class EndpointSource(Plugin, Protocol):
     def on_endpoint_event(self, event: EndpointEvent) -> None: ...
 
 
-@runtime_checkable
 class PollingSource(Plugin, Protocol):
     """Polls every endpoint and hands each payload to its extractors (``metrics-data-source``)."""
 
@@ -174,28 +162,24 @@ class PollingSource(Plugin, Protocol):
     def on_endpoint_event(self, event: EndpointEvent) -> None: ...
 
 
-@runtime_checkable
 class RequestParser(Plugin, Protocol):
     def claims(self) -> tuple[str, ...] | None:
         """Request-path suffixes this parser handles; None: every path (passthrough)."""
         ...
 
 
-@runtime_checkable
 class PreRequest(Plugin, Protocol):
     def pre_request(self, ctx: SchedulingContext, result: SchedulingResult) -> None:
         """After the pick, before the request is forwarded (not called on dry runs)."""
         ...
 
 
-@runtime_checkable
 class ResponseComplete(Plugin, Protocol):
     def response_complete(self, ctx: SchedulingContext, info: ResponseInfo) -> None:
         """The response ended, failed or the stream was cancelled: release per-request state."""
         ...
 
 
-@runtime_checkable
 class Lifecycle(Plugin, Protocol):
     """Plugins that own threads, sockets or tasks start with the service and stop with it."""
 
@@ -204,7 +188,6 @@ class Lifecycle(Plugin, Protocol):
     async def stop(self) -> None: ...
 
 
-@runtime_checkable
 class Ticker(Plugin, Protocol):
     def tick(self, now: float) -> None:
         """Periodic housekeeping on the service's clock (e.g. expiring speculative entries)."""
@@ -228,12 +211,10 @@ class PluginState:
     details: Mapping[str, object] = field(default_factory=dict)
 
 
-@runtime_checkable
 class StateReporter(Plugin, Protocol):
     def state(self, *, detailed: bool = False) -> PluginState: ...
 
 
-@runtime_checkable
 class StreamingKeyProducer(Plugin, Protocol):
     """A producer whose block keys can be computed while a large token-id body streams in; it
     uses ``LLMRequest.streamed_keys`` when they carry its name and the request's model."""
@@ -248,7 +229,6 @@ class EndpointRegistry(Protocol):
     def replace(self, endpoints: Iterable[Endpoint]) -> list[EndpointEvent]: ...
 
 
-@runtime_checkable
 class Discovery(Plugin, Protocol):
     async def run(self, registry: EndpointRegistry, stop: asyncio.Event) -> None:
         """Publish the first complete endpoint list (readiness waits for it), then keep it

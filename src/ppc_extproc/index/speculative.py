@@ -3,7 +3,7 @@
 Right after a request is routed to endpoint E, every block key of its prompts gets the entry
 ``(E, tier "", speculative)`` so that the next request with the same prefix follows it, even though
 E's BlockStored arrives only later. Entries expire after ``ttl`` seconds; expiry removes only the
-speculative entries (confirmed gpu/cpu entries stay). Spec: ``block_keys_and_index.md`` §6.
+speculative entries (confirmed gpu/cpu entries stay).
 """
 
 from __future__ import annotations
@@ -90,9 +90,6 @@ class SpeculativeIndexer:
         """Remove the speculative entries of every request whose TTL has passed. Returns how many."""
         deadline = self.clock() if now is None else now
         return self._expire(lambda item: item.expires_at <= deadline)
-
-    def expire_all(self) -> int:
-        return self._expire(lambda item: True)
 
     def pending(self) -> int:
         return len(self._pending)

@@ -323,11 +323,6 @@ class LocalCluster(ClusterLayout):
         self.stop_engine(index)
         self.start_engine(index)
 
-    def log_tails(self, lines: int = 40) -> dict[str, str]:
-        """The last lines of every process log, by process name."""
-        procs = [*self._engines, *self._services, self._envoy]
-        return {p.name: p.log_tail(lines) for p in procs if p is not None}
-
     # -- internals ---------------------------------------------------------------------------
 
     def _prepare_log_dir(self) -> None:

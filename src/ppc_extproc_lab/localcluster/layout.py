@@ -110,11 +110,6 @@ class ClusterLayout:
         self.service_admin_ports[0] = port
 
     @property
-    def grpc_target(self) -> str:
-        """Replica 0's gRPC ``host:port``."""
-        return self.grpc_targets[0]
-
-    @property
     def service_admin_url(self) -> str:
         """Replica 0's admin HTTP server."""
         return self.service_admin_urls[0]

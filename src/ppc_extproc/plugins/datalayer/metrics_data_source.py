@@ -16,7 +16,7 @@ Adaptive    an endpoint whose load (waiting, running, KV usage as extracted) did
             its last poll is polled at twice the previous interval, up to ``maxInterval``; a change
             brings it back to ``interval``, and so does this service routing a request to it or one
             finishing there (its in-flight count moved; checked every 250 ms while backed off). An
-            idle fleet of 100 engines is then polled 100×/s instead of 2,000×/s (BENCHMARKS.md §10).
+            idle fleet of 100 engines is then polled 100×/s instead of 2,000×/s (BENCHMARKS.md, "What routing costs").
             Metrics go stale after 3 × ``maxInterval`` without a successful poll.
 
     plugins:
@@ -447,10 +447,6 @@ class MetricsDataSource(PollingSource, Lifecycle, StateReporter):
             log.warning("metrics_poll_failed", endpoint=target.endpoint.id, url=target.url, error=error)
         target.failures += 1
         target.last_error = error
-
-    def consecutive_failures(self, endpoint_id: str) -> int:
-        target = self._targets.get(endpoint_id)
-        return target.failures if target is not None else 0
 
     # --- state ----------------------------------------------------------------------------------
 
