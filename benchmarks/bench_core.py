@@ -1,4 +1,4 @@
-"""Core benchmark (issue #2): block keys, event ingestion, lookup + score, index memory.
+"""Core benchmark: block keys, event ingestion, lookup + score, index memory.
 
 Run by hand on one core:  python benchmarks/bench_core.py [--entries 1000000]
 """

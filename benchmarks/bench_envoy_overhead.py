@@ -1,4 +1,4 @@
-"""Envoy overhead (issue #5): requests/s and added latency through Envoy with ppc-extproc in the
+"""Envoy overhead: requests/s and added latency through Envoy with ppc-extproc in the
 path, against Envoy routing directly to the same upstream — and against a trivial Python ext_proc
 (the floor any Python ext_proc pays) — all in one run on this machine.
 

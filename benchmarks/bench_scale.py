@@ -1,4 +1,4 @@
-"""What routing costs (issue #12): CPU per request for the service and Envoy, throughput, latency,
+"""What routing costs: CPU per request for the service and Envoy, throughput, latency,
 memory and idle CPU against the number of endpoints — next to vllm-router and sglang-router, all
 in one run on this machine.
 
@@ -563,7 +563,7 @@ def main() -> None:
     import structlog
 
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
-    header("bench_scale: router cost per request, throughput, idle CPU (issue #12)")
+    header("bench_scale: router cost per request, throughput, idle CPU")
     print(f"load: {os.getloadavg()[0]:.2f} (1-min average before the run)\n")
     work = Path(tempfile.mkdtemp(prefix="ppc-bench-scale-"))
     parts = {"streamed": part_streamed, "chat": part_chat, "small": part_small, "idle": part_idle}

@@ -1,4 +1,4 @@
-"""Routing quality (issues #6, #14): ppc-extproc next to vllm-router and sglang-router.
+"""Routing quality: ppc-extproc next to vllm-router and sglang-router.
 
 Each policy gets a fresh, cold local cluster — mock vLLM engines with bounded caches — behind its
 router (ours: Envoy + the service; a peer: its own process; several replicas: behind one load

@@ -150,7 +150,7 @@ def _add_kubernetes_flags(p: argparse.ArgumentParser) -> None:
 
 def _run_loop(main: Coroutine[Any, Any, None], event_loop: str) -> None:
     """Run ``main`` on uvloop (``auto`` when it is installed: ~10 % less CPU per request in
-    grpc.aio's message path, BENCHMARKS.md §10) or asyncio's own loop."""
+    grpc.aio's message path, BENCHMARKS.md "What routing costs") or asyncio's own loop."""
     import asyncio
 
     if event_loop != "asyncio":

@@ -167,7 +167,7 @@ _DESCRIPTIONS = {
     "vllm-router-kv": "vllm-router 0.1.17 --policy kv_aware (the engines' KV events, tokens via the worker)",
 }
 ALL_POLICIES: tuple[str, ...] = tuple(_DESCRIPTIONS)
-#: The routing benchmark's default line-up (issue #6).
+#: The routing benchmark's default line-up.
 BENCHMARK_POLICIES: tuple[str, ...] = (
     "random", "round-robin", "load-only", "approximate", "precise", "precise+spec", "precise+load",
     "oracle",
