@@ -18,6 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _common import header, pin_to_one_core
+
 from ppc_extproc_lab.soak import soak
 
 

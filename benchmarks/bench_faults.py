@@ -18,9 +18,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from _common import header
 
+from ppc_extproc.observability.logging import configure_logging
 from ppc_extproc_lab.localcluster import LocalCluster
 from ppc_extproc_lab.localcluster.faults import kill_under_traffic, restart_staleness
-from ppc_extproc.observability.logging import configure_logging
 
 FAST_ENGINES = ["--prefill-tokens-per-s", "400000", "--decode-ms-per-token", "1"]
 

@@ -22,9 +22,9 @@ from integration.extproc.harness import Client, body, headers, set_headers
 
 from ppc_extproc.enginemetrics import EngineMetricsStore
 from ppc_extproc.framework import Endpoint, EndpointEvent, EndpointEventKind
+from ppc_extproc.plugins.datalayer import CoreMetricsExtractor, MetricsDataSource, PollOptions
 from ppc_extproc_lab.localcluster import LocalCluster
 from ppc_extproc_lab.mock_vllm.server import MockVllmOptions, start_fleet
-from ppc_extproc.plugins.datalayer import CoreMetricsExtractor, MetricsDataSource, PollOptions
 
 pytestmark = pytest.mark.integration
 

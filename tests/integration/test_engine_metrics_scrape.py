@@ -17,9 +17,9 @@ from aiohttp import web
 from polled_metrics import Polled
 
 from ppc_extproc.framework import Endpoint
-from ppc_extproc_lab.mock_vllm.server import MockVllmOptions, start_fleet
 from ppc_extproc.plugins.datalayer import PollOptions
 from ppc_extproc.scheduling.pool import EndpointPool
+from ppc_extproc_lab.mock_vllm.server import MockVllmOptions, start_fleet
 
 pytestmark = pytest.mark.integration
 

@@ -23,8 +23,8 @@ import openai
 import pytest
 from real_vllm_helpers import BLOCK, ENGINE_ENV, MODEL, ROUTING_LOG, STARTUP_TIMEOUT, engine_command
 
-from ppc_extproc_lab.localcluster import LocalCluster, wait_for
 from ppc_extproc.tokenizer import LocalTokenizer
+from ppc_extproc_lab.localcluster import LocalCluster, wait_for
 
 pytestmark = [pytest.mark.real_vllm, pytest.mark.integration, pytest.mark.timeout(1800)]
 

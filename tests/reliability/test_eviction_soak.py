@@ -5,6 +5,7 @@ the real decode and apply path into a 20,000-key index. The 10M-block figure com
 from __future__ import annotations
 
 import fault_tally as tally
+
 from ppc_extproc_lab.soak import soak
 
 INDEX_SIZE = 20_000

@@ -145,9 +145,9 @@ def options_from_args(args: argparse.Namespace) -> DemoOptions:
 
 
 def main(args: argparse.Namespace) -> int:
+    from ppc_extproc.observability.logging import configure_logging
     from ppc_extproc_lab.demo.run import describe, render, run_demo
     from ppc_extproc_lab.localcluster import LocalClusterError
-    from ppc_extproc.observability.logging import configure_logging
 
     configure_logging("console", args.log_level)
     try:

@@ -21,6 +21,7 @@ from typing import Any
 import structlog
 from aiohttp import web
 
+from ppc_extproc.tokenizer.local import LocalTokenizer
 from ppc_extproc_lab.mock_vllm.engine import EngineConfig, MockEngine
 from ppc_extproc_lab.mock_vllm.http import create_app
 from ppc_extproc_lab.mock_vllm.kv_events import Encoding, vllm_version_for
@@ -31,7 +32,6 @@ from ppc_extproc_lab.mock_vllm.publisher import (
     ZmqEventPublisher,
     default_topic,
 )
-from ppc_extproc.tokenizer.local import LocalTokenizer
 
 __all__ = [
     "MockVllmFleet",

@@ -21,10 +21,10 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from harness import Client, body, headers, response_body, response_headers, running_service, set_headers
 
 from ppc_extproc.index import PodEntry
-from ppc_extproc_lab.localcluster import wait_for
 from ppc_extproc.scheduling.pool import parse_endpoint_list
 from ppc_extproc.tokens import TokenizedPrompt
 from ppc_extproc.tokens.le32 import tokens_to_le32
+from ppc_extproc_lab.localcluster import wait_for
 
 pytestmark = pytest.mark.integration
 

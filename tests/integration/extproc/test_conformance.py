@@ -28,9 +28,9 @@ from harness import (
 )
 
 from ppc_extproc.index import PodEntry
-from ppc_extproc_lab.localcluster import wait_for
 from ppc_extproc.tokens import TokenizedPrompt
 from ppc_extproc.tokens.le32 import tokens_to_le32
+from ppc_extproc_lab.localcluster import wait_for
 
 pytestmark = pytest.mark.integration
 

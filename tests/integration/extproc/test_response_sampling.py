@@ -12,8 +12,8 @@ import orjson
 import pytest
 from harness import BUFFERED, FULL_DUPLEX, Client, body, headers, response_body, response_headers, running_service
 
-from ppc_extproc_lab.localcluster import wait_for
 from ppc_extproc.server.app import Service
+from ppc_extproc_lab.localcluster import wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -16,8 +16,8 @@ import orjson
 import pytest
 from harness import BUFFERED, Client, body, headers, response_headers
 
-from ppc_extproc_lab.localcluster import free_port, is_port_free, wait_for
 from ppc_extproc.server.workers import worker_argv
+from ppc_extproc_lab.localcluster import free_port, is_port_free, wait_for
 
 pytestmark = pytest.mark.integration
 
