@@ -17,7 +17,7 @@ from ppc_extproc.events.transport.policy import ReplayPolicy, TransportTuning
 from ppc_extproc.events.transport.zmq_transport import ZmqTransport
 
 if TYPE_CHECKING:
-    from ppc_extproc.framework import Endpoint
+    from ppc_extproc.events.transport.source import EventEndpoint
 
 __all__ = [
     "EventTransport",
@@ -36,9 +36,9 @@ class EventTransport(Protocol):
 
     def stop(self, timeout: float = 5.0) -> None: ...
 
-    def add_endpoint(self, endpoint: Endpoint) -> Future[None]: ...
+    def add_endpoint(self, endpoint: EventEndpoint) -> Future[None]: ...
 
-    def remove_endpoint(self, endpoint: Endpoint) -> Future[None]: ...
+    def remove_endpoint(self, endpoint: EventEndpoint) -> Future[None]: ...
 
     def wait_idle(self, timeout: float = 5.0) -> bool: ...
 
@@ -63,10 +63,10 @@ class NullTransport:
     def stop(self, timeout: float = 5.0) -> None:
         pass
 
-    def add_endpoint(self, endpoint: Endpoint) -> Future[None]:
+    def add_endpoint(self, endpoint: EventEndpoint) -> Future[None]:
         return _done()
 
-    def remove_endpoint(self, endpoint: Endpoint) -> Future[None]:
+    def remove_endpoint(self, endpoint: EventEndpoint) -> Future[None]:
         self.applier.forget_endpoint(endpoint.id)
         return _done()
 

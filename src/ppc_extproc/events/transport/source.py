@@ -9,16 +9,32 @@ from __future__ import annotations
 import enum
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from ppc_extproc.events.stats import SourceState
+from ppc_extproc.ids import EndpointId
 
 if TYPE_CHECKING:
     import zmq
 
     from ppc_extproc.events.transport.replay import ReplaySession
 
-__all__ = ["Held", "ReplayKind", "Source"]
+__all__ = ["EventEndpoint", "Held", "ReplayKind", "Source"]
+
+class EventEndpoint(Protocol):
+    """What the transport reads of a discovered endpoint (``framework.Endpoint`` is one); a
+    protocol, so the events layer does not import the framework above it."""
+
+    @property
+    def id(self) -> EndpointId: ...
+
+    @property
+    def address(self) -> str: ...
+
+    #: Data-parallel rank: its publisher listens on ``socketPort + rank``.
+    @property
+    def rank(self) -> int: ...
+
 
 #: A live message held while its source replays: (topic, seq, payload).
 Held = tuple[bytes, int, bytes]

@@ -37,7 +37,7 @@ from ppc_extproc.events.transport.sockets import (
 from ppc_extproc.events.transport.source import Source
 
 if TYPE_CHECKING:
-    from ppc_extproc.framework import Endpoint
+    from ppc_extproc.events.transport.source import EventEndpoint
 
 __all__ = ["UNATTRIBUTED", "Subscribers"]
 
@@ -108,7 +108,7 @@ class Subscribers:
 
     # --- endpoints -----------------------------------------------------------------------------
 
-    def add(self, endpoint: Endpoint) -> None:
+    def add(self, endpoint: EventEndpoint) -> None:
         if self.central:
             self._pool.add(endpoint.id)
             return
@@ -131,7 +131,7 @@ class Subscribers:
         self.sources[endpoint.id] = src
         self._open_source(src)
 
-    def remove(self, endpoint: Endpoint) -> None:
+    def remove(self, endpoint: EventEndpoint) -> None:
         src = self.sources.pop(endpoint.id, None)
         if self.central:
             self._pool.discard(endpoint.id)

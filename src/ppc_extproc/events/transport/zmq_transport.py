@@ -44,7 +44,7 @@ from ppc_extproc.events.transport.sockets import close_socket
 from ppc_extproc.events.transport.subscribers import UNATTRIBUTED, Subscribers
 
 if TYPE_CHECKING:
-    from ppc_extproc.framework import Endpoint
+    from ppc_extproc.events.transport.source import EventEndpoint
 
 __all__ = ["ZmqTransport"]
 
@@ -55,7 +55,7 @@ _wake_ids = itertools.count()
 @dataclass(frozen=True, slots=True)
 class _Command:
     kind: str  # "add" | "remove" | "barrier"
-    endpoint: Endpoint | None = None
+    endpoint: EventEndpoint | None = None
     done: Future[None] | None = None
     idle: threading.Event | None = None
 
@@ -133,12 +133,12 @@ class ZmqTransport:
         if self._thread.is_alive():
             log.warning("kv_transport_stop_timeout", timeout_seconds=timeout)
 
-    def add_endpoint(self, endpoint: Endpoint) -> Future[None]:
+    def add_endpoint(self, endpoint: EventEndpoint) -> Future[None]:
         """Ensure a subscriber for ``endpoint`` (idempotent; a changed address re-creates it). In
         central mode: accept the topics that name it from now on."""
         return self._submit("add", endpoint)
 
-    def remove_endpoint(self, endpoint: Endpoint) -> Future[None]:
+    def remove_endpoint(self, endpoint: EventEndpoint) -> Future[None]:
         """Close ``endpoint``'s subscriber, discard what is queued for it, then forget its index
         entries — in that order, on the ingestion thread (directly once it has stopped)."""
         return self._submit("remove", endpoint)
@@ -167,7 +167,7 @@ class ZmqTransport:
             "sockets": len(self._reactor),
         }
 
-    def _submit(self, kind: str, endpoint: Endpoint) -> Future[None]:
+    def _submit(self, kind: str, endpoint: EventEndpoint) -> Future[None]:
         done: Future[None] = Future()
         command = _Command(kind, endpoint, done)
         with self._wake_lock:
