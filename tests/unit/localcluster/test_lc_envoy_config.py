@@ -23,7 +23,7 @@ from ppc_extproc_lab.localcluster.envoy_config import split_host_port
 
 REPO = Path(__file__).resolve().parents[3]
 TOP_LEVEL = REPO / "envoy"
-PACKAGED = REPO / "src" / "ppc_extproc" / "localcluster" / "envoy"
+PACKAGED = REPO / "src" / "ppc_extproc_lab" / "localcluster" / "envoy"
 DEST = "x-gateway-destination-endpoint"
 
 
