@@ -196,9 +196,10 @@ def chat_body(system: str, history: list[str], question: str) -> bytes:
 def chat_rows(args: argparse.Namespace) -> None:
     """Chat bodies routed through the token-producer, local and vllm, cold and warm."""
     mode = BODY_MODES[args.body_mode]
-    from ppc_extproc.tokenizer import LocalTokenizer, build_tiny_tokenizer
+    from ppc_extproc.tokenizer import LocalTokenizer
     from ppc_extproc_lab.localcluster.ports import free_port
     from ppc_extproc_lab.localcluster.readiness import wait_for_http
+    from ppc_extproc_lab.tiny_tokenizer import build_tiny_tokenizer
     from ppc_extproc_lab.workload.text import chars_per_token, words
 
     scratch = Path(tempfile.mkdtemp(prefix="bench-decision-tokenizer-"))

@@ -238,7 +238,7 @@ def chat_bodies(count: int, shared_chars: int, tail_chars: int, output_tokens: i
 def part_chat(args: argparse.Namespace, work: Path) -> None:
     """2K-token chats with 32 streamed tokens as /v1/chat/completions messages: the engines and our
     token-producer tokenise with the same tiny byte-level BPE (built at run time)."""
-    from ppc_extproc.tokenizer import build_tiny_tokenizer
+    from ppc_extproc_lab.tiny_tokenizer import build_tiny_tokenizer
 
     tokenizer = build_tiny_tokenizer(work / "tokenizer")
     print("## Chat form: /v1/chat/completions, ~2K-token chats (1.5K-token system message per session), 32 "

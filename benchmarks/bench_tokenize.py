@@ -37,11 +37,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import orjson
 from _common import header, ms, pin_to_one_core, time_calls
 
-from ppc_extproc.tokenizer import LocalTokenizer, build_tiny_tokenizer
+from ppc_extproc.tokenizer import LocalTokenizer
 from ppc_extproc.tokenizer.render_client import RenderClient, RenderConfig
 from ppc_extproc.tokenizer.requests import parse_chat
 from ppc_extproc.tokenizer.segments import encode_text
-from ppc_extproc.tokenizer.tiny import _corpus
+from ppc_extproc_lab.tiny_tokenizer import _corpus, build_tiny_tokenizer
 
 
 def conversation(tokens: int, tok: LocalTokenizer, seed: int) -> list[dict[str, str]]:

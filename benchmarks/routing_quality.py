@@ -205,7 +205,7 @@ def engine_tokens(args: argparse.Namespace, scratch: Path) -> EngineTokens:
         from ppc_extproc.tokenizer.local import LocalTokenizer
 
         if args.tokenizer == "tiny":
-            from ppc_extproc.tokenizer.tiny import build_tiny_tokenizer
+            from ppc_extproc_lab.tiny_tokenizer import build_tiny_tokenizer
 
             build_tiny_tokenizer(scratch)
             args.tokenizer_dir, args.tokenizer_label = str(scratch), "the tiny byte-level BPE (built at run time)"

@@ -17,9 +17,9 @@ import openai
 import orjson
 import pytest
 
-from ppc_extproc.tokenizer import build_tiny_tokenizer
 from ppc_extproc_lab.localcluster import LocalCluster, ProcessGroup, free_port
 from ppc_extproc_lab.localcluster.balancer import start_balancer
+from ppc_extproc_lab.tiny_tokenizer import build_tiny_tokenizer
 from ppc_extproc_lab.workload.peers import PEERS, KvEventSources, PeerDeployment, peer
 from ppc_extproc_lab.workload.text import words
 

@@ -13,8 +13,8 @@ import httpx
 import openai
 import pytest
 
-from ppc_extproc.tokenizer.tiny import build_tiny_tokenizer
 from ppc_extproc_lab.localcluster import LocalCluster
+from ppc_extproc_lab.tiny_tokenizer import build_tiny_tokenizer
 
 pytestmark = pytest.mark.integration
 

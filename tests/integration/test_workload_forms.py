@@ -14,9 +14,10 @@ import orjson
 import pytest
 from aiohttp import web
 
-from ppc_extproc.tokenizer import LocalTokenizer, build_tiny_tokenizer
+from ppc_extproc.tokenizer import LocalTokenizer
 from ppc_extproc_lab.localcluster import free_port
 from ppc_extproc_lab.mock_vllm.server import MockVllmOptions, serve
+from ppc_extproc_lab.tiny_tokenizer import build_tiny_tokenizer
 from ppc_extproc_lab.workload.clients import ChatClient, EngineTokens, RequestClient, client_for
 from ppc_extproc_lab.workload.disturbance import OutsideTraffic
 from ppc_extproc_lab.workload.generator import arrivals

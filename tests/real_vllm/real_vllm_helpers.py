@@ -2,7 +2,7 @@
 
 * :func:`vllm_python` — ``PPC_VLLM_PYTHON``, else the venv ``scripts/setup_real_vllm.sh`` makes
   (``PPC_VLLM_VENV``, default ``~/.cache/ppc-extproc/vllm-venv``); ``None`` when absent.
-* :func:`build_tiny_model` — the tiny tokenizer of :mod:`ppc_extproc.tokenizer.tiny` plus a
+* :func:`build_tiny_model` — the tiny tokenizer of :mod:`ppc_extproc_lab.tiny_tokenizer` plus a
   2-layer Llama (hidden 64, 2 heads of 32) with seeded random weights, written as
   ``config.json`` + ``model.safetensors``: a model directory vLLM serves as it would a Hub one.
 * :func:`engine_command` / :data:`ENGINE_ENV` — ``vllm_launcher.py`` under the vLLM python, and
@@ -20,7 +20,7 @@ import numpy as np
 from safetensors.numpy import save_file
 from tokenizers import Tokenizer
 
-from ppc_extproc.tokenizer.tiny import build_tiny_tokenizer
+from ppc_extproc_lab.tiny_tokenizer import build_tiny_tokenizer
 
 LAUNCHER = Path(__file__).with_name("vllm_launcher.py")
 SETUP_SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "setup_real_vllm.sh"

@@ -8,8 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ppc_extproc.tokenizer import LocalTokenizer, build_tiny_tokenizer
+from ppc_extproc.tokenizer import LocalTokenizer
 from ppc_extproc_lab.mock_vllm.request import output_tokens
+from ppc_extproc_lab.tiny_tokenizer import build_tiny_tokenizer
 from ppc_extproc_lab.workload.clients import ChatClient, CompletionsClient, EngineTokens, client_for, mock_text_answer
 from ppc_extproc_lab.workload.policies import policy
 from ppc_extproc_lab.workload.text import TextPrompt, chars_per_token

@@ -19,6 +19,5 @@ from ppc_extproc.tokenizer.local import LocalTokenizer
 from ppc_extproc.tokenizer.requests import Api, api_for_path
 from ppc_extproc.tokenizer.result import TokenizeResult
 from ppc_extproc.tokenizer.segments import SegmentCache
-from ppc_extproc.tokenizer.tiny import build_tiny_tokenizer
 
-__all__ = ["Api", "LocalTokenizer", "SegmentCache", "TokenizeResult", "api_for_path", "build_tiny_tokenizer"]
+__all__ = ["Api", "LocalTokenizer", "SegmentCache", "TokenizeResult", "api_for_path"]

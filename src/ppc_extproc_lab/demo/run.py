@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ppc_extproc.tokenizer.local import LocalTokenizer
-from ppc_extproc.tokenizer.tiny import build_tiny_tokenizer
 from ppc_extproc_lab.demo.defaults import (
     DEFAULT_DRAIN_S,
     DEFAULT_DURATION_S,
@@ -31,6 +30,7 @@ from ppc_extproc_lab.demo.defaults import (
     DEFAULT_POLICIES,
     DEFAULT_RATE_PER_S,
 )
+from ppc_extproc_lab.tiny_tokenizer import build_tiny_tokenizer
 from ppc_extproc_lab.workload import (
     ClusterPlan,
     EngineProfile,

@@ -17,10 +17,11 @@ import aiohttp
 import numpy as np
 import pytest
 
-from ppc_extproc.tokenizer import LocalTokenizer, build_tiny_tokenizer
+from ppc_extproc.tokenizer import LocalTokenizer
 from ppc_extproc.tokenizer.render_client import RenderClient, RenderConfig
 from ppc_extproc_lab.mock_vllm import MockVllmOptions, serve
 from ppc_extproc_lab.mock_vllm.server import MockVllmFleet
+from ppc_extproc_lab.tiny_tokenizer import build_tiny_tokenizer
 
 pytestmark = pytest.mark.integration
 T = TypeVar("T")

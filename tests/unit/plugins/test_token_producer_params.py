@@ -18,9 +18,9 @@ from epp_helpers import config_error, epp, load
 
 from ppc_extproc.framework import Endpoint, LLMRequest, SchedulingContext
 from ppc_extproc.plugins.producers.token_producer import TokenProducer
-from ppc_extproc.tokenizer import build_tiny_tokenizer
 from ppc_extproc.tokens import TokenizedPrompt
 from ppc_extproc.tokens.le32 import tokens_to_le32
+from ppc_extproc_lab.tiny_tokenizer import build_tiny_tokenizer
 
 UNREACHABLE = "http://127.0.0.1:9"  # never dialled: these tests open no sockets
 

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from ppc_extproc.tokenizer import LocalTokenizer, build_tiny_tokenizer
+from ppc_extproc.tokenizer import LocalTokenizer
+from ppc_extproc_lab.tiny_tokenizer import build_tiny_tokenizer
 
 
 @pytest.fixture(scope="session")
