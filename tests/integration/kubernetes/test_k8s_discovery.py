@@ -65,7 +65,9 @@ def test_pods_becoming_ready_unready_deleted_and_changing_ip(tmp_path: Path) -> 
             fake.put(PODS, NAMESPACE, pod("llama-0", "127.0.30.9", labels={"app": "llama"}))
             async with served_pool(tmp_path, fake) as svc:
                 await svc.expect({f"{A}:8000": 0}, {f"{A}:8000": svc.sub(A)}, "only the ready, selected pod")
-                assert svc.ready.is_set() and await svc.health() == SERVING
+                # readiness follows the first complete list: the endpoint can be visible a moment before
+                await until_true(svc.ready.is_set, "readiness after the first complete list")
+                assert await svc.health() == SERVING
 
                 fake.put(PODS, NAMESPACE, pod("qwen-1", B))
                 await svc.expect({f"{A}:8000": 0, f"{B}:8000": 0},
