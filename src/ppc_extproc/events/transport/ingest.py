@@ -6,9 +6,22 @@ replay); batches are decoded and applied strictly in sequence order. The rules f
 counter from 0 per engine, a replay ROUTER keeping recent batches):
 
 * ``seq == last + 1``: apply (the fast path).
-* first contact with ``seq > 0``, or ``seq <= last`` (engine restarted; the endpoint is cleared
-  first): replay from 0 when the source has a replay endpoint, else apply.
-* ``seq > last + 1`` (lost messages): replay from ``last + 1``, else count the gap and apply.
+* first contact with ``seq > 0``: replay from 0 when the source has a replay endpoint, else apply.
+* ``last + 1 < seq <= last + 1 + MAX_SEQ_JUMP`` (lost messages): replay from ``last + 1``, else
+  count the gap and apply. The bound is vLLM's default replay buffer (``buffer_steps`` 10,000
+  batches, ``vllm-project/vllm: vllm/config/kv_events.py``): a longer gap cannot be repaired.
+* a restart is proven, never inferred from one frame. A seq that goes back (``seq <= last``) or
+  jumps beyond the bound is *suspect*: the message is kept aside, nothing is cleared. With a
+  replay endpoint, a verify replay from ``last`` decides (the publisher still has ``last`` with the
+  same payload: the suspect was not its message, dropped; else it restarted: clear, replay from
+  0). Without one, the suspect is confirmed by the engine's counter starting again from 0 (a seq
+  of 0) or by the stream going on from it (the next message is ``suspect + 1``): then the endpoint
+  is cleared (a restart) or the gap counted (a long gap), and the suspect and its successor are
+  applied. The stream going on from ``last`` instead refutes every suspect (dropped as
+  ``seq_implausible``). A backwards seq that continues the position before the latest gap
+  refutes the message that opened the gap: the position goes back, nothing is cleared. So one
+  corrupt sequence frame, or a foreign publisher's counter interleaved with the engine's, never
+  clears an endpoint; both modes follow the same rules.
 * a live message whose payload carries nothing applicable (it does not decode, or every event in
   it was skipped) decides nothing: it is counted and dropped without touching the sequence state.
   So garbage can neither clear an endpoint nor start a replay — nor, sent at ``last + 1``, make the
@@ -52,9 +65,14 @@ from ppc_extproc.events.transport.replay import Action, ReplayManager, ReplaySes
 from ppc_extproc.events.transport.source import ReplayKind, Source
 from ppc_extproc.events.wire import EventBatch
 
-__all__ = ["Ingestor"]
+__all__ = ["MAX_SEQ_JUMP", "MAX_SUSPECTS", "Ingestor"]
 
 log = structlog.get_logger(__name__)
+
+#: Longest forward seq jump taken as lost messages: vLLM's default replay buffer (``buffer_steps``).
+MAX_SEQ_JUMP = 10_000
+#: Suspect messages kept per source (oldest dropped first).
+MAX_SUSPECTS = 16
 
 
 class Ingestor:
@@ -90,6 +108,8 @@ class Ingestor:
         if last is not None and seq == last + 1:
             if src.replayed_to >= 0:
                 src.replayed_to = -1  # the live stream has passed what the replay delivered
+            if src.suspects:
+                self._refute_suspects(src)
             self._apply(src, topic, seq, payload)
         elif 0 <= seq <= src.replayed_to:
             self.stats.count(src.endpoint, "live_duplicates")  # already applied by the replay
@@ -110,21 +130,71 @@ class Ingestor:
             if seq > 0 and replay:
                 self._hold_and_replay(src, (topic, seq, payload), ReplayKind.FULL, 0)
                 return
-        elif seq <= last or went_back:
-            self._restart(src, seq, "held_stream_went_back" if went_back and seq > last else "seq_regression")
-            if replay:
-                self._hold_and_replay(src, (topic, seq, payload), ReplayKind.FULL, 0)
+        elif seq <= last or went_back or seq > last + 1 + MAX_SEQ_JUMP:
+            back = seq <= last or went_back
+            if back and src.before_gap is not None and seq == src.before_gap + 1 and not went_back:
+                # The stream goes on from before the latest gap: the gap was not this publisher's.
+                self.stats.count(endpoint, "seq_rewound")
+                self._warn.warning("kv_seq_rewound", endpoint, last_seq=last, seq=seq)
+                src.before_gap = None
+                self._apply(src, topic, seq, payload, batch)
                 return
+            if replay and not src.verified:
+                self.stats.count(endpoint, "seq_suspects")
+                self._hold_and_replay(src, (topic, seq, payload), ReplayKind.VERIFY, last)
+                return
+            if replay:  # refuted by the verify replay that just ran
+                self.stats.drop(endpoint, "seq_implausible")
+                self._warn.warning("kv_seq_implausible", endpoint, last_seq=last, seq=seq)
+            else:
+                self._confirmed(src, (topic, seq, payload), back)
+            return
         elif seq > last + 1:
             if src.gap_counted_at != seq:  # not the held trigger of a failed replay
-                src.gap_counted_at = seq
-                self.stats.count(endpoint, "gaps")
-                self.stats.count(endpoint, "gap_messages", seq - last - 1)
+                self._count_gap(src, seq)
             if replay:
                 self._hold_and_replay(src, (topic, seq, payload), ReplayKind.GAP, last + 1)
                 return
             self._warn.warning("kv_seq_gap", endpoint, last_seq=last, seq=seq)
+            src.before_gap = last
         self._apply(src, topic, seq, payload, batch)
+
+    def _count_gap(self, src: Source, seq: int) -> None:
+        last = src.last_seq
+        assert last is not None
+        src.gap_counted_at = seq
+        self.stats.count(src.endpoint, "gaps")
+        self.stats.count(src.endpoint, "gap_messages", seq - last - 1)
+
+    def _confirmed(self, src: Source, msg: Held, back: bool) -> bool:
+        """A suspect message without replay: apply it, with what it proves, when a second signal
+        confirms it; else keep it aside. True when it was applied."""
+        topic, seq, payload = msg
+        previous = src.suspects.pop(seq - 1, None)
+        if previous is None and not (back and seq == 0):
+            if len(src.suspects) >= MAX_SUSPECTS:
+                del src.suspects[next(iter(src.suspects))]
+                self.stats.drop(src.endpoint, "seq_implausible")
+            src.suspects[seq] = msg
+            self.stats.count(src.endpoint, "seq_suspects")
+            self._warn.warning("kv_seq_suspect", src.endpoint, last_seq=src.last_seq, seq=seq)
+            return False
+        first = previous or msg
+        if back:
+            self._restart(src, first[1], "counter_from_zero" if previous is None else "counter_went_on")
+        else:
+            self._count_gap(src, first[1])
+            src.before_gap = None
+        self._refute_suspects(src)
+        self._apply(src, *first)
+        if previous is not None:
+            self._apply(src, topic, seq, payload)
+        return True
+
+    def _refute_suspects(self, src: Source) -> None:
+        """The stream went on without them: the suspects were not this publisher's messages."""
+        self.stats.drop(src.endpoint, "seq_implausible", len(src.suspects))
+        src.suspects.clear()
 
     def _restart(self, src: Source, seq: int, reason: str) -> None:
         self.stats.count(src.endpoint, "restarts_detected")
@@ -144,6 +214,8 @@ class Ingestor:
         src.replayed_to = -1
         src.last_seq = None
         src.last_payload = b""
+        src.before_gap = None
+        src.verified = False
         src.state.last_seq = None
 
     # --- connection events ---------------------------------------------------------------------
@@ -207,6 +279,7 @@ class Ingestor:
                 if reply.seq == session.start and src.last_seq == session.start:
                     if reply.payload == src.last_payload:
                         session.kind = ReplayKind.GAP  # same publisher: just catch up
+                        src.verified = True
                         self.stats.count(src.endpoint, "resyncs_verified")
                         self.stats.suspend(src.state, False)
                         return Action.CONTINUE
@@ -268,7 +341,8 @@ class Ingestor:
                 self._apply(src, topic, seq, payload)
             else:
                 self._out_of_line(src, topic, seq, payload)
-            previous = seq
+            if src.last_seq == seq:  # applied (a refuted suspect does not move the stream)
+                previous = seq
         src.state.queue_depth = len(held)
         if src.replay is None and src.overflowed:
             src.overflowed = False
@@ -288,6 +362,7 @@ class Ingestor:
         self._clear(src)
 
     def _discard(self, src: Source) -> None:
+        src.suspects.clear()
         if src.replay is not None and self.replays is not None:
             self.replays.cancel(src.replay)
         if src.held:
@@ -352,6 +427,8 @@ class Ingestor:
         endpoint = src.endpoint
         src.last_seq = seq
         src.last_payload = payload
+        if not replayed:
+            src.verified = False
         state = src.state
         state.last_seq = seq
         if batch is None:

@@ -198,7 +198,11 @@ class PrecisePrefixCacheProducer(
             entries_per_endpoint=self.index.entries_per_endpoint() if detailed else None,
             speculative_pending=self.speculative.pending(),
             kv_events=self.stats,
-            details={"kvEvents": self.stats.snapshot()} if detailed else {},
+            details=(
+                {"kvEvents": self.stats.snapshot(), "kvEntryTable": self.applier.entries.to_json()}
+                if detailed
+                else {}
+            ),
         )
 
     # --- keys ----------------------------------------------------------------------------------
