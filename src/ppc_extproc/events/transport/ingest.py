@@ -62,7 +62,7 @@ from ppc_extproc.events.stats import IngestStats
 from ppc_extproc.events.transport.frames import ReplayReply, parse_topic
 from ppc_extproc.events.transport.ratelimit import RateLimitedLog
 from ppc_extproc.events.transport.replay import Action, ReplayManager, ReplaySession
-from ppc_extproc.events.transport.source import ReplayKind, Source
+from ppc_extproc.events.transport.source import Held, ReplayKind, Source
 from ppc_extproc.events.wire import EventBatch
 
 __all__ = ["MAX_SEQ_JUMP", "MAX_SUSPECTS", "Ingestor"]
@@ -73,6 +73,14 @@ log = structlog.get_logger(__name__)
 MAX_SEQ_JUMP = 10_000
 #: Suspect messages kept per source (oldest dropped first).
 MAX_SUSPECTS = 16
+#: Applied messages remembered per source, to tell a copy of one from a restarted counter.
+RECENT_MESSAGES = 1024
+
+
+def fingerprint(payload: bytes) -> tuple[int, bytes, bytes]:
+    """Cheap identity of a payload: a restarted engine's batch at the same seq differs (its
+    timestamp leads the batch, its blocks end it); a copy does not."""
+    return len(payload), payload[:32], payload[-32:]
 
 
 class Ingestor:
@@ -132,11 +140,18 @@ class Ingestor:
                 return
         elif seq <= last or went_back or seq > last + 1 + MAX_SEQ_JUMP:
             back = seq <= last or went_back
-            if back and src.before_gap is not None and seq == src.before_gap + 1 and not went_back:
-                # The stream goes on from before the latest gap: the gap was not this publisher's.
+            if back and src.recent.get(seq) == fingerprint(payload):
+                self.stats.count(endpoint, "seq_duplicates")  # a copy of what was applied
+                return
+            origins = src.before_gaps
+            if back and not went_back and origins and origins[0] < seq:
+                # The stream goes on above the position before a recent gap: the messages that
+                # opened the later gaps were not this publisher's (or arrived early on another
+                # connection). Go back to it instead of clearing.
                 self.stats.count(endpoint, "seq_rewound")
                 self._warn.warning("kv_seq_rewound", endpoint, last_seq=last, seq=seq)
-                src.before_gap = None
+                while origins and origins[-1] >= seq:
+                    origins.pop()
                 self._apply(src, topic, seq, payload, batch)
                 return
             if replay and not src.verified:
@@ -156,7 +171,9 @@ class Ingestor:
                 self._hold_and_replay(src, (topic, seq, payload), ReplayKind.GAP, last + 1)
                 return
             self._warn.warning("kv_seq_gap", endpoint, last_seq=last, seq=seq)
-            src.before_gap = last
+            src.before_gaps.append(last)
+            if len(src.before_gaps) > MAX_SUSPECTS:
+                del src.before_gaps[1]  # keep the lowest: the stream going on above it rewinds
         self._apply(src, topic, seq, payload, batch)
 
     def _count_gap(self, src: Source, seq: int) -> None:
@@ -184,7 +201,7 @@ class Ingestor:
             self._restart(src, first[1], "counter_from_zero" if previous is None else "counter_went_on")
         else:
             self._count_gap(src, first[1])
-            src.before_gap = None
+            src.before_gaps.clear()
         self._refute_suspects(src)
         self._apply(src, *first)
         if previous is not None:
@@ -214,7 +231,8 @@ class Ingestor:
         src.replayed_to = -1
         src.last_seq = None
         src.last_payload = b""
-        src.before_gap = None
+        src.before_gaps.clear()
+        src.recent.clear()
         src.verified = False
         src.state.last_seq = None
 
@@ -429,6 +447,10 @@ class Ingestor:
         src.last_payload = payload
         if not replayed:
             src.verified = False
+        recent = src.recent
+        recent[seq] = fingerprint(payload)
+        if len(recent) > RECENT_MESSAGES:
+            del recent[next(iter(recent))]
         state = src.state
         state.last_seq = seq
         if batch is None:
