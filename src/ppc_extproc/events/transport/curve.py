@@ -8,7 +8,7 @@ REP socket on the ingestion thread's reactor: no extra thread, nothing to leak.
 
 Key files hold a Z85 key (40 characters, as ``zmq.curve_keypair()`` prints it, e.g. a Kubernetes
 secret's value mounted as a file) or a ZMQ certificate (``zmq.auth.create_certificates``). The
-allowed keys are one file (one key per line, ``#`` comments) or a directory of such files
+allowed keys are one file (one key per line; other lines starting with ``#`` are comments) or a directory of such files
 (hidden entries, like a secret mount's ``..data``, are skipped).
 
 Without ``curveConfig`` a central bind must be on loopback (``127.0.0.0/8``, ``::1``,
@@ -18,6 +18,7 @@ Without ``curveConfig`` a central bind must be on loopback (``127.0.0.0/8``, ``:
 from __future__ import annotations
 
 import ipaddress
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -87,7 +88,7 @@ def _z85(text: str, path: str, field: str) -> bytes:
         raise ConfigError(f"{_PATH}.{field}", f"{path}: expected a {_Z85_KEY_CHARS}-character Z85 CURVE key")
     try:
         zmq.utils.z85.decode(key)
-    except (ValueError, KeyError):
+    except (ValueError, KeyError, struct.error):
         raise ConfigError(f"{_PATH}.{field}", f"{path}: not a Z85 CURVE key") from None
     return key.encode("ascii")
 
@@ -113,8 +114,14 @@ def _public_keys(path: str) -> list[bytes]:
         except (OSError, ValueError) as exc:
             raise ConfigError(f"{_PATH}.allowedPublisherKeys", f"{path}: {exc}") from None
         return [public]
-    lines = (line.split("#", 1)[0].strip() for line in text.splitlines())
-    return [_z85(line, path, "allowedPublisherKeys") for line in lines if line]
+    # Z85 has "#" in its alphabet (never first in a 32-byte key): a 40-character line is a key,
+    # another line starting with "#" a comment.
+    lines = (line.strip() for line in text.splitlines())
+    return [
+        _z85(line, path, "allowedPublisherKeys")
+        for line in lines
+        if line and (len(line) == _Z85_KEY_CHARS or not line.startswith("#"))
+    ]
 
 
 def load_curve_keys(server_secret_key_file: str, allowed_publisher_keys: str) -> CurveKeys:

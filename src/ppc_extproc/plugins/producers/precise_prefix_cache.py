@@ -20,7 +20,10 @@ Parameters  (llm-d's names; defaults in brackets)
             ``kvEventsConfig``: ``zmqEndpoint`` [""; set ⇒ central mode], ``topicFilter`` [kv@],
               ``engineType`` [vllm|sglang], ``discoverPods`` [true],
               ``podDiscoveryConfig.socketPort`` [5557], ``replaySocketPort`` [0 = off],
-              ``queueSize`` [10000 messages per source]
+              ``queueSize`` [10000 messages per source], central mode only:
+              ``curveConfig.serverSecretKeyFile``, ``curveConfig.allowedPublisherKeys`` [unset =
+              no CURVE; then a bind beyond loopback needs ``allowUnauthenticatedPublishers``
+              [false]]
             ``speculativeIndexing`` [false], ``speculativeTTL`` ["2s"]
 Streaming   for token-id bodies of 64 KiB or more, block keys are computed while the body streams
             in (``streaming_processor``); ``produce`` then only looks them up
