@@ -421,6 +421,7 @@ def main() -> None:
         action="store_true",
         help="central mode, once without and once with ZMQ CURVE, and the ratio",
     )
+    ap.add_argument("--rounds", type=int, default=2, help="--curve: rounds of (plain, CURVE)")
     ap.add_argument(
         "--no-pin",
         action="store_true",
@@ -453,18 +454,24 @@ def main() -> None:
     if not args.curve:
         run(args, applier, stats, tuning, core_us, "")
     else:
-        results = {}
-        for mode in ("central", "central + CURVE"):
-            stats = IngestStats()
-            applier = applier_cls(InMemoryIndex(size=20_000_000), TokenProcessor(), stats)
-            print(f"--- {mode}")
-            results[mode] = run(args, applier, stats, tuning, core_us, mode)
-        (plain_bps, plain_p99), (curve_bps, curve_p99) = results.values()
-        print(
-            f"CURVE / plain (same run): saturation {curve_bps / plain_bps:.2f}x "
-            f"({curve_bps:,.0f} vs {plain_bps:,.0f} blocks/s); p99 at the paced rate "
-            f"{curve_p99 / plain_p99:.2f}x ({curve_p99 * 1e3:.2f} vs {plain_p99 * 1e3:.2f} ms)"
-        )
+        ratios = []
+        for r in range(args.rounds):
+            results = {}
+            # Alternate the order, so a load change on the shared machine does not favour one.
+            modes = ("central", "central + CURVE") if r % 2 == 0 else ("central + CURVE", "central")
+            for mode in modes:
+                stats = IngestStats()
+                applier = applier_cls(InMemoryIndex(size=20_000_000), TokenProcessor(), stats)
+                print(f"--- round {r + 1}: {mode} (load average {load()})")
+                results[mode] = run(args, applier, stats, tuning, core_us, mode)
+            (plain_bps, plain_p99), (curve_bps, curve_p99) = results["central"], results["central + CURVE"]
+            ratios.append(curve_bps / plain_bps)
+            print(
+                f"round {r + 1}: CURVE / plain saturation {curve_bps / plain_bps:.2f}x "
+                f"({curve_bps:,.0f} vs {plain_bps:,.0f} blocks/s); p99 at the paced rate "
+                f"{curve_p99 * 1e3:.2f} vs {plain_p99 * 1e3:.2f} ms"
+            )
+        print(f"CURVE / plain saturation, per round: {', '.join(f'{x:.2f}x' for x in ratios)}")
     print("load average after:", load())
 
 

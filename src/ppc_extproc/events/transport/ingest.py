@@ -10,18 +10,10 @@ counter from 0 per engine, a replay ROUTER keeping recent batches):
 * ``last + 1 < seq <= last + 1 + MAX_SEQ_JUMP`` (lost messages): replay from ``last + 1``, else
   count the gap and apply. The bound is vLLM's default replay buffer (``buffer_steps`` 10,000
   batches, ``vllm-project/vllm: vllm/config/kv_events.py``): a longer gap cannot be repaired.
-* a restart is proven, never inferred from one frame. A seq that goes back (``seq <= last``) or
-  jumps beyond the bound is *suspect*: the message is kept aside, nothing is cleared. With a
-  replay endpoint, a verify replay from ``last`` decides (the publisher still has ``last`` with the
-  same payload: the suspect was not its message, dropped; else it restarted: clear, replay from
-  0). Without one, the suspect is confirmed by the engine's counter starting again from 0 (a seq
-  of 0) or by the stream going on from it (the next message is ``suspect + 1``): then the endpoint
-  is cleared (a restart) or the gap counted (a long gap), and the suspect and its successor are
-  applied. The stream going on from ``last`` instead refutes every suspect (dropped as
-  ``seq_implausible``). A backwards seq that continues the position before the latest gap
-  refutes the message that opened the gap: the position goes back, nothing is cleared. So one
-  corrupt sequence frame, or a foreign publisher's counter interleaved with the engine's, never
-  clears an endpoint; both modes follow the same rules.
+* a restart is proven, never inferred from one frame: a seq that goes back, or jumps beyond the
+  bound, is a suspect until a second signal confirms or the stream refutes it (``sequence.py``).
+  So one corrupt sequence frame, or a foreign publisher's counter interleaved with the engine's,
+  never clears an endpoint; both modes follow the same rules.
 * a live message whose payload carries nothing applicable (it does not decode, or every event in
   it was skipped) decides nothing: it is counted and dropped without touching the sequence state.
   So garbage can neither clear an endpoint nor start a replay — nor, sent at ``last + 1``, make the
@@ -62,28 +54,15 @@ from ppc_extproc.events.stats import IngestStats
 from ppc_extproc.events.transport.frames import ReplayReply, parse_topic
 from ppc_extproc.events.transport.ratelimit import RateLimitedLog
 from ppc_extproc.events.transport.replay import Action, ReplayManager, ReplaySession
-from ppc_extproc.events.transport.source import Held, ReplayKind, Source
+from ppc_extproc.events.transport.sequence import MAX_SEQ_JUMP, SequenceChecks
+from ppc_extproc.events.transport.source import ReplayKind, Source
 from ppc_extproc.events.wire import EventBatch
 
-__all__ = ["MAX_SEQ_JUMP", "MAX_SUSPECTS", "Ingestor"]
+__all__ = ["Ingestor"]
 
 log = structlog.get_logger(__name__)
 
-#: Longest forward seq jump taken as lost messages: vLLM's default replay buffer (``buffer_steps``).
-MAX_SEQ_JUMP = 10_000
-#: Suspect messages kept per source (oldest dropped first).
-MAX_SUSPECTS = 16
-#: Applied messages remembered per source, to tell a copy of one from a restarted counter.
-RECENT_MESSAGES = 1024
-
-
-def fingerprint(payload: bytes) -> tuple[int, bytes, bytes]:
-    """Cheap identity of a payload: a restarted engine's batch at the same seq differs (its
-    timestamp leads the batch, its blocks end it); a copy does not."""
-    return len(payload), payload[:32], payload[-32:]
-
-
-class Ingestor:
+class Ingestor(SequenceChecks):
     """Applies the messages of many sources, each in order, with gap/restart handling."""
 
     def __init__(
@@ -139,30 +118,7 @@ class Ingestor:
                 self._hold_and_replay(src, (topic, seq, payload), ReplayKind.FULL, 0)
                 return
         elif seq <= last or went_back or seq > last + 1 + MAX_SEQ_JUMP:
-            back = seq <= last or went_back
-            if back and src.recent.get(seq) == fingerprint(payload):
-                self.stats.count(endpoint, "seq_duplicates")  # a copy of what was applied
-                return
-            origins = src.before_gaps
-            if back and not went_back and origins and origins[0] < seq:
-                # The stream goes on above the position before a recent gap: the messages that
-                # opened the later gaps were not this publisher's (or arrived early on another
-                # connection). Go back to it instead of clearing.
-                self.stats.count(endpoint, "seq_rewound")
-                self._warn.warning("kv_seq_rewound", endpoint, last_seq=last, seq=seq)
-                while origins and origins[-1] >= seq:
-                    origins.pop()
-                self._apply(src, topic, seq, payload, batch)
-                return
-            if replay and not src.verified:
-                self.stats.count(endpoint, "seq_suspects")
-                self._hold_and_replay(src, (topic, seq, payload), ReplayKind.VERIFY, last)
-                return
-            if replay:  # refuted by the verify replay that just ran
-                self.stats.drop(endpoint, "seq_implausible")
-                self._warn.warning("kv_seq_implausible", endpoint, last_seq=last, seq=seq)
-            else:
-                self._confirmed(src, (topic, seq, payload), back)
+            self._suspect(src, (topic, seq, payload), batch, replay, went_back)
             return
         elif seq > last + 1:
             if src.gap_counted_at != seq:  # not the held trigger of a failed replay
@@ -171,47 +127,8 @@ class Ingestor:
                 self._hold_and_replay(src, (topic, seq, payload), ReplayKind.GAP, last + 1)
                 return
             self._warn.warning("kv_seq_gap", endpoint, last_seq=last, seq=seq)
-            src.before_gaps.append(last)
-            if len(src.before_gaps) > MAX_SUSPECTS:
-                del src.before_gaps[1]  # keep the lowest: the stream going on above it rewinds
+            self._note_gap(src, last)
         self._apply(src, topic, seq, payload, batch)
-
-    def _count_gap(self, src: Source, seq: int) -> None:
-        last = src.last_seq
-        assert last is not None
-        src.gap_counted_at = seq
-        self.stats.count(src.endpoint, "gaps")
-        self.stats.count(src.endpoint, "gap_messages", seq - last - 1)
-
-    def _confirmed(self, src: Source, msg: Held, back: bool) -> bool:
-        """A suspect message without replay: apply it, with what it proves, when a second signal
-        confirms it; else keep it aside. True when it was applied."""
-        topic, seq, payload = msg
-        previous = src.suspects.pop(seq - 1, None)
-        if previous is None and not (back and seq == 0):
-            if len(src.suspects) >= MAX_SUSPECTS:
-                del src.suspects[next(iter(src.suspects))]
-                self.stats.drop(src.endpoint, "seq_implausible")
-            src.suspects[seq] = msg
-            self.stats.count(src.endpoint, "seq_suspects")
-            self._warn.warning("kv_seq_suspect", src.endpoint, last_seq=src.last_seq, seq=seq)
-            return False
-        first = previous or msg
-        if back:
-            self._restart(src, first[1], "counter_from_zero" if previous is None else "counter_went_on")
-        else:
-            self._count_gap(src, first[1])
-            src.before_gaps.clear()
-        self._refute_suspects(src)
-        self._apply(src, *first)
-        if previous is not None:
-            self._apply(src, topic, seq, payload)
-        return True
-
-    def _refute_suspects(self, src: Source) -> None:
-        """The stream went on without them: the suspects were not this publisher's messages."""
-        self.stats.drop(src.endpoint, "seq_implausible", len(src.suspects))
-        src.suspects.clear()
 
     def _restart(self, src: Source, seq: int, reason: str) -> None:
         self.stats.count(src.endpoint, "restarts_detected")
@@ -447,10 +364,7 @@ class Ingestor:
         src.last_payload = payload
         if not replayed:
             src.verified = False
-        recent = src.recent
-        recent[seq] = fingerprint(payload)
-        if len(recent) > RECENT_MESSAGES:
-            del recent[next(iter(recent))]
+        self._remember(src, seq, payload)
         state = src.state
         state.last_seq = seq
         if batch is None:
