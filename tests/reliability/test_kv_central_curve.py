@@ -5,6 +5,8 @@ keys refuses to start. The publisher is a PUB that connects with the CURVE clien
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -128,3 +130,25 @@ def test_unreadable_or_malformed_keys_refuse_to_start_naming_the_field(tmp_path:
         with pytest.raises(ConfigError) as err:
             ZmqTransport(config, applier, applier.stats, FAST).start()
         assert err.value.path == f"kvEventsConfig.curveConfig.{field}"
+
+
+def test_the_service_refuses_an_unauthenticated_non_loopback_central_bind_in_one_line(tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(f"""
+plugins:
+- type: precise-prefix-cache-producer
+  parameters: {{kvEventsConfig: {{zmqEndpoint: "tcp://*:{free_port()}"}}}}
+- {{type: prefix-cache-scorer, parameters: {{prefixMatchInfoProducerName: precise-prefix-cache-producer}}}}
+- {{type: max-score-picker}}
+- {{type: single-profile-handler}}
+schedulingProfiles:
+- {{name: default, plugins: [{{pluginRef: max-score-picker}}, {{pluginRef: prefix-cache-scorer, weight: 1}}]}}
+""")
+    proc = subprocess.run(
+        [sys.executable, "-m", "ppc_extproc", "serve", "--config-file", str(config), "--grpc-port", "0",
+         "--admin-port", "-1", "--endpoints", "127.0.0.1:8000", "--log-level", "error"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 2, proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith("ppc-extproc serve: configuration error: kvEventsConfig.zmqEndpoint: central mode binds")
