@@ -62,6 +62,7 @@ __all__ = ["Ingestor"]
 
 log = structlog.get_logger(__name__)
 
+
 class Ingestor(SequenceChecks):
     """Applies the messages of many sources, each in order, with gap/restart handling."""
 
