@@ -19,6 +19,9 @@ Phase 2 (latency): batches paced at ``--rate`` blocks/s for ``--seconds``, stamp
 ``time.time()`` as vLLM does; the applier records ``now − ts`` right after each batch is applied
 (visible to the request path), after a 1 s warm-up.
 ``--transport-only`` replaces decoding and applying with no-ops to measure the transport alone.
+``--curve`` runs both phases twice in central mode (the publishers connect to one bound SUB):
+without authentication, then with ZMQ CURVE (every publisher's key allowed), and prints the ratio
+of the two (the machine is shared: compare within one run).
 """
 
 from __future__ import annotations
@@ -29,8 +32,10 @@ import multiprocessing as mp
 import os
 import platform
 import random
+import socket
 import struct
 import sys
+import tempfile
 import time
 from array import array
 from typing import Any, cast
@@ -39,7 +44,7 @@ import zmq
 
 from ppc_extproc.blockkeys import TokenProcessor
 from ppc_extproc.events.apply import EventApplier
-from ppc_extproc.events.config import KVEventsConfig, PodDiscoveryConfig
+from ppc_extproc.events.config import CurveConfig, KVEventsConfig, PodDiscoveryConfig
 from ppc_extproc.events.decode import decode_batch
 from ppc_extproc.events.stats import IngestStats
 from ppc_extproc.events.transport import TransportTuning, ZmqTransport
@@ -81,7 +86,17 @@ def payload(events: bytes, ts: float) -> bytes:
 # --- publisher process -------------------------------------------------------------------------
 
 
-def publisher_main(conn: Any, n_pubs: int, messages: int, seed: int, cpu: int | None) -> None:
+def publisher_main(
+    conn: Any,
+    n_pubs: int,
+    messages: int,
+    seed: int,
+    cpu: int | None,
+    connect: str = "",
+    curve: tuple[bytes, bytes, bytes] | None = None,
+) -> None:
+    """The publishers: bound per pod, or (``connect``) connecting to a central SUB, optionally as
+    CURVE clients (server public key, own public key, own secret key)."""
     if cpu is not None:
         os.sched_setaffinity(0, {cpu})
     ctx = zmq.Context()
@@ -91,7 +106,13 @@ def publisher_main(conn: Any, n_pubs: int, messages: int, seed: int, cpu: int | 
         sock = ctx.socket(zmq.XPUB)
         sock.setsockopt(zmq.SNDHWM, 0)  # phase 1 must not drop
         sock.setsockopt(zmq.LINGER, 0)
-        if i == 0:
+        if curve is not None:
+            sock.setsockopt(zmq.CURVE_SERVERKEY, curve[0])
+            sock.setsockopt(zmq.CURVE_PUBLICKEY, curve[1])
+            sock.setsockopt(zmq.CURVE_SECRETKEY, curve[2])
+        if connect:
+            sock.connect(connect)
+        elif i == 0:
             port = sock.bind_to_random_port("tcp://127.0.9.1")
         else:
             sock.bind(f"tcp://127.0.9.{i + 1}:{port}")
@@ -253,7 +274,7 @@ def phase0(seed: int) -> float:
     return total
 
 
-def phase1(parent: Any, transport: ZmqTransport, stats: IngestStats, core_us: float) -> None:
+def phase1(parent: Any, transport: ZmqTransport, stats: IngestStats, core_us: float) -> float:
     """Saturation: everything queued at once; first to last applied batch."""
     parent.send("go")
     sent: tuple[str, int, int] | None = None
@@ -286,9 +307,10 @@ def phase1(parent: Any, transport: ZmqTransport, stats: IngestStats, core_us: fl
         f"= {cpu_us:.1f} µs per batch (phase 0 {core_us:.1f} µs ⇒ sockets + transport ≈ "
         f"{cpu_us - core_us:.1f} µs); {split(threads_first, threads_last, tid)}"
     )
+    return msgs / wall * n_blocks / n_msgs
 
 
-def phase2(parent: Any, transport: ZmqTransport, applier: TimedApplier, rate: float, seconds: float) -> None:
+def phase2(parent: Any, transport: ZmqTransport, applier: TimedApplier, rate: float, seconds: float) -> float:
     """Paced publishing; publish-to-visible latency of every batch after a 1 s warm-up."""
     transport.wait_idle(10)
     parent.send((rate, seconds + 1.0))
@@ -311,6 +333,69 @@ def phase2(parent: Any, transport: ZmqTransport, applier: TimedApplier, rate: fl
         f"max {lat[-1] * 1e3:.2f} ms; CPU {100 * (cpu2 - cpu1) / (t2 - t1):.0f}% "
         f"({split(threads1, threads2, tid)}); {len(lat) / max(rounds, 1):.1f} batches per round"
     )
+    return pct(lat, 99)
+
+
+def run(
+    args: argparse.Namespace, applier: TimedApplier, stats: IngestStats, tuning: TransportTuning, core_us: float,
+    central: str,
+) -> tuple[float, float]:
+    """One publisher process against one transport: per-endpoint mode, or ``central`` ("central",
+    "central + CURVE"). Returns (saturation blocks/s, paced p99 seconds)."""
+    pin = not args.no_pin and hasattr(os, "sched_setaffinity") and (os.cpu_count() or 1) > 1
+    spawn = mp.get_context("spawn")
+    parent, child = spawn.Pipe()
+    publisher_cpu = (os.cpu_count() or 1) - 1 if pin else None
+    with tempfile.TemporaryDirectory() as keys:
+        curve_config = None
+        client = None
+        address = ""
+        if central:
+            with socket.socket() as probe:
+                probe.bind(("127.0.0.1", 0))
+                address = f"tcp://127.0.0.1:{probe.getsockname()[1]}"
+        if central.endswith("CURVE"):
+            server_public, server_secret = zmq.curve_keypair()
+            client_public, client_secret = zmq.curve_keypair()
+            with open(os.path.join(keys, "server"), "wb") as f:
+                f.write(server_secret)
+            with open(os.path.join(keys, "publishers"), "wb") as f:
+                f.write(client_public)
+            curve_config = CurveConfig(os.path.join(keys, "server"), os.path.join(keys, "publishers"))
+            client = (server_public, client_public, client_secret)
+        if central:
+            config = KVEventsConfig(
+                zmq_endpoint=address, discover_pods=False, queue_size=10_000_000, curve=curve_config
+            )
+        transport = ZmqTransport(config, applier, stats, tuning) if central else None
+        if transport is not None:
+            transport.start()
+            for i in range(args.publishers):
+                transport.add_endpoint(Endpoint(f"127.0.9.{i + 1}", 8000))
+        proc = spawn.Process(
+            target=publisher_main,
+            args=(child, args.publishers, args.messages, args.seed, publisher_cpu, address, client),
+        )
+        proc.start()
+        port = parent.recv()
+        if transport is None:
+            config = KVEventsConfig(pod_discovery=PodDiscoveryConfig(socket_port=port), queue_size=10_000_000)
+            transport = ZmqTransport(config, applier, stats, tuning)
+            transport.start()
+            for i in range(args.publishers):
+                transport.add_endpoint(Endpoint(f"127.0.9.{i + 1}", 8000))
+        try:
+            assert parent.recv() == "subscribed"
+            saturation = phase1(parent, transport, stats, core_us)
+            p99 = phase2(parent, transport, applier, args.rate, args.seconds)
+            gaps = sum(n for (_, name), n in stats.transport.items() if name == "gaps")
+            drops = {reason: n for (_, reason), n in stats.dropped.items()}
+            print(f"gaps {gaps}, drops {drops or 'none'}")
+            parent.send("bye")
+        finally:
+            transport.stop(5)
+            proc.join(10)
+    return saturation, p99
 
 
 def main() -> None:
@@ -331,6 +416,12 @@ def main() -> None:
         action="store_true",
         help="no-op decode and apply: measures the sockets and the transport alone",
     )
+    ap.add_argument(
+        "--curve",
+        action="store_true",
+        help="central mode, once without and once with ZMQ CURVE, and the ratio",
+    )
+    ap.add_argument("--rounds", type=int, default=2, help="--curve: rounds of (plain, CURVE)")
     ap.add_argument(
         "--no-pin",
         action="store_true",
@@ -353,16 +444,6 @@ def main() -> None:
         from ppc_extproc.events.transport import ingest
 
         vars(ingest)["decode_batch"] = ts_only  # the decoder the ingestor calls
-    spawn = mp.get_context("spawn")
-    parent, child = spawn.Pipe()
-    publisher_cpu = (os.cpu_count() or 1) - 1 if pin else None
-    proc = spawn.Process(
-        target=publisher_main,
-        args=(child, args.publishers, args.messages, args.seed, publisher_cpu),
-    )
-    proc.start()
-    port = parent.recv()
-    config = KVEventsConfig(pod_discovery=PodDiscoveryConfig(socket_port=port), queue_size=10_000_000)
     tuning = TransportTuning()
     if args.coalesce_ms is not None:
         tuning = dataclasses.replace(tuning, coalesce_seconds=args.coalesce_ms / 1000)
@@ -370,21 +451,27 @@ def main() -> None:
         f"transport tuning: coalesce {tuning.coalesce_seconds * 1e3:g} ms below "
         f"{tuning.coalesce_below} ready sockets, drain budget {tuning.drain_budget}"
     )
-    transport = ZmqTransport(config, applier, stats, tuning)
-    transport.start()
-    try:
-        for i in range(args.publishers):
-            transport.add_endpoint(Endpoint(f"127.0.9.{i + 1}", 8000))
-        assert parent.recv() == "subscribed"
-        phase1(parent, transport, stats, core_us)
-        phase2(parent, transport, applier, args.rate, args.seconds)
-        gaps = sum(n for (_, name), n in stats.transport.items() if name == "gaps")
-        drops = {reason: n for (_, reason), n in stats.dropped.items()}
-        print(f"gaps {gaps}, drops {drops or 'none'}")
-        parent.send("bye")
-    finally:
-        transport.stop(5)
-        proc.join(10)
+    if not args.curve:
+        run(args, applier, stats, tuning, core_us, "")
+    else:
+        ratios = []
+        for r in range(args.rounds):
+            results = {}
+            # Alternate the order, so a load change on the shared machine does not favour one.
+            modes = ("central", "central + CURVE") if r % 2 == 0 else ("central + CURVE", "central")
+            for mode in modes:
+                stats = IngestStats()
+                applier = applier_cls(InMemoryIndex(size=20_000_000), TokenProcessor(), stats)
+                print(f"--- round {r + 1}: {mode} (load average {load()})")
+                results[mode] = run(args, applier, stats, tuning, core_us, mode)
+            (plain_bps, plain_p99), (curve_bps, curve_p99) = results["central"], results["central + CURVE"]
+            ratios.append(curve_bps / plain_bps)
+            print(
+                f"round {r + 1}: CURVE / plain saturation {curve_bps / plain_bps:.2f}x "
+                f"({curve_bps:,.0f} vs {plain_bps:,.0f} blocks/s); p99 at the paced rate "
+                f"{curve_p99 * 1e3:.2f} vs {plain_p99 * 1e3:.2f} ms"
+            )
+        print(f"CURVE / plain saturation, per round: {', '.join(f'{x:.2f}x' for x in ratios)}")
     print("load average after:", load())
 
 

@@ -122,14 +122,23 @@ def invalid_messages(pod: str) -> st.SearchStrategy[list[bytes]]:
     )
 
 
+def implausible_seq_messages(pod: str) -> st.SearchStrategy[list[bytes]]:
+    """A real-looking batch (valid payload) under a sequence frame far beyond the engine's counter
+    (a corrupt frame, or another publisher's counter): it must be kept aside, never applied."""
+    far = st.integers(2**40, 2**64 - 1).map(lambda s: s.to_bytes(8, "big")) | st.sampled_from(
+        [b"AAAAAAAA", b"12345678", b"\xff" * 8])
+    chains = st.integers(0, 2**16).map(lambda i: valid_chain(0x4000_0000 + 4 * i, 400_000 + 32 * i)[0])
+    return st.builds(lambda s, p: [f"kv@{pod}@{MODEL}".encode(), s, p], far, chains)
+
+
 def valid_chain(first_hash: int, first_token: int, n_blocks: int = 2) -> tuple[bytes, list[int]]:
     tokens = list(range(first_token, first_token + 16 * n_blocks))
     event: list[Any] = ["BlockStored", list(range(first_hash, first_hash + n_blocks)), None, tokens, 16, None, "GPU"]
     return msgpack.packb([1700000000.0, [event], 0]), tokens
 
 
-#: The counters that say why a message was dropped (beyond ``dropped`` reasons).
-WHY = ("bad_frames", "bad_seq", "bad_payload", "no_usable_events", "bad_topic", "topic_not_in_pool")
+#: The counters that say why a message was dropped or kept aside (beyond ``dropped`` reasons).
+WHY = ("bad_frames", "bad_seq", "bad_payload", "no_usable_events", "bad_topic", "topic_not_in_pool", "seq_suspects")
 
 
 def why(stats: Any) -> int:

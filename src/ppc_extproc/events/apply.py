@@ -7,8 +7,10 @@ the same hash twice (``llm-d/llm-d-router: pkg/kvevents/event_dedup_filter.go``)
 clears the endpoint (``llm-d/llm-d-router: pkg/kvevents/pool.go``).
 
 Everything an engine's events can make grow is bounded: distinct (tier, group) entries per
-endpoint (each owns a bit of every index mask), HMA groups per endpoint, and the duplicate-store
-counts; what goes beyond is dropped and counted.
+endpoint (each owns a bit of every index mask; ``EntryTable``), HMA groups per endpoint, and the
+duplicate-store counts; what goes beyond is dropped and counted. The bounds degrade and recover:
+GPU entries are always admitted, and clearing an endpoint (AllBlocksCleared, a confirmed restart)
+resets its tables.
 
 Not thread-safe: one applier is driven by the single ingestion thread (the index itself is
 thread-safe for the readers on the request path).
@@ -21,6 +23,7 @@ from dataclasses import dataclass
 import structlog
 
 from ppc_extproc.blockkeys import TokenProcessor, parse_raw_extra_keys, realign_extras
+from ppc_extproc.events.entry_table import EntryTable
 from ppc_extproc.events.stats import IngestStats
 from ppc_extproc.events.wire import BlockRemoved, BlockStored, EventBatch
 from ppc_extproc.ids import EndpointId, EngineKey
@@ -34,7 +37,7 @@ log = structlog.get_logger(__name__)
 #: HMA group kinds whose blocks form a prefix that a new request can reuse.
 INDEXABLE_KINDS = frozenset({"full_attention", "mla_attention", "sink_full_attention"})
 #: Distinct (tier, group) entries an endpoint may own. Real engines use a few tiers ("GPU", "CPU",
-#: offload stores) times their indexable KV-cache groups; an entry owns an index bit for good.
+#: offload stores) times their indexable KV-cache groups; each entry owns an index bit.
 MAX_ENTRIES_PER_ENDPOINT = 32
 #: Distinct HMA groups recorded per endpoint (indexable or not).
 MAX_GROUPS_PER_ENDPOINT = 64
@@ -68,26 +71,22 @@ class EventApplier:
         self._duplicates: dict[str, dict[_DedupKey, int]] = {}
         self._groups: dict[tuple[str, int], _GroupInfo] = {}
         self._group_counts: dict[str, int] = {}
-        # Interned entries and scopes: an event needs one of each, thousands of times a second.
-        self._entries: dict[tuple[str, str, int | None], PodEntry] = {}
+        # Interned scopes: an event needs one, thousands of times a second.
         self._scopes: dict[tuple[str, int, int | None], EngineScope] = {}
-        # The (tier, group) entries each endpoint owns (bounded by MAX_ENTRIES_PER_ENDPOINT).
-        self._owned: dict[str, set[tuple[str, int | None]]] = {}
+        #: The (tier, group) entries each endpoint owns (bounded by MAX_ENTRIES_PER_ENDPOINT).
+        self.entries = EntryTable(MAX_ENTRIES_PER_ENDPOINT)
 
     def _entry(self, endpoint: str, medium: str | None, group: int | None, *, new: bool = True) -> PodEntry | None:
-        """The interned entry; None when it would be the endpoint's entry beyond the bound (or,
-        with ``new`` False, when the endpoint never owned it)."""
+        """The endpoint's entry; None when the table refuses it (or, with ``new`` False, when the
+        endpoint does not own it)."""
         tier = medium.lower() if medium else "gpu"
-        entry = self._entries.get((endpoint, tier, group))
-        if entry is None:
-            owned = self._owned.setdefault(endpoint, set())
-            if (tier, group) not in owned:
-                if not new or len(owned) >= MAX_ENTRIES_PER_ENDPOINT:
-                    return None
-                owned.add((tier, group))
-            if len(self._entries) > 65536:
-                self._entries.clear()
-            entry = self._entries[(endpoint, tier, group)] = PodEntry(EndpointId(endpoint), tier, group=group)
+        entry = self.entries.get(endpoint, tier, group)
+        if entry is None and new:
+            entry, evicted = self.entries.admit(endpoint, tier, group)
+            if evicted is not None:
+                self.index.release_entry(evicted)
+                self.stats.count(endpoint, "entries_evicted")
+                log.info("kv_entry_evicted", endpoint=endpoint, tier=evicted.tier, group=evicted.group)
         return entry
 
     def _scope(self, endpoint: str, rank: int, group: int | None) -> EngineScope:
@@ -101,16 +100,14 @@ class EventApplier:
     # --- endpoint lifecycle --------------------------------------------------------------------
 
     def clear_endpoint(self, endpoint: str) -> int:
-        """Forget everything an endpoint holds (AllBlocksCleared, engine restart)."""
-        self._duplicates.pop(endpoint, None)
-        return self.index.clear(endpoint)
+        """Forget everything an endpoint holds (AllBlocksCleared, a confirmed engine restart): its
+        index entries, their bits, its entry and group tables. Returns the request keys touched."""
+        return self.forget_endpoint(endpoint)
 
     def forget_endpoint(self, endpoint: str) -> int:
-        """Endpoint deleted from the pool: clear it and recycle its index entries."""
+        """Endpoint deleted from the pool (or cleared): clear it and recycle its index entries."""
         self._duplicates.pop(endpoint, None)
-        self._owned.pop(endpoint, None)
-        for entry_key in [k for k in self._entries if k[0] == endpoint]:
-            del self._entries[entry_key]
+        self.entries.reset(endpoint)
         for group_key in [k for k in self._groups if k[0] == endpoint]:
             del self._groups[group_key]
         self._group_counts.pop(endpoint, None)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["ENGINE_TYPES", "KVEventsConfig", "PodDiscoveryConfig"]
+__all__ = ["ENGINE_TYPES", "CurveConfig", "KVEventsConfig", "PodDiscoveryConfig"]
 
 ENGINE_TYPES = ("vllm", "sglang")
 
@@ -20,6 +20,18 @@ class PodDiscoveryConfig:
     #: Accepted for llm-d compatibility; endpoints come from discovery, not from a label selector.
     pod_label_selector: str = "llm-d.ai/inference-serving=true"
     pod_namespace: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class CurveConfig:
+    """ZMQ CURVE of the central SUB (``kvEventsConfig.curveConfig``): key files, e.g. Kubernetes
+    secrets mounted as files. ppc-extproc's own names: llm-d has no publisher authentication."""
+
+    #: The server's secret key: a Z85 key (40 characters) or a ZMQ certificate file.
+    server_secret_key_file: str = ""
+    #: The publishers' public keys: a file (one Z85 key per line, or a certificate) or a directory
+    #: of such files.
+    allowed_publisher_keys: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,3 +51,8 @@ class KVEventsConfig:
     pod_discovery: PodDiscoveryConfig = field(default_factory=PodDiscoveryConfig)
     #: Bound of each source's queue of undecoded messages (overflow ⇒ drop + resync).
     queue_size: int = 10000
+    #: Central mode: authenticate publishers with ZMQ CURVE.
+    curve: CurveConfig | None = None
+    #: Central mode: allow a bind beyond loopback without ``curve`` (anyone reaching the port can
+    #: then publish as any pool endpoint).
+    allow_unauthenticated_publishers: bool = False

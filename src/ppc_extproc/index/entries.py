@@ -158,6 +158,22 @@ class EntryRegistry:
             self._mask_info.clear()
         return mask
 
+    def release(self, entry: PodEntry) -> int:
+        """Forget one entry and recycle its bit (the caller removed the bit from every stored mask
+        first). Returns the released mask (0 if the entry owned no bit)."""
+        bit = self._bit_of.pop(entry, None)
+        if bit is None:
+            return 0
+        del self._entry_of[bit]
+        self._free_bits.append(bit)
+        endpoint_mask = self._endpoint_mask.get(entry.endpoint, 0) & ~(1 << bit)
+        if endpoint_mask:
+            self._endpoint_mask[entry.endpoint] = endpoint_mask
+        else:
+            self._endpoint_mask.pop(entry.endpoint, None)
+        self._mask_info.clear()
+        return 1 << bit
+
     def known(self) -> list[PodEntry]:
         """Every entry that owns a bit."""
         return list(self._bit_of)

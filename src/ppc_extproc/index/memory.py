@@ -178,6 +178,16 @@ class InMemoryIndex:
             self._speculative_bits &= ~released
             return touched
 
+    def release_entry(self, entry: PodEntry) -> int:
+        """Remove one entry from every request key and recycle its bit (an endpoint's least used
+        tier or group making room). Returns the number of request keys that lost it."""
+        with self._lock:
+            bit = self.registry.known_mask([entry])
+            touched = self._clear_bits(bit)
+            self.registry.release(entry)
+            self._speculative_bits &= ~bit
+            return touched
+
     # --- reads ---------------------------------------------------------------------------------
 
     def get_request_key(self, engine_key: EngineKey, scope: EngineScope) -> RequestKey | None:

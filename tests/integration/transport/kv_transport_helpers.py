@@ -90,6 +90,7 @@ class Publisher:
         topic: bytes | None = None,
         connect: str | None = None,
         buffer_steps: int = 10_000,
+        curve: tuple[bytes, bytes, bytes] | None = None,
     ) -> None:
         self.context = context
         self.ip = ip
@@ -99,12 +100,19 @@ class Publisher:
         self.lock = threading.Lock()
         self.buffer: deque[tuple[int, bytes]] = deque(maxlen=buffer_steps)
         self.port = port
+        #: CURVE client keys (server public, own public, own secret), set before connecting.
+        self.curve = curve
         self.sock = self._open()
 
     def _open(self) -> zmq.Socket[Any]:
         sock: zmq.Socket[Any] = self.context.socket(zmq.XPUB)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.SNDHWM, 100_000)
+        if self.curve is not None:
+            server_public, public, secret = self.curve
+            sock.setsockopt(zmq.CURVE_SERVERKEY, server_public)
+            sock.setsockopt(zmq.CURVE_PUBLICKEY, public)
+            sock.setsockopt(zmq.CURVE_SECRETKEY, secret)
         if self.connect_to:
             sock.connect(self.connect_to)
         elif self.port is None:

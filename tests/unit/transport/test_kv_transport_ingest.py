@@ -193,17 +193,92 @@ def test_first_contact_mid_stream_replays_from_zero() -> None:
     assert (session.kind, session.start) == (ReplayKind.FULL, 0)
 
 
-def test_regression_with_replay_clears_and_replays_from_zero() -> None:
+def test_regression_with_replay_is_verified_then_clears_and_replays_from_zero() -> None:
     h = Harness(replay=True)
     h.live(0, stored(1, 100))
     h.live(1, stored(2, 200))
     h.live(0, stored(9, 900))
-    assert not h.holds(100) and h.count("restarts_detected") == 1
+    # One frame proves nothing: the replay decides.
+    assert h.holds(100) and h.count("restarts_detected") == 0
     (session,) = h.replays.sessions
-    assert (session.kind, session.start) == (ReplayKind.FULL, 0)
-    h.reply(0, stored(9, 900))
+    assert (session.kind, session.start) == (ReplayKind.VERIFY, 1)
+    h.reply(0, stored(9, 900))  # the restarted engine's buffer starts at 0, not at our seq 1
+    assert not h.holds(100) and h.count("restarts_detected") == 1
     h.end()
     assert h.holds(900) and h.src.last_seq == 0 and h.count("held_duplicates") == 1
+
+
+def test_regression_refuted_by_the_replay_changes_nothing() -> None:
+    h = Harness(replay=True)
+    h.live(0, stored(1, 100))
+    h.live(1, stored(2, 200))
+    h.live(0, stored(9, 900))  # not this publisher's: it still has seq 1 with the same payload
+    h.reply(1, stored(2, 200))
+    h.end()
+    assert h.holds(100) and h.holds(200) and not h.holds(900)
+    assert h.count("restarts_detected") == 0 and h.src.last_seq == 1
+    h.live(2, stored(3, 300))
+    assert h.holds(300) and h.src.last_seq == 2
+
+
+def test_implausible_jump_with_replay_is_verified_and_dropped() -> None:
+    h = Harness(replay=True)
+    h.live(0, stored(1, 100))
+    h.live(2**62, stored(9, 900))
+    (session,) = h.replays.sessions
+    assert (session.kind, session.start) == (ReplayKind.VERIFY, 0)
+    h.reply(0, stored(1, 100))
+    h.end()
+    assert not h.holds(900) and h.src.last_seq == 0
+    assert h.stats.dropped[(EP, "seq_implausible")] == 1
+    h.live(1, stored(2, 200))
+    assert h.holds(100) and h.holds(200) and h.count("restarts_detected") == 0
+
+
+def test_without_replay_a_restart_needs_a_second_signal() -> None:
+    h = Harness(replay=False)
+    for seq in range(5):
+        h.live(seq, stored(seq + 1, 100 * (seq + 1)))
+    h.live(2, stored(7, 700))  # back, alone: kept aside
+    assert h.holds(100) and not h.holds(700) and h.count("restarts_detected") == 0
+    h.live(3, stored(8, 800))  # the counter goes on from it: a restart
+    assert h.count("restarts_detected") == 1 and not h.holds(100)
+    assert h.holds(700) and h.holds(800) and h.src.last_seq == 3
+    h.live(0, stored(9, 900))  # back to 0: the engine's counter starting again
+    assert h.count("restarts_detected") == 2 and not h.holds(700) and h.holds(900)
+
+
+def test_without_replay_suspects_are_refuted_by_the_stream_going_on() -> None:
+    h = Harness(replay=False)
+    h.live(0, stored(1, 100))
+    h.live(1, stored(2, 200))
+    h.live(2**62, stored(8, 800))
+    h.live(1, stored(8, 800))
+    h.live(2, stored(3, 300))
+    assert h.holds(100) and h.holds(200) and h.holds(300) and not h.holds(800)
+    assert h.stats.dropped[(EP, "seq_implausible")] == 2 and not h.src.suspects
+    assert h.count("restarts_detected") == 0 and h.count("gaps") == 0
+
+
+def test_a_long_gap_is_taken_once_the_stream_goes_on_from_it() -> None:
+    h = Harness(replay=False)
+    h.live(0, stored(1, 100))
+    h.live(50_000, stored(5, 500))
+    assert not h.holds(500)
+    h.live(50_001, stored(6, 600))
+    assert h.holds(100) and h.holds(500) and h.holds(600) and h.count("gaps") == 1
+
+
+def test_a_short_gap_then_the_old_position_going_on_rewinds() -> None:
+    """A foreign seq a little ahead is taken as a gap; the engine's own next seq then proves it
+    was not the engine's, and nothing is cleared."""
+    h = Harness(replay=False)
+    h.live(0, stored(1, 100))
+    h.live(10, stored(9, 900))
+    h.live(1, stored(2, 200))
+    h.live(2, stored(3, 300))
+    assert h.holds(100) and h.holds(200) and h.holds(300)
+    assert h.count("seq_rewound") == 1 and h.count("restarts_detected") == 0 and h.src.last_seq == 2
 
 
 def test_replay_that_starts_after_the_gap_resynchronises() -> None:
@@ -320,7 +395,9 @@ def test_live_copies_of_replayed_seqs_are_duplicates_not_a_restart() -> None:
     assert h.count("live_duplicates") == 2 and h.count("restarts_detected") == 0
     h.live(2, stored(3, 300))
     assert h.holds(300) and h.src.last_seq == 2
-    h.live(1, stored(9, 900))  # now a real regression
+    h.live(1, stored(9, 900))  # now a regression: verified from our last seq
+    assert (h.src.replay is not None and h.src.replay.kind, h.src.replay.start) == (ReplayKind.VERIFY, 2)
+    assert h.end() is Action.REREQUEST  # nothing from seq 2 on: the engine's counter is behind ours
     assert h.count("restarts_detected") == 1 and not h.holds(100)
 
 

@@ -6,9 +6,14 @@ replay); batches are decoded and applied strictly in sequence order. The rules f
 counter from 0 per engine, a replay ROUTER keeping recent batches):
 
 * ``seq == last + 1``: apply (the fast path).
-* first contact with ``seq > 0``, or ``seq <= last`` (engine restarted; the endpoint is cleared
-  first): replay from 0 when the source has a replay endpoint, else apply.
-* ``seq > last + 1`` (lost messages): replay from ``last + 1``, else count the gap and apply.
+* first contact with ``seq > 0``: replay from 0 when the source has a replay endpoint, else apply.
+* ``last + 1 < seq <= last + 1 + MAX_SEQ_JUMP`` (lost messages): replay from ``last + 1``, else
+  count the gap and apply. The bound is vLLM's default replay buffer (``buffer_steps`` 10,000
+  batches, ``vllm-project/vllm: vllm/config/kv_events.py``): a longer gap cannot be repaired.
+* a restart is proven, never inferred from one frame: a seq that goes back, or jumps beyond the
+  bound, is a suspect until a second signal confirms or the stream refutes it (``sequence.py``).
+  So one corrupt sequence frame, or a foreign publisher's counter interleaved with the engine's,
+  never clears an endpoint; both modes follow the same rules.
 * a live message whose payload carries nothing applicable (it does not decode, or every event in
   it was skipped) decides nothing: it is counted and dropped without touching the sequence state.
   So garbage can neither clear an endpoint nor start a replay — nor, sent at ``last + 1``, make the
@@ -49,6 +54,7 @@ from ppc_extproc.events.stats import IngestStats
 from ppc_extproc.events.transport.frames import ReplayReply, parse_topic
 from ppc_extproc.events.transport.ratelimit import RateLimitedLog
 from ppc_extproc.events.transport.replay import Action, ReplayManager, ReplaySession
+from ppc_extproc.events.transport.sequence import MAX_SEQ_JUMP, SequenceChecks
 from ppc_extproc.events.transport.source import ReplayKind, Source
 from ppc_extproc.events.wire import EventBatch
 
@@ -57,7 +63,7 @@ __all__ = ["Ingestor"]
 log = structlog.get_logger(__name__)
 
 
-class Ingestor:
+class Ingestor(SequenceChecks):
     """Applies the messages of many sources, each in order, with gap/restart handling."""
 
     def __init__(
@@ -90,6 +96,8 @@ class Ingestor:
         if last is not None and seq == last + 1:
             if src.replayed_to >= 0:
                 src.replayed_to = -1  # the live stream has passed what the replay delivered
+            if src.suspects:
+                self._refute_suspects(src)
             self._apply(src, topic, seq, payload)
         elif 0 <= seq <= src.replayed_to:
             self.stats.count(src.endpoint, "live_duplicates")  # already applied by the replay
@@ -110,20 +118,17 @@ class Ingestor:
             if seq > 0 and replay:
                 self._hold_and_replay(src, (topic, seq, payload), ReplayKind.FULL, 0)
                 return
-        elif seq <= last or went_back:
-            self._restart(src, seq, "held_stream_went_back" if went_back and seq > last else "seq_regression")
-            if replay:
-                self._hold_and_replay(src, (topic, seq, payload), ReplayKind.FULL, 0)
-                return
+        elif seq <= last or went_back or seq > last + 1 + MAX_SEQ_JUMP:
+            self._suspect(src, (topic, seq, payload), batch, replay, went_back)
+            return
         elif seq > last + 1:
             if src.gap_counted_at != seq:  # not the held trigger of a failed replay
-                src.gap_counted_at = seq
-                self.stats.count(endpoint, "gaps")
-                self.stats.count(endpoint, "gap_messages", seq - last - 1)
+                self._count_gap(src, seq)
             if replay:
                 self._hold_and_replay(src, (topic, seq, payload), ReplayKind.GAP, last + 1)
                 return
             self._warn.warning("kv_seq_gap", endpoint, last_seq=last, seq=seq)
+            self._note_gap(src, last)
         self._apply(src, topic, seq, payload, batch)
 
     def _restart(self, src: Source, seq: int, reason: str) -> None:
@@ -144,6 +149,9 @@ class Ingestor:
         src.replayed_to = -1
         src.last_seq = None
         src.last_payload = b""
+        src.before_gaps.clear()
+        src.recent.clear()
+        src.verified = False
         src.state.last_seq = None
 
     # --- connection events ---------------------------------------------------------------------
@@ -207,6 +215,7 @@ class Ingestor:
                 if reply.seq == session.start and src.last_seq == session.start:
                     if reply.payload == src.last_payload:
                         session.kind = ReplayKind.GAP  # same publisher: just catch up
+                        src.verified = True
                         self.stats.count(src.endpoint, "resyncs_verified")
                         self.stats.suspend(src.state, False)
                         return Action.CONTINUE
@@ -268,7 +277,8 @@ class Ingestor:
                 self._apply(src, topic, seq, payload)
             else:
                 self._out_of_line(src, topic, seq, payload)
-            previous = seq
+            if src.last_seq == seq:  # applied (a refuted suspect does not move the stream)
+                previous = seq
         src.state.queue_depth = len(held)
         if src.replay is None and src.overflowed:
             src.overflowed = False
@@ -288,6 +298,7 @@ class Ingestor:
         self._clear(src)
 
     def _discard(self, src: Source) -> None:
+        src.suspects.clear()
         if src.replay is not None and self.replays is not None:
             self.replays.cancel(src.replay)
         if src.held:
@@ -352,6 +363,9 @@ class Ingestor:
         endpoint = src.endpoint
         src.last_seq = seq
         src.last_payload = payload
+        if not replayed:
+            src.verified = False
+        self._remember(src, seq, payload)
         state = src.state
         state.last_seq = seq
         if batch is None:

@@ -12,6 +12,7 @@ from zmq.utils.monitor import recv_monitor_message
 from ppc_extproc.events.transport.policy import TransportTuning
 
 __all__ = [
+    "HANDSHAKE_FAILED_EVENTS",
     "MONITOR_EVENTS",
     "close_socket",
     "open_sub",
@@ -21,6 +22,10 @@ __all__ = [
 
 #: Connection events that matter: a completed handshake (connect or reconnect) and a drop.
 MONITOR_EVENTS = zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED
+#: Handshakes a central CURVE server refused (wrong server key, no CURVE, key not allowed).
+HANDSHAKE_FAILED_EVENTS = (
+    zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_AUTH
+)
 
 Socket = zmq.Socket[bytes]
 
@@ -34,13 +39,21 @@ def open_sub(
     hwm: int,
     tuning: TransportTuning,
     monitor: bool = False,
+    monitor_events: int = MONITOR_EVENTS,
+    curve_secret_key: bytes | None = None,
+    zap_domain: str = "",
 ) -> tuple[Socket, Socket | None]:
     """A SUB socket subscribed to ``topic_filter``, connected to (or bound at) ``address``, and
     optionally its monitor (attached before connecting, so the first handshake is reported).
-    The receive high-water mark bounds what queues per publisher connection."""
+    The receive high-water mark bounds what queues per publisher connection. With
+    ``curve_secret_key`` the socket is a CURVE server (its ZAP handler must already be bound)."""
     sock = context.socket(zmq.SUB)
     mon: Socket | None = None
     try:
+        if curve_secret_key is not None:
+            sock.setsockopt(zmq.CURVE_SERVER, 1)
+            sock.setsockopt(zmq.CURVE_SECRETKEY, curve_secret_key)
+            sock.setsockopt(zmq.ZAP_DOMAIN, zap_domain.encode())
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.RCVHWM, hwm)
         sock.setsockopt(zmq.MAXMSGSIZE, tuning.max_frame_bytes)
@@ -52,7 +65,7 @@ def open_sub(
             sock.setsockopt(zmq.IPV6, 1)
         sock.setsockopt(zmq.SUBSCRIBE, topic_filter)
         if monitor:
-            mon = sock.get_monitor_socket(MONITOR_EVENTS)
+            mon = sock.get_monitor_socket(monitor_events)
         if bind:
             sock.bind(address)
         else:

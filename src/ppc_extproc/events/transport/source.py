@@ -77,6 +77,16 @@ class Source:
     replayed_to: int = -1
     #: Seq of the message whose gap was last counted (so a failed replay does not count twice).
     gap_counted_at: int = -1
+    #: ``last_seq`` before each recent forward gap (bounded): the stream going on from one of
+    #: them proves the messages that opened the later gaps were not this publisher's.
+    before_gaps: list[int] = field(default_factory=list)
+    #: Messages whose seq is implausible (backwards, or too far ahead), by seq, until a second
+    #: signal confirms them (a restart or a long gap) or the stream going on refutes them.
+    suspects: dict[int, Held] = field(default_factory=dict)
+    #: Fingerprints of the recently applied messages by seq: a copy of one is a duplicate.
+    recent: dict[int, tuple[int, bytes, bytes]] = field(default_factory=dict)
+    #: A verify replay just proved ``last_seq`` is the publisher's: held suspects are refuted.
+    verified: bool = False
     #: Live messages held while a replay runs (bounded by the queue size).
     held: deque[Held] = field(default_factory=deque)
     #: Held messages were dropped because ``held`` was full: resync when the replay ends.

@@ -23,12 +23,14 @@ import zmq
 
 from ppc_extproc.events.config import KVEventsConfig
 from ppc_extproc.events.stats import IngestStats
+from ppc_extproc.events.transport.curve import ZAP_DOMAIN, CurveKeys, ZapHandler
 from ppc_extproc.events.transport.frames import parse_topic, split_message, tcp_address
 from ppc_extproc.events.transport.ingest import Ingestor
 from ppc_extproc.events.transport.policy import TransportTuning
 from ppc_extproc.events.transport.ratelimit import RateLimitedLog
 from ppc_extproc.events.transport.reactor import Reactor
 from ppc_extproc.events.transport.sockets import (
+    HANDSHAKE_FAILED_EVENTS,
     close_socket,
     open_sub,
     read_message,
@@ -65,8 +67,12 @@ class Subscribers:
         stats: IngestStats,
         tuning: TransportTuning,
         warn: RateLimitedLog,
+        curve: CurveKeys | None = None,
     ) -> None:
         self._context = context
+        self._curve = curve
+        self._zap: ZapHandler | None = None
+        self._central_monitor: zmq.Socket[bytes] | None = None
         self._reactor = reactor
         self._ingest = ingest
         self.config = config
@@ -103,8 +109,14 @@ class Subscribers:
             src.state.connected = False
         if self._central_sub is not None:
             self._reactor.remove(self._central_sub)
-            close_socket(self._central_sub)
-            self._central_sub = None
+            if self._central_monitor is not None:
+                self._reactor.remove(self._central_monitor)
+            close_socket(self._central_sub, self._central_monitor)
+            self._central_sub = self._central_monitor = None
+        if self._zap is not None:
+            self._reactor.remove(self._zap.sock)
+            self._zap.close()
+            self._zap = None
 
     # --- endpoints -----------------------------------------------------------------------------
 
@@ -179,14 +191,22 @@ class Subscribers:
         self._warn.warning("kv_subscriber_socket_error", src.endpoint, address=src.address, error=str(exc))
 
     def open_central(self) -> None:
+        curve = self._curve
+        if curve is not None and self._zap is None:
+            self._zap = ZapHandler(self._context, curve.allowed)  # bound before the CURVE server
+            self._reactor.add(self._zap.sock, self._drain_zap, priority=True)
         try:
-            sub, _ = open_sub(
+            sub, monitor = open_sub(
                 self._context,
                 self.config.zmq_endpoint,
                 bind=True,
                 topic_filter=self._topic_filter,
                 hwm=self.config.queue_size,
                 tuning=self.tuning,
+                monitor=curve is not None,
+                monitor_events=HANDSHAKE_FAILED_EVENTS | zmq.EVENT_HANDSHAKE_SUCCEEDED,
+                curve_secret_key=curve.server_secret if curve is not None else None,
+                zap_domain=ZAP_DOMAIN,
             )
         except zmq.ZMQError as exc:
             t = self.tuning
@@ -205,7 +225,34 @@ class Subscribers:
             return
         self._central_sub = sub
         self._reactor.add(sub, self._drain_central)
-        log.info("kv_central_subscriber_bound", address=self.config.zmq_endpoint)
+        if monitor is not None:
+            self._central_monitor = monitor
+            self._reactor.add(monitor, self._drain_central_monitor, priority=True)
+        log.info("kv_central_subscriber_bound", address=self.config.zmq_endpoint, curve=curve is not None)
+
+    def _drain_zap(self) -> bool:
+        zap = self._zap
+        if zap is None:
+            return False
+        refused = zap.refused
+        more = zap.drain()
+        if zap.refused > refused:
+            self.stats.count(UNATTRIBUTED, "publishers_refused", zap.refused - refused)
+            self._warn.warning("kv_publisher_refused", UNATTRIBUTED, reason="curve_key_not_allowed")
+        return more
+
+    def _drain_central_monitor(self) -> bool:
+        monitor = self._central_monitor
+        while monitor is not None:
+            event = recv_monitor_event(monitor)
+            if event is None:
+                break
+            if event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                self.stats.count(UNATTRIBUTED, "publisher_handshakes")
+            else:
+                self.stats.count(UNATTRIBUTED, "handshakes_failed")
+                self._warn.warning("kv_publisher_handshake_failed", UNATTRIBUTED, monitor_event=event)
+        return False
 
     # --- reading -------------------------------------------------------------------------------
 

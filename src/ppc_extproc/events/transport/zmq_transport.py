@@ -35,6 +35,7 @@ import zmq
 from ppc_extproc.events.apply import EventApplier
 from ppc_extproc.events.config import KVEventsConfig
 from ppc_extproc.events.stats import IngestStats, SourceState
+from ppc_extproc.events.transport.curve import CurveKeys, central_curve_keys
 from ppc_extproc.events.transport.ingest import Ingestor
 from ppc_extproc.events.transport.policy import TransportTuning
 from ppc_extproc.events.transport.ratelimit import RateLimitedLog
@@ -96,6 +97,7 @@ class ZmqTransport:
         self._reactor = Reactor()
         self._subscribers: Subscribers | None = None
         self._barriers: list[threading.Event] = []
+        self._curve: CurveKeys | None = None
 
     # --- public API (any thread) ---------------------------------------------------------------
 
@@ -107,6 +109,8 @@ class ZmqTransport:
         """Start the ingestion thread (idempotent)."""
         if self._thread is not None:
             return
+        if self.central:
+            self._curve = central_curve_keys(self.config)  # ConfigError before anything starts
         self._context = zmq.Context()
         address = f"inproc://ppc-kv-wake-{next(_wake_ids)}"
         self._wake_rx = self._context.socket(zmq.PAIR)
@@ -224,6 +228,7 @@ class ZmqTransport:
             self.stats,
             self.tuning,
             self._warn,
+            self._curve,
         )
         if self.central:
             self._subscribers.open_central()

@@ -20,7 +20,10 @@ Parameters  (llm-d's names; defaults in brackets)
             ``kvEventsConfig``: ``zmqEndpoint`` [""; set ⇒ central mode], ``topicFilter`` [kv@],
               ``engineType`` [vllm|sglang], ``discoverPods`` [true],
               ``podDiscoveryConfig.socketPort`` [5557], ``replaySocketPort`` [0 = off],
-              ``queueSize`` [10000 messages per source]
+              ``queueSize`` [10000 messages per source], central mode only:
+              ``curveConfig.serverSecretKeyFile``, ``curveConfig.allowedPublisherKeys`` [unset =
+              no CURVE; then a bind beyond loopback needs ``allowUnauthenticatedPublishers``
+              [false]]
             ``speculativeIndexing`` [false], ``speculativeTTL`` ["2s"]
 Streaming   for token-id bodies of 64 KiB or more, block keys are computed while the body streams
             in (``streaming_processor``); ``produce`` then only looks them up
@@ -198,7 +201,11 @@ class PrecisePrefixCacheProducer(
             entries_per_endpoint=self.index.entries_per_endpoint() if detailed else None,
             speculative_pending=self.speculative.pending(),
             kv_events=self.stats,
-            details={"kvEvents": self.stats.snapshot()} if detailed else {},
+            details=(
+                {"kvEvents": self.stats.snapshot(), "kvEntryTable": self.applier.entries.to_json()}
+                if detailed
+                else {}
+            ),
         )
 
     # --- keys ----------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from ppc_extproc.blockkeys import TokenProcessorConfig
 from ppc_extproc.blockkeys.config import HASH_ALGORITHMS
 from ppc_extproc.errors import ConfigError
-from ppc_extproc.events.config import ENGINE_TYPES, KVEventsConfig, PodDiscoveryConfig
+from ppc_extproc.events.config import ENGINE_TYPES, CurveConfig, KVEventsConfig, PodDiscoveryConfig
 from ppc_extproc.framework.params import Section
 from ppc_extproc.index.config import IndexerConfig
 from ppc_extproc.index.entries import DEFAULT_TIER_WEIGHTS
@@ -87,6 +87,15 @@ def _kv_events(s: Section) -> KVEventsConfig:
     )
     discovery.finish()
     engine = s.string("engineType", "vllm", choices=(*ENGINE_TYPES, "")) or "vllm"
+    curve = None
+    if s.has("curveConfig"):
+        c = s.section("curveConfig")
+        curve = CurveConfig(c.string("serverSecretKeyFile", ""), c.string("allowedPublisherKeys", ""))
+        for key, value in (("serverSecretKeyFile", curve.server_secret_key_file),
+                           ("allowedPublisherKeys", curve.allowed_publisher_keys)):
+            if not value:
+                raise ConfigError(c.child_path(key), "is required with curveConfig")
+        c.finish()
     config = KVEventsConfig(
         zmq_endpoint=s.string("zmqEndpoint", ""),
         topic_filter=s.string("topicFilter", "kv@"),
@@ -95,6 +104,8 @@ def _kv_events(s: Section) -> KVEventsConfig:
         discover_pods=s.boolean("discoverPods", True),
         pod_discovery=pods,
         queue_size=s.integer("queueSize", 10000, minimum=1),
+        curve=curve,
+        allow_unauthenticated_publishers=s.boolean("allowUnauthenticatedPublishers", False),
     )
     s.finish()
     return config
