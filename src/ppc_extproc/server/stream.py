@@ -49,6 +49,12 @@ SUBSET_KEY = "x-gateway-destination-endpoint-subset"
 SERVED_KEY = "x-gateway-destination-endpoint-served"
 _REWRITE_HEADERS = ("x-llm-d-model-name-rewrite", "x-gateway-model-name-rewrite")
 _UPSTREAM_TIME = "x-envoy-upstream-service-time"
+#: ``ProcessingRequest.attributes`` key of the ext_proc filter's ``response_attributes``; they come
+#: with the response-headers message (verified with Envoy 1.40, BUFFERED and FULL_DUPLEX_STREAMED).
+_ATTRIBUTES = "envoy.filters.http.ext_proc"
+#: ``response.flags`` bits of a connection-level failure: UpstreamConnectionFailure (UF) and
+#: UpstreamConnectionTermination (UC) (envoy: envoy/stream_info/stream_info.h, the legacy bits).
+_CONNECTION_FAILURE_FLAGS = 0x20 | 0x40
 #: Bodies that arrive in several messages are parsed and hashed while they stream in once they
 #: reach this size; smaller ones are parsed whole at the end (cheaper for them).
 STREAMING_THRESHOLD_BYTES = 64 * 1024
@@ -119,6 +125,23 @@ def _struct_value(struct: Any, namespace: str, key: str) -> Any:
     return None
 
 
+def _upstream_reached(attributes: Any, headers: dict[str, str]) -> bool | None:
+    """Did Envoy reach the engine? From the ``response.code_details`` / ``response.flags``
+    attributes: ``via_upstream`` (the engine answered, a 503 of its own included) → True; a
+    connection failure or a connection lost before the response → False; any other reply of
+    Envoy's → None. Without the attributes (an Envoy config that does not ask for them) only
+    ``x-envoy-upstream-service-time`` tells, which ``suppress_envoy_headers`` removes: None."""
+    if _ATTRIBUTES in attributes:
+        fields = attributes[_ATTRIBUTES].fields
+        if "response.code_details" in fields and fields["response.code_details"].string_value == "via_upstream":
+            return True
+        if "response.flags" in fields and int(fields["response.flags"].number_value) & _CONNECTION_FAILURE_FLAGS:
+            return False
+        if "response.code_details" in fields or "response.flags" in fields:
+            return None
+    return True if _UPSTREAM_TIME in headers else None
+
+
 class ExtProcStream:
     """Protocol state of one stream. ``handle`` returns the replies to send and whether to close."""
 
@@ -175,7 +198,7 @@ class ExtProcStream:
             if kind == "request_trailers":
                 return await self._request_trailers()
             if kind == "response_headers":
-                return self._response_headers(message.response_headers), False
+                return self._response_headers(message.response_headers, message.attributes), False
             if kind == "response_body":
                 return self._response_body(message.response_body), False
             if kind == "response_trailers":
@@ -372,7 +395,7 @@ class ExtProcStream:
 
     # --- response phase --------------------------------------------------------------------------
 
-    def _response_headers(self, headers: Any) -> list[ProcessingResponse]:
+    def _response_headers(self, headers: Any, attributes: Any) -> list[ProcessingResponse]:
         values = {h.key.lower(): _header_value(h) for h in headers.headers.headers}
         try:
             self.status = int(values.get(":status", "0"))
@@ -380,9 +403,7 @@ class ExtProcStream:
             self.status = 0
         served = _struct_value(self.metadata, "envoy.lb", SERVED_KEY)
         self.served = served if isinstance(served, str) else None
-        # Envoy stamps responses that came from the upstream; its own 502/503/504 for a failed
-        # connect, reset or timeout lack the header (envoy: source/common/router/router.cc).
-        self.reached = not (self.status in (502, 503, 504) and _UPSTREAM_TIME not in values)
+        self.reached = _upstream_reached(attributes, values)
         streaming = self.stream_flag or "text/event-stream" in values.get("content-type", "")
         self.usage = UsageParser(streaming)
         if headers.end_of_stream:
