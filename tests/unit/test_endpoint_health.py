@@ -178,3 +178,19 @@ def test_the_response_path_reports_to_health() -> None:
     assert B.id not in router.health.down()  # unknown: no evidence either way
     router.response_complete(ctx, ResponseInfo("r", A.id, status=500, reached=True))  # the engine's own error
     assert router.health.down() == {}
+
+
+def test_panics_are_a_prometheus_counter() -> None:
+    from prometheus_client import CollectorRegistry
+
+    from ppc_extproc.observability.metrics import ServiceState, StateCollector
+
+    router = router_over(A)
+    router.health.upstream(A.id, reached=False)
+    for i in range(3):
+        asyncio.run(router.route(LLMRequest(f"r{i}", "m")))
+    registry = CollectorRegistry()
+    health = router.health
+    registry.register(StateCollector(lambda: ServiceState({}, 1, [], {A.id: False}, health.transitions(), health.panics)))
+    assert registry.get_sample_value("ppc_extproc_health_panic_total") == 3
+    assert registry.get_sample_value("ppc_extproc_endpoint_down_total", {"endpoint": A.id, "reason": "upstream_failure"}) == 1
