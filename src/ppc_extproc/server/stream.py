@@ -36,6 +36,7 @@ from ppc_extproc.observability.metrics import Metrics
 from ppc_extproc.plugins.parsers import claims_path
 from ppc_extproc.scheduling.router import Decision, Router
 from ppc_extproc.server import messages
+from ppc_extproc.server.upstream import upstream_reached
 from ppc_extproc.server.usage import UsageParser, UsageSampler
 from ppc_extproc.tokens import ParsedBody, parse_body, token_field_for_path
 from ppc_extproc.tokens.streaming import StreamingPrompt
@@ -48,13 +49,6 @@ SUBSET_NAMESPACE = "envoy.lb.subset_hint"
 SUBSET_KEY = "x-gateway-destination-endpoint-subset"
 SERVED_KEY = "x-gateway-destination-endpoint-served"
 _REWRITE_HEADERS = ("x-llm-d-model-name-rewrite", "x-gateway-model-name-rewrite")
-_UPSTREAM_TIME = "x-envoy-upstream-service-time"
-#: ``ProcessingRequest.attributes`` key of the ext_proc filter's ``response_attributes``; they come
-#: with the response-headers message (verified with Envoy 1.40, BUFFERED and FULL_DUPLEX_STREAMED).
-_ATTRIBUTES = "envoy.filters.http.ext_proc"
-#: ``response.flags`` bits of a connection-level failure: UpstreamConnectionFailure (UF) and
-#: UpstreamConnectionTermination (UC) (envoy: envoy/stream_info/stream_info.h, the legacy bits).
-_CONNECTION_FAILURE_FLAGS = 0x20 | 0x40
 #: Bodies that arrive in several messages are parsed and hashed while they stream in once they
 #: reach this size; smaller ones are parsed whole at the end (cheaper for them).
 STREAMING_THRESHOLD_BYTES = 64 * 1024
@@ -123,23 +117,6 @@ def _struct_value(struct: Any, namespace: str, key: str) -> Any:
     if kind == "list_value":
         return [v.string_value for v in value.list_value.values if v.WhichOneof("kind") == "string_value"]
     return None
-
-
-def _upstream_reached(attributes: Any, headers: dict[str, str]) -> bool | None:
-    """Did Envoy reach the engine? From the ``response.code_details`` / ``response.flags``
-    attributes: ``via_upstream`` (the engine answered, a 503 of its own included) → True; a
-    connection failure or a connection lost before the response → False; any other reply of
-    Envoy's → None. Without the attributes (an Envoy config that does not ask for them) only
-    ``x-envoy-upstream-service-time`` tells, which ``suppress_envoy_headers`` removes: None."""
-    if _ATTRIBUTES in attributes:
-        fields = attributes[_ATTRIBUTES].fields
-        if "response.code_details" in fields and fields["response.code_details"].string_value == "via_upstream":
-            return True
-        if "response.flags" in fields and int(fields["response.flags"].number_value) & _CONNECTION_FAILURE_FLAGS:
-            return False
-        if "response.code_details" in fields or "response.flags" in fields:
-            return None
-    return True if _UPSTREAM_TIME in headers else None
 
 
 class ExtProcStream:
@@ -403,7 +380,7 @@ class ExtProcStream:
             self.status = 0
         served = _struct_value(self.metadata, "envoy.lb", SERVED_KEY)
         self.served = served if isinstance(served, str) else None
-        self.reached = _upstream_reached(attributes, values)
+        self.reached = upstream_reached(attributes, values)
         streaming = self.stream_flag or "text/event-stream" in values.get("content-type", "")
         self.usage = UsageParser(streaming)
         if headers.end_of_stream:
