@@ -53,10 +53,17 @@ def test_queue_all_equal_and_single_candidate_score_one() -> None:
     assert score(QueueScorer("q", reader), A) == {A.id: 1.0}
 
 
-def test_queue_missing_and_stale_are_not_scored_nor_in_the_range() -> None:
+def test_queue_missing_and_stale_score_the_mean_and_stay_out_of_the_range() -> None:
     reader = fleet(A=metrics(waiting=2), B=metrics(waiting=4), C=metrics(waiting=100, stale=True))
     scores = score(QueueScorer("q", reader), A, B, C, D)  # D: no scrape yet
-    assert scores == {A.id: 1.0, B.id: 0.0}  # C's huge stale queue does not stretch the range
+    # C's huge stale queue does not stretch the range; C and D keep a share (neither best nor worst)
+    assert scores == {A.id: 1.0, B.id: 0.0, C.id: 0.5, D.id: 0.5}
+
+
+def test_an_endpoint_without_metrics_ties_with_idle_ones() -> None:
+    """SGLang without --enable-metrics (404 on /metrics) still gets its share of an idle fleet."""
+    reader = fleet(A=metrics(waiting=0), B=metrics(waiting=0))
+    assert score(QueueScorer("q", reader), A, B, C) == {A.id: 1.0, B.id: 1.0, C.id: 1.0}
 
 
 def test_queue_no_metrics_at_all_scores_nobody() -> None:
@@ -73,7 +80,7 @@ def test_queue_scorer_from_config_uses_the_shared_source() -> None:
 
 def test_running_requests_min_max() -> None:
     reader = fleet(A=metrics(running=4), B=metrics(running=8), C=metrics(running=None))
-    assert score(RunningRequestsScorer("r", reader), A, B, C) == {A.id: 1.0, B.id: 0.0}
+    assert score(RunningRequestsScorer("r", reader), A, B, C) == {A.id: 1.0, B.id: 0.0, C.id: 0.5}
 
 
 # --- kv-cache-utilization-scorer -------------------------------------------------------------------
@@ -89,10 +96,11 @@ def test_kv_utilization_all_equal_is_absolute_not_normalised() -> None:
     assert score(KVCacheUtilizationScorer("kv", reader), A, B) == {A.id: 0.5, B.id: 0.5}
 
 
-def test_kv_utilization_missing_stale_or_unexported_is_not_scored() -> None:
-    reader = fleet(A=metrics(kv=0.9), B=metrics(kv=0.0, stale=True), C=metrics(kv=None))
+def test_kv_utilization_missing_stale_or_unexported_scores_the_mean() -> None:
+    reader = fleet(A=metrics(kv=0.9), B=metrics(kv=0.0, stale=True), C=metrics(kv=None), D=metrics(kv=0.5))
     scores = score(KVCacheUtilizationScorer("kv", reader), A, B, C, D)
-    assert scores == {A.id: pytest.approx(0.1)}
+    assert scores == {A.id: pytest.approx(0.1), B.id: pytest.approx(0.3), C.id: pytest.approx(0.3), D.id: 0.5}
+    assert score(KVCacheUtilizationScorer("kv", fleet()), A, B) == {}
 
 
 # --- load-aware-scorer -----------------------------------------------------------------------------
@@ -112,7 +120,7 @@ def test_load_aware_threshold_parameter_and_validation() -> None:
         build("load-aware-scorer", reader, {"threshold": 0})
 
 
-def test_load_aware_dead_engine_never_beats_an_idle_one() -> None:
-    reader = fleet(A=metrics(waiting=0), B=metrics(waiting=0, stale=True))
-    scores = score(LoadAwareScorer("la", reader), A, B, C)
-    assert scores == {A.id: 0.5}  # B (stale) and C (never scraped) count 0 in the profile
+def test_load_aware_unknown_engines_score_the_mean() -> None:
+    reader = fleet(A=metrics(waiting=0), B=metrics(waiting=0, stale=True), D=metrics(waiting=128))
+    scores = score(LoadAwareScorer("la", reader), A, B, C, D)
+    assert scores == {A.id: 0.5, B.id: 0.25, C.id: 0.25, D.id: 0.0}  # B stale, C never scraped

@@ -148,8 +148,9 @@ class ResponseInfo:
     prompt_tokens: int | None = None
     cached_tokens: int | None = None
     completion_tokens: int | None = None
-    #: Whether the request reached the engine: False when Envoy answered in its place (a 502/503/
-    #: 504 without ``x-envoy-upstream-service-time``); None when unknown (no response headers).
+    #: Whether Envoy reached the engine: False for a connection-level failure Envoy reported
+    #: (``response.flags`` UF/UC); None when unknown (no response headers, no attributes, or
+    #: another local reply of Envoy's).
     reached: bool | None = True
     #: The data plane reset the stream before the response ended (client gone, upstream reset).
     cancelled: bool = False

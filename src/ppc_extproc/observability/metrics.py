@@ -17,6 +17,7 @@ Read at scrape time (``StateCollector``):
     ppc_extproc_kv_transport_total{endpoint,name}, ppc_extproc_kv_source_last_seq{endpoint}
     ppc_extproc_kv_source_lag_seconds{endpoint}, ppc_extproc_kv_source_queue_depth{endpoint}
     ppc_extproc_endpoints, ppc_extproc_endpoint_routable{endpoint}, ppc_extproc_endpoint_down_total{endpoint,reason}
+    ppc_extproc_health_panic_total                             requests routed among held-down candidates
     ppc_extproc_tokenize_total{producer,backend,outcome}       token producers: ok / passthrough / why not
 """
 
@@ -119,6 +120,8 @@ class ServiceState:
     routable: Mapping[str, bool] = field(default_factory=dict)
     #: (endpoint, reason) → times it was taken down
     down_transitions: Mapping[tuple[str, str], int] = field(default_factory=dict)
+    #: requests routed among all their candidates because health held every one down
+    health_panics: int = 0
 
 
 class StateCollector(Collector):
@@ -140,7 +143,7 @@ class StateCollector(Collector):
         yield inflight_tokens
         yield GaugeMetricFamily("ppc_extproc_endpoints", "Endpoints in the pool.", value=state.endpoints)
         routable = GaugeMetricFamily(
-            "ppc_extproc_endpoint_routable", "1 when the endpoint may receive traffic, 0 while evidence holds it down.",
+            "ppc_extproc_endpoint_routable", "1 when the endpoint may receive traffic, 0 while a connection failure holds it down.",
             labels=["endpoint"],
         )
         for endpoint, ok in state.routable.items():
@@ -153,6 +156,11 @@ class StateCollector(Collector):
         for (endpoint, reason), n in state.down_transitions.items():
             down.add_metric([endpoint, reason], n)
         yield down
+        yield CounterMetricFamily(
+            "ppc_extproc_health_panic",
+            "Requests routed among all their candidates because every one was held down (health fails open).",
+            value=state.health_panics,
+        )
         tokenize = CounterMetricFamily(
             "ppc_extproc_tokenize", "Text requests by token producer backend and outcome (ok, or why no ids).",
             labels=["producer", "backend", "outcome"],

@@ -105,23 +105,17 @@ class Router:
         self.pipeline = pipeline
         #: Requests routed and not yet answered, per endpoint (read by load scorers).
         self.inflight = inflight if inflight is not None else InflightTracker()
-        #: The first filter: only endpoints no evidence holds down are candidates.
+        #: The first filter: endpoints Envoy could not reach are left out, unless that is all of them.
         self.health = health if health is not None else EndpointHealth()
 
     def candidates(self, subset: Sequence[str] | None) -> list[Endpoint]:
-        """The pool's endpoints (those the subset hint names, if any) that may receive traffic.
-        Raises ``NoEndpointsError`` when none is left."""
+        """The pool's endpoints (those the subset hint names, if any) that may receive traffic;
+        every one of them when health holds them all down (it fails open). Raises
+        ``NoEndpointsError`` when the pool has none."""
         candidates = self.pool.candidates(subset)
         if not candidates:
             raise NoEndpointsError("failed to find endpoint candidates for serving the request")
-        routable = self.health.routable(candidates)
-        if not routable:
-            down = self.health.down()
-            reasons = sorted({reason for e in candidates for reason in down.get(e.id, ())})
-            raise NoEndpointsError(
-                f"every candidate endpoint is unavailable ({len(candidates)} down: {', '.join(reasons) or 'unhealthy'})"
-            )
-        return routable
+        return self.health.routable(candidates)
 
     async def route(
         self, request: LLMRequest, subset: Sequence[str] | None = None, *, dry_run: bool = False
@@ -177,7 +171,7 @@ class Router:
 
     def response_complete(self, ctx: SchedulingContext, info: ResponseInfo) -> None:
         """The response ended (or the stream died): release per-request state in the plugins, and
-        tell endpoint health whether the engine answered."""
+        tell endpoint health whether Envoy reached the engine (``reached`` None: no evidence)."""
         self.inflight.finish(ctx.request.request_id)
         if info.reached is not None and not ctx.dry_run:
             self.health.upstream(info.endpoint, info.reached)

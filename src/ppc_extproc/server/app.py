@@ -127,7 +127,7 @@ class Service:
         health = self.router.health
         routable = {ep: not reasons for ep, reasons in self._health_view().items()}
         return ServiceState(self.router.inflight.snapshot(), len(self.pool), self.plugin_states(), routable,
-                            health.transitions())  # fmt: skip
+                            health.transitions(), health.panics)  # fmt: skip
 
     def _health_view(self) -> dict[str, list[str]]:
         down = self.router.health.down()
@@ -140,7 +140,7 @@ class Service:
                 {"endpoint": e.id, "name": e.name, "rank": e.rank, "labels": dict(e.labels)} for e in self.pool.endpoints()
             ],
             "inflight": self.router.inflight.snapshot(),
-            "health": {"down": {ep: reasons for ep, reasons in self._health_view().items() if reasons}},
+            "health": self.router.health.view(),
             "plugins": {state.name: plugin_state_json(state) for state in self.plugin_states(detailed=True)},
             "config": {"source": self.loaded.source, "warnings": self.loaded.warnings, "injected": self.loaded.injected},
         }

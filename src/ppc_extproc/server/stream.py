@@ -36,6 +36,7 @@ from ppc_extproc.observability.metrics import Metrics
 from ppc_extproc.plugins.parsers import claims_path
 from ppc_extproc.scheduling.router import Decision, Router
 from ppc_extproc.server import messages
+from ppc_extproc.server.upstream import upstream_reached
 from ppc_extproc.server.usage import UsageParser, UsageSampler
 from ppc_extproc.tokens import ParsedBody, parse_body, token_field_for_path
 from ppc_extproc.tokens.streaming import StreamingPrompt
@@ -48,7 +49,6 @@ SUBSET_NAMESPACE = "envoy.lb.subset_hint"
 SUBSET_KEY = "x-gateway-destination-endpoint-subset"
 SERVED_KEY = "x-gateway-destination-endpoint-served"
 _REWRITE_HEADERS = ("x-llm-d-model-name-rewrite", "x-gateway-model-name-rewrite")
-_UPSTREAM_TIME = "x-envoy-upstream-service-time"
 #: Bodies that arrive in several messages are parsed and hashed while they stream in once they
 #: reach this size; smaller ones are parsed whole at the end (cheaper for them).
 STREAMING_THRESHOLD_BYTES = 64 * 1024
@@ -175,7 +175,7 @@ class ExtProcStream:
             if kind == "request_trailers":
                 return await self._request_trailers()
             if kind == "response_headers":
-                return self._response_headers(message.response_headers), False
+                return self._response_headers(message.response_headers, message.attributes), False
             if kind == "response_body":
                 return self._response_body(message.response_body), False
             if kind == "response_trailers":
@@ -372,7 +372,7 @@ class ExtProcStream:
 
     # --- response phase --------------------------------------------------------------------------
 
-    def _response_headers(self, headers: Any) -> list[ProcessingResponse]:
+    def _response_headers(self, headers: Any, attributes: Any) -> list[ProcessingResponse]:
         values = {h.key.lower(): _header_value(h) for h in headers.headers.headers}
         try:
             self.status = int(values.get(":status", "0"))
@@ -380,9 +380,7 @@ class ExtProcStream:
             self.status = 0
         served = _struct_value(self.metadata, "envoy.lb", SERVED_KEY)
         self.served = served if isinstance(served, str) else None
-        # Envoy stamps responses that came from the upstream; its own 502/503/504 for a failed
-        # connect, reset or timeout lack the header (envoy: source/common/router/router.cc).
-        self.reached = not (self.status in (502, 503, 504) and _UPSTREAM_TIME not in values)
+        self.reached = upstream_reached(attributes, values)
         streaming = self.stream_flag or "text/event-stream" in values.get("content-type", "")
         self.usage = UsageParser(streaming)
         if headers.end_of_stream:

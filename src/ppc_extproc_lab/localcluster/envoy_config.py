@@ -9,7 +9,10 @@ A local run changes only addresses and ports:
   → ``127.0.0.1:<ext_proc_port>`` — or, for several service replicas, the list of their
   ``ip:port`` (the authority names the first; Envoy load-balances the gRPC streams, one per HTTP
   request, over the list with the file's ``lb_policy``);
-* in a cluster load-balanced by ``override_host``, the member list → the engine endpoints.
+* in a cluster load-balanced by ``override_host``, the member list → the engine endpoints;
+* every ext_proc filter asks for the ``response.code_details`` and ``response.flags`` attributes
+  (:data:`HEALTH_ATTRIBUTES`; the shipped files do already): without them the service cannot tell
+  a dead engine from an engine's own 5xx, and never takes an endpoint out of routing.
 
 Anything else in the file reaches Envoy unchanged; a file without the expected elements is an
 error rather than a silently different setup.
@@ -34,6 +37,7 @@ from ppc_extproc_lab.localcluster._errors import LocalClusterError
 __all__ = [
     "DEFAULT_VARIANT",
     "EXT_PROC_CLUSTER",
+    "HEALTH_ATTRIBUTES",
     "OVERRIDE_HOST_POLICY",
     "VARIANTS",
     "envoy_config_file",
@@ -56,6 +60,9 @@ DEFAULT_VARIANT = "buffered"
 #: Name of the cluster that points at the ppc-extproc gRPC service in every shipped file.
 EXT_PROC_CLUSTER = "ext_proc"
 OVERRIDE_HOST_POLICY = "envoy.load_balancing_policies.override_host"
+EXT_PROC_FILTER = "envoy.filters.http.ext_proc"
+#: The ext_proc ``response_attributes`` endpoint health reads (``ppc_extproc.server.stream``).
+HEALTH_ATTRIBUTES = ("response.code_details", "response.flags")
 
 
 def find_envoy() -> str:
@@ -216,6 +223,11 @@ def rewrite_envoy_config(
             and "authority" in grpc
         ):
             grpc["authority"] = authority
+
+    for node in _walk(out.get("static_resources")):
+        if node.get("name") == EXT_PROC_FILTER and isinstance(node.get("typed_config"), dict):
+            asked = node["typed_config"].setdefault("response_attributes", [])
+            asked.extend(a for a in HEALTH_ATTRIBUTES if a not in asked)
 
     if upstream_endpoints is not None:
         members = [

@@ -114,6 +114,10 @@ class _Client:
         down: dict[str, list[str]] = self.admin("/debug/state")["health"]["down"]
         return down
 
+    def kv_disconnected(self) -> list[str]:
+        lost: list[str] = self.admin("/debug/state")["health"]["kvDisconnected"]
+        return lost
+
     def predicted_blocks(self, tokens: list[int]) -> dict[str, int]:
         """Per routable endpoint, the blocks of ``tokens`` the service would count as cached."""
         answer = self.admin("/debug/score", {"model": self.model, "prompt": tokens})
@@ -209,7 +213,8 @@ def restart_staleness(
     victim = cluster.engine_endpoints.index(endpoint)
     wait_for(lambda: client.predicted_blocks(prefix).get(endpoint, 0) >= prefix_blocks, what="prefix indexed")
     cluster.kill_engine(victim)
-    wait_for(lambda: endpoint in client.down(), what=f"{endpoint} held down")
+    # No request goes to it meanwhile: its subscriber's lost connection is what the service sees.
+    wait_for(lambda: endpoint in client.kv_disconnected(), what=f"{endpoint}'s KV subscriber disconnected")
     cluster.start_engine(victim)
     ready = time.monotonic()
     stale: list[float] = []

@@ -4,7 +4,9 @@ vLLM routes: ``POST /v1/completions``, ``POST /inference/v1/generate``, ``GET /v
 ``GET /health``, ``GET /version``, ``GET /metrics``, ``GET /kv_event_sources``,
 ``POST /reset_prefix_cache``, ``POST /tokenize`` (UTF-8 bytes, :mod:`~ppc_extproc_lab.mock_vllm.peer_probes`;
 with ``--tokenizer`` the text routes of :mod:`~ppc_extproc_lab.mock_vllm.text`). Mock routes:
-``POST /mock/restart``, ``POST /mock/match`` (``{"prompt" | "messages", "cache_salt"?}`` →
+``POST /mock/restart``, ``POST /mock/faults`` (``{"completions_status": 503, "metrics_status": 404,
+"kv_events": false}``: answer completions / ``/metrics`` with that status, close the KV-event
+publisher for good; ``null`` statuses clear), ``POST /mock/match`` (``{"prompt" | "messages", "cache_salt"?}`` →
 ``{"cached_tokens", "matched_tokens", "block_size"}``, no side effects; ``messages`` need
 ``--tokenizer``) and ``GET /mock/state``. Every response carries ``x-mock-vllm-endpoint``.
 
@@ -118,6 +120,9 @@ async def _wait_done(engine: MockEngine, reqs: list[EngineRequest]) -> None:
 
 async def completions(request: web.Request) -> web.StreamResponse:
     engine = request.app[ENGINE]
+    if status := request.app[_INFO]["faults"]["completions_status"]:
+        await request.read()
+        return _error("injected by POST /mock/faults", status, "ServiceUnavailableError")
     try:
         body = await _read_json(request)
         params = p.parse_completion(body, engine.config.model, _encoder(request, body))
@@ -211,6 +216,8 @@ async def version(request: web.Request) -> web.Response:
 async def metrics(request: web.Request) -> web.Response:
     info = request.app[_INFO]
     info["metrics_requests"] += 1
+    if status := info["faults"]["metrics_status"]:
+        return web.Response(status=status, text="injected by POST /mock/faults")
     body = generate_latest(info["registry"])
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
@@ -233,6 +240,24 @@ async def mock_restart(request: web.Request) -> web.Response:
     engine = request.app[ENGINE]
     engine.restart()
     return _json({"status": "restarted", "seq": engine.publisher.next_seq})
+
+
+async def mock_faults(request: web.Request) -> web.Response:
+    faults = request.app[_INFO]["faults"]
+    try:
+        body = await _read_json(request)
+    except RequestRejected as e:
+        return _rejected(e)
+    if not isinstance(body, dict) or not set(body) <= {*faults, "kv_events"}:
+        return _error(f"Body must be an object with keys among {sorted({*faults, 'kv_events'})}.")
+    for key in ("completions_status", "metrics_status"):
+        value = body.get(key, faults[key])
+        if value is not None and not (isinstance(value, int) and 100 <= value <= 599):
+            return _error(f"{key} must be an HTTP status or null.")
+        faults[key] = value
+    if body.get("kv_events") is False:
+        await request.app[ENGINE].publisher.close()
+    return _json(faults)
 
 
 def _chat_ids(request: web.Request, body: dict[str, Any]) -> list[int]:
@@ -305,6 +330,8 @@ def create_app(
         "registry": engine_registry(engine, engine_index),
         #: ``GET /metrics`` requests served (shown in ``/mock/state``: who polls this engine).
         "metrics_requests": 0,
+        #: Injected by ``POST /mock/faults``.
+        "faults": {"completions_status": None, "metrics_status": None},
     }
 
     async def add_header(request: web.BaseRequest, response: web.StreamResponse) -> None:
@@ -320,6 +347,7 @@ def create_app(
     app.router.add_get("/kv_event_sources", kv_event_sources)
     app.router.add_post("/reset_prefix_cache", reset_prefix_cache)
     app.router.add_post("/mock/restart", mock_restart)
+    app.router.add_post("/mock/faults", mock_faults)
     app.router.add_post("/mock/match", mock_match)
     app.router.add_get("/mock/state", mock_state)
     if tokenizer is not None:

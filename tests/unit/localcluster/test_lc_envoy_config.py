@@ -19,7 +19,7 @@ from ppc_extproc_lab.localcluster import (
     render_envoy_config,
     rewrite_envoy_config,
 )
-from ppc_extproc_lab.localcluster.envoy_config import split_host_port
+from ppc_extproc_lab.localcluster.envoy_config import HEALTH_ATTRIBUTES, split_host_port
 
 REPO = Path(__file__).resolve().parents[3]
 TOP_LEVEL = REPO / "envoy"
@@ -167,6 +167,24 @@ def test_original_dst_variants_fail_closed(variant: str) -> None:
     cluster = _cluster(config, "original_destination_cluster")
     assert cluster["type"] == "ORIGINAL_DST"
     assert cluster["original_dst_lb_config"] == {"use_http_header": True, "http_header_name": DEST}
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_every_variant_asks_envoy_whether_it_reached_the_engine(variant: str) -> None:
+    """Endpoint health reads these attributes: suppress_envoy_headers removes the header that
+    would otherwise tell an engine's own 5xx from a connection failure."""
+    assert set(HEALTH_ATTRIBUTES) <= set(_ext_proc(load_envoy_config(variant))["response_attributes"])
+
+
+def test_a_custom_file_without_the_attributes_gets_them() -> None:
+    config = load_envoy_config("buffered")
+    (ext_proc,) = [f["typed_config"] for f in _filters(config) if f["name"] == "envoy.filters.http.ext_proc"]
+    del ext_proc["response_attributes"]
+    rewritten = rewrite_envoy_config(config, listener_port=1, admin_port=2, ext_proc_port=3)
+    assert _ext_proc(rewritten)["response_attributes"] == list(HEALTH_ATTRIBUTES)
+    ext_proc["response_attributes"] = ["request.path", "response.flags"]
+    rewritten = rewrite_envoy_config(config, listener_port=1, admin_port=2, ext_proc_port=3)
+    assert _ext_proc(rewritten)["response_attributes"] == ["request.path", "response.flags", "response.code_details"]
 
 
 def test_override_host_variant() -> None:

@@ -17,7 +17,10 @@ Adaptive    an endpoint whose load (waiting, running, KV usage as extracted) did
             brings it back to ``interval``, and so does this service routing a request to it or one
             finishing there (its in-flight count moved; checked every 250 ms while backed off). An
             idle fleet of 100 engines is then polled 100×/s instead of 2,000×/s (BENCHMARKS.md, "What routing costs").
-            Metrics go stale after 3 × ``maxInterval`` without a successful poll.
+            Metrics go stale after 3 × ``maxInterval`` without a successful poll; scorers then treat
+            them as unknown. A failing poll never makes the endpoint unroutable (in llm-d a failed
+            poll only skips the extractors: ``pkg/epp/framework/plugins/datalayer/source/http/``
+            ``datasource.go``, ``Dispatch``).
 
     plugins:
     - type: metrics-data-source
@@ -60,7 +63,6 @@ from ppc_extproc.framework import (
 from ppc_extproc.framework.params import Section
 from ppc_extproc.ids import EndpointId
 from ppc_extproc.plugins.registry import Services, register
-from ppc_extproc.scheduling.health import EndpointHealth
 
 __all__ = ["BASE_TICK_SECONDS", "Fetch", "MetricsDataSource", "PollOptions"]
 
@@ -148,7 +150,6 @@ class MetricsDataSource(PollingSource, Lifecycle, StateReporter):
         *,
         clock: Callable[[], float] = time.monotonic,
         fetch: Fetch | None = None,
-        health: EndpointHealth | None = None,
         load: Callable[[str], tuple[object, ...] | None] | None = None,
         inflight: Callable[[str], int] | None = None,
     ) -> None:
@@ -159,8 +160,6 @@ class MetricsDataSource(PollingSource, Lifecycle, StateReporter):
         #: This service's in-flight request count of an endpoint (routing moves the load).
         self._inflight = inflight
         self.clock = clock
-        #: Told of every poll's outcome (consecutive failures take an endpoint out of routing).
-        self.health = health
         self.extractors: list[MetricsExtractor] = []
         #: None ⇒ aiohttp (a session is opened by ``start``).
         self._custom_fetch = fetch
@@ -210,7 +209,7 @@ class MetricsDataSource(PollingSource, Lifecycle, StateReporter):
             metrics = store.snapshot(endpoint_id)
             return None if metrics is None else (metrics.waiting, metrics.running, metrics.kv_usage)
 
-        return cls(name, options, clock=services.clock, health=services.health, load=load,
+        return cls(name, options, clock=services.clock, load=load,
                    inflight=lambda endpoint_id: inflight.requests(EndpointId(endpoint_id)))  # fmt: skip
 
     # --- wiring ---------------------------------------------------------------------------------
@@ -391,7 +390,6 @@ class MetricsDataSource(PollingSource, Lifecycle, StateReporter):
             except Exception as exc:
                 self.poll_errors += 1
                 self._failed(target, exc)
-                self._report(endpoint_id, False)
                 return False
             finally:
                 target.last_duration = time.perf_counter() - started
@@ -411,9 +409,7 @@ class MetricsDataSource(PollingSource, Lifecycle, StateReporter):
                 error = exc
         if self.extractors and not accepted:
             self._failed(target, error or ValueError("no extractor accepted the body"))
-            self._report(endpoint_id, False)
             return False
-        self._report(endpoint_id, True)
         if self._load is not None:
             load = self._load(endpoint_id)
             target.moved, target.load = load != target.load, load
@@ -436,10 +432,6 @@ class MetricsDataSource(PollingSource, Lifecycle, StateReporter):
             if len(body) > self.options.max_body_bytes:
                 raise ValueError("body is too large")
             return body
-
-    def _report(self, endpoint_id: str, ok: bool) -> None:
-        if self.health is not None:
-            self.health.poll(endpoint_id, ok)
 
     def _failed(self, target: _Target, exc: Exception) -> None:
         error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__

@@ -187,7 +187,8 @@ class PrecisePrefixCacheProducer(
 
     def tick(self, now: float) -> None:
         """Periodic housekeeping: expire speculative entries; report subscriber connections to
-        endpoint health (a dropped connection is a dead or restarting engine)."""
+        endpoint health (a soft signal: it corroborates connection failures, and a reconnect ends
+        their hold; the entries of a disconnected endpoint are suspended by the ingestion)."""
         self.speculative.expire(now)
         events = self.config.kv_events
         if self.transport is not None and events.discover_pods and not events.zmq_endpoint:

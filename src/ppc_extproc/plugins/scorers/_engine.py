@@ -1,10 +1,13 @@
 """Shared parts of the scorers that read engine metrics (not a plugin).
 
 Policy for every metrics-based scorer: an endpoint whose metrics are missing (no successful poll
-yet) or stale (no successful poll within the staleness window) is **not scored**. The profile
-then counts 0 for it — the worst value of every load scorer — so an engine that stopped answering
-can never look attractive, and a fleet with no metrics at all scores 0 everywhere (the scorer does
-not influence the pick). Min-max scorers also leave such endpoints out of the min and max.
+yet: SGLang without ``--enable-metrics`` answers 404) or stale (no successful poll within the
+staleness window) is **unknown**: it is scored with the mean of the candidates that have fresh
+metrics, and min-max scorers leave it out of the min and max. So it keeps a share of the traffic
+without attracting all of it, and a stale value cannot stretch the range. A fleet with no metrics
+at all is not scored (the scorer does not influence the pick). llm-d scores from the last value
+its datastore holds, zeros when it never had one (an engine that never reports looks idle); an
+engine that cannot be reached is endpoint health's business, not the scorers'.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from ppc_extproc.framework.params import Section
 from ppc_extproc.ids import EndpointId
 from ppc_extproc.plugins.registry import Services
 
-__all__ = ["EngineMetricsScorer", "fresh_metrics", "min_max_inverse"]
+__all__ = ["EngineMetricsScorer", "fresh_metrics", "min_max_inverse", "unknown_at_mean"]
 
 
 def fresh_metrics(reader: EngineMetricsReader, endpoint_id: str) -> EngineMetrics | None:
@@ -29,12 +32,21 @@ def fresh_metrics(reader: EngineMetricsReader, endpoint_id: str) -> EngineMetric
     return metrics
 
 
+def unknown_at_mean(scores: dict[EndpointId, float], endpoints: Sequence[Endpoint]) -> dict[EndpointId, float]:
+    """``scores`` with every endpoint that has none given the mean of the others (none scored ⇒ {})."""
+    if not scores or len(scores) == len(endpoints):
+        return scores
+    mean = sum(scores.values()) / len(scores)
+    return {e.id: scores.get(e.id, mean) for e in endpoints}
+
+
 def min_max_inverse(
     reader: EngineMetricsReader,
     endpoints: Sequence[Endpoint],
     value: Callable[[EngineMetrics], int | float | None],
 ) -> dict[EndpointId, float]:
-    """``(max − v) / (max − min)`` over endpoints with a fresh value; all equal ⇒ 1.0."""
+    """``(max − v) / (max − min)`` over endpoints with a fresh value; all equal ⇒ 1.0; the others
+    get the mean."""
     values: dict[EndpointId, float] = {}
     for endpoint in endpoints:
         metrics = fresh_metrics(reader, endpoint.id)
@@ -44,8 +56,8 @@ def min_max_inverse(
         return {}
     low, high = min(values.values()), max(values.values())
     if high == low:
-        return dict.fromkeys(values, 1.0)
-    return {ep: (high - v) / (high - low) for ep, v in values.items()}
+        return unknown_at_mean(dict.fromkeys(values, 1.0), endpoints)
+    return unknown_at_mean({ep: (high - v) / (high - low) for ep, v in values.items()}, endpoints)
 
 
 class EngineMetricsScorer(Scorer, DataConsumer):

@@ -3,7 +3,7 @@
 Type        ``kv-cache-utilization-scorer`` (scorer)
 Formula     ``1 − kv_usage``, ``kv_usage`` ∈ [0, 1]; absolute (equal usage ⇒ equal scores)
 Inputs      ``vllm:kv_cache_usage_perc`` (older vLLM: ``vllm:gpu_cache_usage_perc``)
-Missing     metrics missing or stale ⇒ not scored (counts 0, as a full cache)
+Missing     metrics missing or stale ⇒ the mean of the others' scores (``_engine``'s policy)
 Parameters  none
 
     plugins:
@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from ppc_extproc.framework import Endpoint, SchedulingContext
 from ppc_extproc.ids import EndpointId
 from ppc_extproc.plugins.registry import register
-from ppc_extproc.plugins.scorers._engine import EngineMetricsScorer, fresh_metrics
+from ppc_extproc.plugins.scorers._engine import EngineMetricsScorer, fresh_metrics, unknown_at_mean
 
 __all__ = ["KVCacheUtilizationScorer"]
 
@@ -33,4 +33,4 @@ class KVCacheUtilizationScorer(EngineMetricsScorer):
             metrics = fresh_metrics(self.metrics, endpoint.id)
             if metrics is not None and metrics.kv_usage is not None:
                 scores[endpoint.id] = 1.0 - metrics.kv_usage
-        return scores
+        return unknown_at_mean(scores, endpoints)

@@ -4,8 +4,8 @@ Type        ``load-aware-scorer`` (scorer)
 Formula     ``q == 0`` ⇒ 0.5; else ``0.5 × (1 − min(q, threshold) / threshold)``; at most 0.5
             (room above 0.5 is reserved upstream for "spare capacity"); absolute, not normalised
 Inputs      ``vllm:num_requests_waiting`` from the engine metrics source
-Missing     metrics missing or stale ⇒ not scored (counts 0, as a queue at the threshold). llm-d
-            reads a missing queue as 0 and scores it 0.5, the best value: a dead engine would win.
+Missing     metrics missing or stale ⇒ the mean of the others' scores. llm-d reads a missing
+            queue as 0 and scores it 0.5, the best value: an engine that never reports would win.
 Parameters  ``threshold`` (int, default 128, ≥ 1; llm-d silently replaces ≤ 0 by 128, we reject it)
 
     plugins:
@@ -22,7 +22,7 @@ from ppc_extproc.framework import Endpoint, SchedulingContext
 from ppc_extproc.framework.params import Section
 from ppc_extproc.ids import EndpointId
 from ppc_extproc.plugins.registry import Services, register
-from ppc_extproc.plugins.scorers._engine import EngineMetricsScorer, fresh_metrics
+from ppc_extproc.plugins.scorers._engine import EngineMetricsScorer, fresh_metrics, unknown_at_mean
 
 __all__ = ["LoadAwareScorer"]
 
@@ -46,4 +46,4 @@ class LoadAwareScorer(EngineMetricsScorer):
                 continue
             q = metrics.waiting
             scores[endpoint.id] = 0.5 if q <= 0 else 0.5 * (1.0 - min(q, self.threshold) / self.threshold)
-        return scores
+        return unknown_at_mean(scores, endpoints)

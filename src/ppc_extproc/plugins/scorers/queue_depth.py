@@ -4,7 +4,7 @@ Type        ``queue-scorer`` (scorer)
 Formula     ``(maxQ − q) / (maxQ − minQ)``, min and max over the candidates with fresh metrics;
             all equal (or a single one) ⇒ 1.0
 Inputs      ``vllm:num_requests_waiting`` from the engine metrics source
-Missing     metrics missing or stale ⇒ not scored (counts 0) and left out of min/max
+Missing     metrics missing or stale ⇒ the mean of the others' scores; left out of min/max
 Parameters  none
 
     plugins:
