@@ -166,7 +166,8 @@ class Service:
         for endpoint in self.pool.endpoints():
             m = engines.snapshot(endpoint.id)
             fresh = m is not None and not m.stale
-            endpoints[endpoint.name or endpoint.id] = (
+            # llm-d's label is the endpoint's ``ID.Name`` (``<pod>-rank-<i>``), without the namespace.
+            endpoints[endpoint.name.rpartition("/")[2] or endpoint.id] = (
                 m.waiting if fresh and m else None, m.running if fresh and m else None, m.kv_usage if fresh and m else None
             )
         return PoolSnapshot(self.options.pool_name, endpoints)

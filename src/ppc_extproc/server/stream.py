@@ -359,7 +359,8 @@ class ExtProcStream:
         self.metrics.observe_decision(elapsed, stages)
         if self._series is not None:
             primary = decision.primary
-            self.metrics.llmd.scheduled(self._series, len(self.body), decision.ctx.request.model, primary.name,
+            self.metrics.llmd.scheduled(self._series, len(self.body), decision.ctx.request.model,
+                                        primary.name.rpartition("/")[2] or primary.id,
                                         primary.port, {"parse": stages["parse"], **timings})
         info = decision.ctx.match_info(decision.primary.id)
         if info is not None and info.total_blocks:
