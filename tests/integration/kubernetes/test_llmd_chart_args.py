@@ -276,3 +276,70 @@ def test_chart_argument_list_runs_as_llmd_epp(tmp_path: Path, replicas: int) -> 
 
 async def _is(port: int, service: str, status: int) -> bool:
     return await health_status(port, service) == status
+
+
+#: The chart's own default-plugins.yaml (routerlib templates/_config.yaml, vLLM over HTTP), so the
+#: only change from llm-d's deployment is the image (deploy/llm-d-values.yaml).
+LLMD_DEFAULT_PLUGINS = """
+apiVersion: llm-d.ai/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: queue-scorer
+- type: kv-cache-utilization-scorer
+- type: prefix-cache-scorer
+- type: metrics-data-source
+  parameters:
+    scheme: "http"
+    path: "/metrics"
+    insecureSkipVerify: true
+- type: core-metrics-extractor
+schedulingProfiles:
+- name: default
+  plugins:
+  - pluginRef: queue-scorer
+    weight: 2
+  - pluginRef: kv-cache-utilization-scorer
+    weight: 2
+  - pluginRef: prefix-cache-scorer
+    weight: 3
+"""
+
+
+@pytest.mark.skipif(shutil.which("ppc-extproc") is None, reason="needs the installed ppc-extproc entrypoint")
+def test_image_swap_only_with_the_charts_default_plugins(tmp_path: Path) -> None:
+    base = random.randint(2, 250)
+    hosts = [f"127.0.{base}.{i}" for i in (21, 22)]
+    http_port, kv_port = free_port(*hosts), free_port(*hosts)
+    config = tmp_path / "default-plugins.yaml"
+    config.write_text(LLMD_DEFAULT_PLUGINS)
+    grpc_port, health_port, metrics_port = free_port(), free_port(), free_port()
+
+    async def scenario() -> None:
+        fleet = engines(hosts, http_port, kv_port)
+        epp: subprocess.Popen[bytes] | None = None
+        try:
+            async with fake_api() as fake:
+                fake.put(POOLS, NAMESPACE, inference_pool("qwen", {"app": "qwen"}, [http_port]))
+                for i, host in enumerate(hosts):
+                    fake.put(PODS, NAMESPACE, pod(f"qwen-{i}", host))
+                env = {**os.environ, "KUBECONFIG": write_kubeconfig(tmp_path, fake.url), "NAMESPACE": NAMESPACE,
+                       "POD_NAME": "qwen-epp-0"}
+                args = chart_args(replicas=1, config_file=config, grpc_port=grpc_port, health_port=health_port,
+                                  metrics_port=metrics_port)
+                epp = subprocess.Popen(["ppc-extproc", *args], env=env, stdout=subprocess.DEVNULL,
+                                       stderr=subprocess.DEVNULL, start_new_session=True)
+                await until(lambda: _is(health_port, "inference-extension", SERVING), "inference-extension SERVING")
+                destination, reply = await route_and_serve(grpc_port, list(range(7, 71)))
+                assert destination in {f"{h}:{http_port}" for h in hosts} and reply["usage"]["completion_tokens"] == 4
+                samples = await scrape(metrics_port)
+                assert samples['inference_pool_ready_pods{name="qwen"}'] == len(hosts)
+                assert epp.poll() is None
+        finally:
+            for process in (epp, fleet):
+                if process is not None and process.poll() is None:
+                    process.kill()
+                    process.wait(10)
+            if fleet.stdout is not None:
+                fleet.stdout.close()
+
+    asyncio.run(asyncio.wait_for(scenario(), 120))
