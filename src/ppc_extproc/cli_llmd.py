@@ -7,7 +7,7 @@ implemented or, when set, logged once at startup as having no effect (``llmd_fla
 
 ``ppc-extproc --pool-name … --zap-encoder json …`` (arguments that start with a flag, the chart's
 form) means ``ppc-extproc serve --llm-d-defaults …``: the defaults of the flags both programs share
-become llm-d's (health port 9003, metrics on every interface, 30 s drain).
+become llm-d's (health port 9003, metrics on every interface, 30 s drain, TLS on ext_proc).
 """
 
 from __future__ import annotations
@@ -180,8 +180,8 @@ _FLAGS: tuple[_Flag, ...] = (
     _Flag("zap-time-encoding", "str", "zap time encoding", no_effect="timestamps are ISO 8601 UTC"),
     _Flag("ha-enable-leader-election", "bool", "leader election",
           no_effect="leader election is not implemented: every replica is ready as if it led"),
-    _Flag("secure-serving", "bool", "TLS on the ext_proc port (llm-d default true)",
-          no_effect="without --cert-path ext_proc is plaintext (no self-signed certificate is generated)"),
+    _Flag("secure-serving", "bool", "TLS on the ext_proc port, with a self-signed certificate made at start "
+          "unless --cert-path (llm-d default true; plain serve: false)"),
     _Flag("enable-cert-reload", "bool", "reload --cert-path on change", no_effect="certificates load at start only"),
     _Flag("tracing", "bool", "OpenTelemetry traces", no_effect="tracing is not implemented"),
     _Flag("metrics-endpoint-auth", "bool", "TokenReview/SubjectAccessReview on /metrics (llm-d default true)",
@@ -212,7 +212,7 @@ _WARN_WHEN_TRUE = frozenset({
 })
 
 #: llm-d's defaults for flags whose absence a drop-in must still honour (options.go NewOptions).
-_LLMD_TRUE_DEFAULTS = ("secure-serving", "metrics-endpoint-auth")
+_LLMD_TRUE_DEFAULTS = ("metrics-endpoint-auth",)
 
 _TYPES: dict[str, Callable[[str], Any]] = {"bool": parse_go_bool, "int": int, "port": _port, "str": str, "duration": parse_duration,
           "quantity": parse_quantity}
@@ -225,7 +225,8 @@ def _dest(name: str) -> str:
 def add_llmd_flags(parser: argparse.ArgumentParser) -> None:
     """Add llm-d's EPP flags to ``serve`` as one help group."""
     parser.add_argument(LLMD_DEFAULTS_FLAG, action="store_true", dest="llmd_defaults",
-                        help="llm-d's defaults: health port 9003, metrics on 0.0.0.0 (no /debug), 30s drain; "
+                        help="llm-d's defaults: health port 9003, metrics on 0.0.0.0 (no /debug), 30s drain, "
+                        "TLS on ext_proc (self-signed unless --cert-path); "
                         "implied when the arguments start with a --flag (llm-d's chart form)")
     group = parser.add_argument_group(
         "llm-d EPP flags (llm-d-router pkg/epp/server/options.go; --grpc-port, --config-file, --pool-* and "
@@ -258,6 +259,7 @@ class LlmdSettings:
     leader_election: bool = False
     tls_cert_file: str | None = None
     tls_key_file: str | None = None
+    tls_self_signed: bool = False
     log_format: str | None = None
     log_level: str | None = None
     pod_name: str | None = None
@@ -271,6 +273,7 @@ class LlmdSettings:
             "leader_election": self.leader_election, "drain_timeout_seconds": self.drain_timeout_seconds,
             "grpc_max_recv_bytes": self.grpc_max_recv_bytes, "grpc_max_send_bytes": self.grpc_max_send_bytes,
             "admin_debug": self.admin_debug, "honour_subset": self.honour_subset,
+            "tls_self_signed": self.tls_self_signed,
         }
 
 
@@ -326,8 +329,12 @@ def resolve(args: argparse.Namespace, env: dict[str, str] | None = None) -> Llmd
     out.honour_subset = not get("disable-endpoint-subset-filter")
     out.leader_election = bool(get("ha-enable-leader-election"))
     cert_path = get("cert-path")
-    if cert_path is not None and get("secure-serving") is not False:
+    secure = get("secure-serving")
+    if secure is None:
+        secure = chart  # llm-d serves TLS by default; plain serve stays plaintext
+    if secure and cert_path is not None:
         out.tls_cert_file, out.tls_key_file = str(Path(cert_path) / "tls.crt"), str(Path(cert_path) / "tls.key")
+    out.tls_self_signed = bool(secure) and cert_path is None
 
     if get("zap-devel"):
         out.log_format, out.log_level = "console", "debug"
@@ -346,8 +353,6 @@ def resolve(args: argparse.Namespace, env: dict[str, str] | None = None) -> Llmd
             value = True  # llm-d's default, which a drop-in is expected to honour
         if value is None or (flag.name in _WARN_WHEN_TRUE and value is False):
             continue
-        if flag.name == "secure-serving" and cert_path is not None:
-            continue  # TLS with the given certificate is what llm-d does too
         out.no_effect.append((flag.name, flag.no_effect))
     return out
 

@@ -109,15 +109,17 @@ def test_chart_mode_takes_llmd_defaults() -> None:
     assert (settings.admin_address, settings.admin_debug) == ("0.0.0.0", False)
     assert settings.log_format == "json"
     assert settings.pod_name == "epp-0"
-    # llm-d's default-true features we lack are reported even though the chart does not set them.
-    assert {name for name, _ in settings.no_effect} == {"secure-serving", "metrics-endpoint-auth"}
+    # llm-d's default-true feature we lack is reported even though the chart does not set it.
+    assert {name for name, _ in settings.no_effect} == {"metrics-endpoint-auth"}
+    assert settings.tls_self_signed and settings.tls_cert_file is None  # llm-d's default: TLS, self-signed
 
 
 def test_plain_serve_keeps_its_own_defaults() -> None:
     settings = resolve(parse(["serve"]), env={})
     assert settings.grpc_health_port is None and settings.drain_timeout_seconds == 0.0
     assert settings.admin_address is None and settings.admin_debug
-    assert settings.no_effect == []
+    assert settings.no_effect == [] and not settings.tls_self_signed
+    assert resolve(parse(["serve", "--secure-serving"]), env={}).tls_self_signed
 
 
 def test_flags_turning_off_missing_features_do_not_warn() -> None:
@@ -136,9 +138,9 @@ def test_each_no_effect_flag_is_reported_once() -> None:
 def test_cert_path_serves_tls_from_its_files() -> None:
     settings = resolve(parse([*CHART_ONE, "--cert-path", "/certs"]), env={})
     assert (settings.tls_cert_file, settings.tls_key_file) == ("/certs/tls.crt", "/certs/tls.key")
-    assert "secure-serving" not in {name for name, _ in settings.no_effect}
+    assert not settings.tls_self_signed
     plain = resolve(parse([*CHART_ONE, "--cert-path", "/certs", "--secure-serving=false"]), env={})
-    assert plain.tls_cert_file is None
+    assert plain.tls_cert_file is None and not plain.tls_self_signed
 
 
 def test_logging_flags_map_onto_format_and_level() -> None:

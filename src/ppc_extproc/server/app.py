@@ -92,6 +92,9 @@ class ServeOptions:
     admin_debug: bool = True
     #: Honour Envoy's endpoint subset hint (llm-d's ``--disable-endpoint-subset-filter`` clears it).
     honour_subset: bool = True
+    #: TLS on the ext_proc port with a certificate made at start when no certificate files are
+    #: given (llm-d's ``--secure-serving`` without ``--cert-path``).
+    tls_self_signed: bool = False
     #: The InferencePool's name and namespace, for llm-d's pool and scheduler metric labels.
     pool_name: str = ""
     pool_namespace: str = ""
@@ -233,6 +236,11 @@ async def serve(
             raise ConfigError("--tls-cert-file", "TLS needs both --tls-cert-file and --tls-key-file")
         credentials = grpc.ssl_server_credentials([_tls_pair(options.tls_cert_file, options.tls_key_file)])
         service.grpc_port = server.add_secure_port(address, credentials)
+    elif options.tls_self_signed:
+        from ppc_extproc.server.selfsigned import self_signed_pair
+
+        service.grpc_port = server.add_secure_port(address, grpc.ssl_server_credentials([self_signed_pair()]))
+        log.info("extproc_tls_self_signed")
     else:
         service.grpc_port = server.add_insecure_port(address)
 

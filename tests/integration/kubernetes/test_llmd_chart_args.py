@@ -2,7 +2,8 @@
 (``llm-d/llm-d-router: config/charts/routerlib/templates/_deployment.yaml``), for one EPP replica
 and for three, against the fake API server and mock vLLM engines: the process stays up, gRPC health
 on the health port answers SERVING for the services the chart probes, a request routed over the
-ext_proc port is served by an engine, and ``/metrics`` has llm-d's and GIE's dashboard families.
+ext_proc port — TLS with a certificate made at start, as llm-d's default ``--secure-serving`` — is
+served by an engine, and ``/metrics`` has llm-d's and GIE's dashboard families.
 
 The chart's values set the ports here (``router.epp.grpcHealthPort`` and ``router.epp.flags``
 ``grpc-port``/``metrics-port``, rendered ``--key=value``), so parallel runs do not collide; the
@@ -18,6 +19,7 @@ import random
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -142,16 +144,36 @@ def engines(hosts: list[str], http_port: int, kv_port: int) -> subprocess.Popen[
     )
 
 
+async def tls_channel(port: int) -> grpc.aio.Channel:
+    """A TLS channel that trusts whatever certificate the server presents (as llm-d's gateway
+    DestinationRule does: ``insecureSkipVerify``); grpc cannot skip verification, so the
+    presented certificate becomes the root."""
+    pem = await asyncio.to_thread(ssl.get_server_certificate, ("127.0.0.1", port), timeout=5)
+    credentials = grpc.ssl_channel_credentials(root_certificates=pem.encode())
+    return grpc.aio.secure_channel(f"127.0.0.1:{port}", credentials,
+                                   options=[("grpc.ssl_target_name_override", "localhost")])
+
+
+def plaintext_refused(port: int) -> bool:
+    """A plaintext HTTP/2 client gets no gRPC answer from a TLS port."""
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        try:
+            health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service="liveness"), timeout=3)
+        except grpc.RpcError:
+            return True
+    return False
+
+
 async def route_and_serve(grpc_port: int, prompt: list[int]) -> tuple[str, dict[str, Any]]:
-    """One request through ext_proc as Envoy sends it (FULL_DUPLEX_STREAMED), forwarded to the
-    destination ext_proc picked, and the engine's response fed back: the destination and the reply."""
+    """One request through ext_proc over TLS as Envoy sends it (FULL_DUPLEX_STREAMED), forwarded to
+    the destination ext_proc picked, and the engine's response fed back: the destination and the reply."""
     if str(HARNESS) not in sys.path:
         sys.path.insert(0, str(HARNESS))
     from envoy.service.ext_proc.v3 import external_processor_pb2_grpc
     from harness import body, headers, metadata_destination, response_body, response_headers
 
     payload = json.dumps({"model": "qwen", "prompt": prompt, "max_tokens": 4}).encode()
-    async with grpc.aio.insecure_channel(f"127.0.0.1:{grpc_port}") as channel:
+    async with await tls_channel(grpc_port) as channel:
         call = external_processor_pb2_grpc.ExternalProcessorStub(channel).Process(timeout=20)
         await call.write(headers())
         await call.write(body(payload))
@@ -219,6 +241,7 @@ def test_chart_argument_list_runs_as_llmd_epp(tmp_path: Path, replicas: int) -> 
                     assert await health_status(health_port, "inference-extension") == \
                         health_pb2.HealthCheckResponse.SERVICE_UNKNOWN  # llm-d's health.go, leader election on
 
+                assert await asyncio.to_thread(plaintext_refused, grpc_port)  # llm-d's default: TLS
                 prompt = list(range(100, 164))
                 first, reply = await route_and_serve(grpc_port, prompt)
                 assert first in {f"{h}:{http_port}" for h in hosts} and reply["usage"]["completion_tokens"] == 4
@@ -251,7 +274,7 @@ def test_chart_argument_list_runs_as_llmd_epp(tmp_path: Path, replicas: int) -> 
                 log = (tmp_path / "epp.log").read_text()
                 warned = [json.loads(line)["flag"] for line in log.splitlines()
                           if line.startswith("{") and '"llmd_flag_no_effect"' in line]
-                expected = {"--secure-serving", "--metrics-endpoint-auth"}
+                expected = {"--metrics-endpoint-auth"}
                 if replicas > 1:
                     expected.add("--ha-enable-leader-election")
                 assert sorted(warned) == sorted(expected)  # once each
