@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Coroutine, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import orjson
 
 from ppc_extproc import __version__
 from ppc_extproc.blockkeys import TokenProcessor, TokenProcessorConfig
 from ppc_extproc.blockkeys.config import HASH_ALGORITHMS
+from ppc_extproc.cli_llmd import LlmdFlagError, OneLineErrorParser, add_llmd_flags, chart_argv, fail, log_llmd_settings
+from ppc_extproc.cli_llmd import resolve as resolve_llmd_flags
 
 if TYPE_CHECKING:
     from ppc_extproc.framework import Discovery
@@ -179,7 +182,12 @@ def _serve(args: argparse.Namespace) -> int:
             print("ppc-extproc serve: --workers needs a fixed --grpc-port (the workers share it)", file=sys.stderr)
             return 2
         return supervise(args.argv, workers, args.admin_port, stop_timeout=args.drain_seconds + 20.0)
-    configure_logging(args.log_format, args.log_level)
+    try:
+        llmd = resolve_llmd_flags(args)
+    except LlmdFlagError as exc:
+        return fail(str(exc))
+    configure_logging(llmd.log_format or args.log_format, llmd.log_level or args.log_level)
+    log_llmd_settings(llmd)
     try:
         endpoints = parse_endpoint_list(args.endpoints) if args.endpoints is not None else None
     except ValueError as exc:
@@ -190,15 +198,16 @@ def _serve(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"ppc-extproc serve: {exc}", file=sys.stderr)
         return 2
+    admin_port = llmd.admin_port if llmd.admin_port is not None else args.admin_port
     options = ServeOptions(
         config_file=args.config_file,
         grpc_address=args.grpc_address,
         grpc_port=args.grpc_port,
-        admin_address=args.admin_address,
-        admin_port=None if args.admin_port < 0 else args.admin_port,
+        admin_address=llmd.admin_address or args.admin_address,
+        admin_port=None if admin_port < 0 else admin_port,
         endpoints=endpoints,
-        tls_cert_file=args.tls_cert_file,
-        tls_key_file=args.tls_key_file,
+        tls_cert_file=args.tls_cert_file or llmd.tls_cert_file,
+        tls_key_file=args.tls_key_file or llmd.tls_key_file,
         max_body_bytes=args.max_body_bytes,
         default_body_mode=BodyMode[args.body_mode.upper().replace("-", "_")],
         json_errors=args.error_format == "openai",
@@ -207,6 +216,9 @@ def _serve(args: argparse.Namespace) -> int:
         discovery=discovery,
         reuse_port=args.worker_index is not None,
         worker_index=args.worker_index,
+        pool_name=args.pool_name or "",
+        pool_namespace=args.pool_namespace or os.environ.get("NAMESPACE", ""),
+        **llmd.serve_options(),
     )
     try:
         _run_loop(serve(options), args.event_loop)
@@ -230,7 +242,9 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p = sub.add_parser(
         "serve",
         help="run the ext_proc endpoint picker",
-        description="Run the Envoy ext_proc endpoint picker (gRPC) and its admin HTTP server.",
+        description="Run the Envoy ext_proc endpoint picker (gRPC) and its admin HTTP server. "
+        "Arguments that start with a --flag (llm-d's chart form) mean 'serve --llm-d-defaults'.",
+        allow_abbrev=False,  # pflag has no abbreviations: --grpc-health is unknown, not --grpc-health-port
     )
     p.add_argument("--config-file", help="EndpointPickerConfig YAML (default: the embedded default)")
     p.add_argument("--grpc-address", default="0.0.0.0", help="ext_proc listen address (default 0.0.0.0)")
@@ -268,6 +282,7 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--log-format", choices=["json", "console"], default="json")
     p.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default="info")
     _add_kubernetes_flags(p)
+    add_llmd_flags(p)
     p.set_defaults(handler=_serve)
 
 
@@ -331,13 +346,15 @@ def _add_check_config(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineErrorParser(
         prog="ppc-extproc",
         description="Envoy ext_proc endpoint picker that routes LLM requests to the pod holding "
         "the longest cached KV prefix.",
     )
     parser.add_argument("--version", action="version", version=f"ppc-extproc {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    # Subparsers take the parser's class, so their usage errors are one line too.
+    sub = cast("argparse._SubParsersAction[argparse.ArgumentParser]",
+               parser.add_subparsers(dest="command", metavar="COMMAND"))
     _add_serve(sub)
     _add_mock_vllm(sub)
     _add_demo(sub)
@@ -349,8 +366,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
+    argv = chart_argv(list(sys.argv[1:] if argv is None else argv))
     args = parser.parse_args(argv)
-    args.argv = list(sys.argv[1:] if argv is None else argv)  # serve --workers re-runs it per worker
+    args.argv = argv  # serve --workers re-runs it per worker
     handler = getattr(args, "handler", None)
     if handler is None:
         parser.print_help()

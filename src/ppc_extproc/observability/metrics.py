@@ -19,17 +19,26 @@ Read at scrape time (``StateCollector``):
     ppc_extproc_endpoints, ppc_extproc_endpoint_routable{endpoint}, ppc_extproc_endpoint_down_total{endpoint,reason}
     ppc_extproc_health_panic_total                             requests routed among held-down candidates
     ppc_extproc_tokenize_total{producer,backend,outcome}       token producers: ok / passthrough / why not
+Also: ``ppc_extproc_build_info{version,python}``, the ``process_*``, ``python_info`` and ``python_gc_*``
+collectors, and llm-d's and GIE's families (``llmd_metrics``).
 """
 
 from __future__ import annotations
 
+import platform
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.gc_collector import GCCollector
+from prometheus_client.platform_collector import PlatformCollector
+from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
+
+from ppc_extproc import __version__
+from ppc_extproc.observability.llmd_metrics import LlmdRequestMetrics
 
 if TYPE_CHECKING:
     from ppc_extproc.framework import PluginState
@@ -76,6 +85,14 @@ class Metrics:
         self.usage_tokens = Counter(
             "ppc_extproc_usage_tokens", "Tokens reported in responses' usage.", ["kind"], registry=r,
         )
+        # llm-d's and GIE's request families (dashboards and alerts read these names).
+        self.llmd = LlmdRequestMetrics()
+        r.register(self.llmd)
+        build = Gauge("ppc_extproc_build_info", "Build information (value 1).", ["version", "python"], registry=r)
+        build.labels(__version__, platform.python_version()).set(1)
+        ProcessCollector(registry=r)
+        PlatformCollector(registry=r)
+        GCCollector(registry=r)
         self.anomalies = Counter(
             "ppc_extproc_protocol_anomalies", "ext_proc streams that broke the protocol or ended early.", ["kind"],
             registry=r,

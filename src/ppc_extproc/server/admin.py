@@ -58,6 +58,7 @@ def build_admin_app(
     decisions: Callable[[], list[dict[str, Any]]] = list,
     *,
     max_body_bytes: int = 16 * 1024 * 1024,
+    debug: bool = True,
 ) -> web.Application:
     async def metrics(_: web.Request) -> web.Response:
         return web.Response(body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
@@ -108,12 +109,11 @@ def build_admin_app(
 
     # The ext_proc path's limit: a body the router would refuse with 413 is refused here too.
     app = web.Application(client_max_size=max_body_bytes)
-    app.add_routes([
-        web.get("/metrics", metrics),
-        web.get("/healthz", healthz),
-        web.get("/readyz", readyz),
-        web.get("/debug/state", debug_state),
-        web.get("/debug/decisions", debug_decisions),
-        web.post("/debug/score", debug_score),
-    ])
+    app.add_routes([web.get("/metrics", metrics), web.get("/healthz", healthz), web.get("/readyz", readyz)])
+    if debug:  # off when the admin port listens beyond the pod (``serve --llm-d-defaults``)
+        app.add_routes([
+            web.get("/debug/state", debug_state),
+            web.get("/debug/decisions", debug_decisions),
+            web.post("/debug/score", debug_score),
+        ])
     return app

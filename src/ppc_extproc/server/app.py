@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import os
 import signal
 import ssl
 from collections.abc import Callable
@@ -24,17 +25,19 @@ from envoy.service.ext_proc.v3 import external_processor_pb2_grpc
 from grpc_health.v1 import health_pb2_grpc
 from prometheus_client import CollectorRegistry
 
-from ppc_extproc.config.epp import LoadedConfig, load_config
+from ppc_extproc import __version__
+from ppc_extproc.config.epp import LoadedConfig, load_config, load_config_text
 from ppc_extproc.discovery import StaticDiscovery
 from ppc_extproc.errors import ConfigError
 from ppc_extproc.framework import Discovery, Endpoint, Lifecycle, PluginState
+from ppc_extproc.observability.llmd_metrics import PoolCollector, PoolSnapshot, kv_cache_families
 from ppc_extproc.observability.metrics import Metrics, ServiceState, StateCollector
 from ppc_extproc.plugins.registry import Services
 from ppc_extproc.scheduling.pool import EndpointPool
 from ppc_extproc.scheduling.router import Router
 from ppc_extproc.server.admin import build_admin_app, plugin_state_json
 from ppc_extproc.server.extproc import ExternalProcessor
-from ppc_extproc.server.health import Health
+from ppc_extproc.server.health import Health, ProbeHealthServicer
 from ppc_extproc.server.stream import BodyMode, StreamOptions
 
 __all__ = ["ServeOptions", "Service", "configure_gc", "serve"]
@@ -72,6 +75,29 @@ class ServeOptions:
     #: A discovery source overriding ``endpoints`` and the configuration's discovery (Kubernetes,
     #: or an embedding application's own endpoint source).
     discovery: Discovery | None = None
+    #: The configuration as text (``--config-text``), instead of ``config_file``.
+    config_text: str | None = None
+    #: A separate gRPC health server (llm-d's ``--grpc-health-port``); None: health on the ext_proc
+    #: port only.
+    health_port: int | None = None
+    health_address: str = "0.0.0.0"
+    #: llm-d's probe semantics with leader election on (``ProbeHealthServicer``).
+    leader_election: bool = False
+    #: After the stop signal: readiness NOT_SERVING while ext_proc keeps serving this long.
+    drain_timeout_seconds: float = 0.0
+    #: gRPC message limits (``--grpc-max-*-msg-size``); None: ``max_body_bytes`` + 1 MiB.
+    grpc_max_recv_bytes: int | None = None
+    grpc_max_send_bytes: int | None = None
+    #: Mount ``/debug/*`` on the admin server (off when it listens beyond the pod).
+    admin_debug: bool = True
+    #: Honour Envoy's endpoint subset hint (llm-d's ``--disable-endpoint-subset-filter`` clears it).
+    honour_subset: bool = True
+    #: TLS on the ext_proc port with a certificate made at start when no certificate files are
+    #: given (llm-d's ``--secure-serving`` without ``--cert-path``).
+    tls_self_signed: bool = False
+    #: The InferencePool's name and namespace, for llm-d's pool and scheduler metric labels.
+    pool_name: str = ""
+    pool_namespace: str = ""
 
 
 class Service:
@@ -90,9 +116,17 @@ class Service:
         self.registry = CollectorRegistry()
         self.metrics = Metrics(self.registry)
         self.registry.register(StateCollector(self.state_for_metrics))
+        self.metrics.llmd.namespace = options.pool_namespace
+        self.registry.register(PoolCollector(
+            self.pool_for_metrics, (os.environ.get("PPC_EXTPROC_COMMIT", ""), __version__),
+            kv=lambda: kv_cache_families(self.plugin_states()),
+        ))
         self.health = Health()
+        self.probe_health = ProbeHealthServicer(lambda: self.health.ready, leader_election=options.leader_election)
+        self.health_port = 0
         stream_options = StreamOptions(
-            options.max_body_bytes, options.default_body_mode, options.json_errors, options.usage_sample_rate
+            options.max_body_bytes, options.default_body_mode, options.json_errors, options.usage_sample_rate,
+            honour_subset=options.honour_subset,
         )
         self.extproc = ExternalProcessor(self.router, stream_options, self.metrics)
         self.grpc_port = 0
@@ -129,6 +163,18 @@ class Service:
         return ServiceState(self.router.inflight.snapshot(), len(self.pool), self.plugin_states(), routable,
                             health.transitions(), health.panics)  # fmt: skip
 
+    def pool_for_metrics(self) -> PoolSnapshot:
+        engines = self.loaded.services.engine_metrics
+        endpoints: dict[str, tuple[int | None, int | None, float | None]] = {}
+        for endpoint in self.pool.endpoints():
+            m = engines.snapshot(endpoint.id)
+            fresh = m is not None and not m.stale
+            # llm-d's label is the endpoint's ``ID.Name`` (``<pod>-rank-<i>``), without the namespace.
+            endpoints[endpoint.name.rpartition("/")[2] or endpoint.id] = (
+                m.waiting if fresh and m else None, m.running if fresh and m else None, m.kv_usage if fresh and m else None
+            )
+        return PoolSnapshot(self.options.pool_name, endpoints)
+
     def _health_view(self) -> dict[str, list[str]]:
         down = self.router.health.down()
         return {e.id: down.get(e.id, []) for e in self.pool.endpoints()}
@@ -164,7 +210,10 @@ async def serve(
     """Run the service until ``stop`` is set or SIGTERM/SIGINT arrives. ``on_started`` is called
     once the ports are bound, ``on_ready`` once the first endpoint list is in."""
     stop = stop or asyncio.Event()
-    loaded = load_config(options.config_file, options.services)
+    if options.config_text is not None:
+        loaded = load_config_text(options.config_text, "--config-text", options.services)
+    else:
+        loaded = load_config(options.config_file, options.services)
     configure_gc()
     service = Service(options, loaded)
     loop = asyncio.get_running_loop()
@@ -176,8 +225,8 @@ async def serve(
     server = grpc.aio.server(options=[
         # Off by default, so a port already in use is an error rather than a silently shared port.
         ("grpc.so_reuseport", 1 if options.reuse_port else 0),
-        ("grpc.max_receive_message_length", options.max_body_bytes + (1 << 20)),
-        ("grpc.max_send_message_length", options.max_body_bytes + (1 << 20)),
+        ("grpc.max_receive_message_length", options.grpc_max_recv_bytes or options.max_body_bytes + (1 << 20)),
+        ("grpc.max_send_message_length", options.grpc_max_send_bytes or options.max_body_bytes + (1 << 20)),
     ])
     external_processor_pb2_grpc.add_ExternalProcessorServicer_to_server(service.extproc, server)
     health_pb2_grpc.add_HealthServicer_to_server(service.health.servicer, server)
@@ -187,8 +236,20 @@ async def serve(
             raise ConfigError("--tls-cert-file", "TLS needs both --tls-cert-file and --tls-key-file")
         credentials = grpc.ssl_server_credentials([_tls_pair(options.tls_cert_file, options.tls_key_file)])
         service.grpc_port = server.add_secure_port(address, credentials)
+    elif options.tls_self_signed:
+        from ppc_extproc.server.selfsigned import self_signed_pair
+
+        service.grpc_port = server.add_secure_port(address, grpc.ssl_server_credentials([self_signed_pair()]))
+        log.info("extproc_tls_self_signed")
     else:
         service.grpc_port = server.add_insecure_port(address)
+
+    health_server: grpc.aio.Server | None = None
+    if options.health_port is not None:
+        # Plaintext, as kubelet's gRPC probes are.
+        health_server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+        health_pb2_grpc.add_HealthServicer_to_server(service.probe_health, health_server)
+        service.health_port = health_server.add_insecure_port(f"{options.health_address}:{options.health_port}")
 
     started: list[Lifecycle] = []
     runner: web.AppRunner | None = None
@@ -199,10 +260,13 @@ async def serve(
             started.append(plugin)
         await service.health.start()
         await server.start()
+        if health_server is not None:
+            await health_server.start()
         if options.admin_port is not None:
             app = build_admin_app(
                 service.router, service.registry, lambda: service.ready, service.debug_state,
                 lambda: list(service.extproc.recent_decisions), max_body_bytes=options.max_body_bytes,
+                debug=options.admin_debug,
             )
             runner = web.AppRunner(app, access_log=None)
             await runner.setup()
@@ -225,9 +289,12 @@ async def serve(
                 on_ready(service)
         await stop.wait()
         log.info("service_stopping", open_streams=service.extproc.active)
+        await _drain(service, options.drain_timeout_seconds)
         discovery_stop.set()
     finally:
         await service.health.shutdown()
+        if health_server is not None:
+            await health_server.stop(0)
         await server.stop(options.drain_seconds)
         for task in tasks:
             task.cancel()
@@ -254,6 +321,18 @@ def _tls_pair(cert_file: str, key_file: str) -> tuple[bytes, bytes]:
         reason = "the private key does not match the certificate" if "KEY_VALUES_MISMATCH" in str(exc) else str(exc)
         raise ConfigError("--tls-key-file", f"{key_file} and {cert_file} cannot serve TLS: {reason}") from None
     return Path(key_file).read_bytes(), Path(cert_file).read_bytes()
+
+
+async def _drain(service: Service, seconds: float) -> None:
+    """llm-d's drain window (``cmd/epp/runner/runner.go``, ``runWithGracefulShutdown``): readiness
+    goes NOT_SERVING so Kubernetes takes the pod out of the Service, while ext_proc keeps accepting
+    streams for ``seconds`` (clients still resolving the old endpoints are served, not refused)."""
+    if seconds <= 0:
+        return
+    service.probe_health.draining = True
+    await service.health.set_ready(False)
+    log.info("service_draining", drain_timeout_seconds=seconds)
+    await asyncio.sleep(seconds)
 
 
 async def _wait_synced(service: Service, discovery: asyncio.Task[Any], stop: asyncio.Event) -> None:

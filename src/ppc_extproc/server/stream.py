@@ -32,6 +32,7 @@ from envoy.service.ext_proc.v3.external_processor_pb2 import ProcessingRequest, 
 from ppc_extproc.errors import BadRequestError, PayloadTooLargeError, ProtocolConfigError, RequestError
 from ppc_extproc.framework import LLMRequest, ResponseInfo, StreamedKeys
 from ppc_extproc.ids import EndpointId, destination_host_port, endpoint_id
+from ppc_extproc.observability.llmd_metrics import RequestSeries, error_code_for_status
 from ppc_extproc.observability.metrics import Metrics
 from ppc_extproc.plugins.parsers import claims_path
 from ppc_extproc.scheduling.router import Decision, Router
@@ -75,6 +76,8 @@ class StreamOptions:
     #: Share of responses whose body is asked for (``mode_override``) when Envoy is configured not
     #: to send response bodies; their usage feeds the usage and cached-tokens metrics.
     usage_sample_rate: float = 0.01
+    #: Honour Envoy's ``envoy.lb.subset_hint`` (llm-d's ``--disable-endpoint-subset-filter`` clears it).
+    honour_subset: bool = True
 
 
 class _Phase(enum.Enum):
@@ -157,6 +160,11 @@ class ExtProcStream:
         self.reached: bool | None = None
         self._completed = False
         self._mode_known = False
+        #: llm-d's request families: this request's series, its arrival and its response size.
+        self._series: RequestSeries | None = None
+        self._received = 0.0
+        self._response_bytes = 0
+        self._sized = False
 
     # --- entry points ----------------------------------------------------------------------------
 
@@ -212,6 +220,7 @@ class ExtProcStream:
         if self.phase is not _Phase.START:
             self.metrics.anomalies.labels("out_of_order").inc()
             return [messages.continue_headers()], False
+        self._received = time.perf_counter()
         self.headers = {h.key.lower(): _header_value(h) for h in headers.headers.headers}
         # Kept in logs and in the recent decisions: a client's megabyte of header must not be.
         self.request_id = self.headers.get("x-request-id", "")[:MAX_REQUEST_ID_CHARS]
@@ -241,6 +250,8 @@ class ExtProcStream:
         return [("x-request-id", self.request_id)] if self.generated_request_id else []
 
     def _subset(self) -> list[str] | None:
+        if not self.options.honour_subset:
+            return None
         value = _struct_value(self.metadata, SUBSET_NAMESPACE, SUBSET_KEY)
         if value is None:
             return None
@@ -313,6 +324,7 @@ class ExtProcStream:
         )
         self.decision = await self.router.route(request, self._subset())
         self.phase = _Phase.ROUTED
+        self._series = self.metrics.llmd.series(parsed.body_model, parsed.model)
         extra = [*self._id_header(), *self.decision.result.headers]
         if self._full_duplex:
             if forwarded:
@@ -345,6 +357,11 @@ class ExtProcStream:
             "pre_request": timings["pre_request"],
         }
         self.metrics.observe_decision(elapsed, stages)
+        if self._series is not None:
+            primary = decision.primary
+            self.metrics.llmd.scheduled(self._series, len(self.body), decision.ctx.request.model,
+                                        primary.name.rpartition("/")[2] or primary.id,
+                                        primary.port, {"parse": stages["parse"], **timings})
         info = decision.ctx.match_info(decision.primary.id)
         if info is not None and info.total_blocks:
             self.metrics.match_ratio.observe(info.match_blocks / info.total_blocks)
@@ -366,6 +383,9 @@ class ExtProcStream:
         self.phase = _Phase.DONE
         outcome = "error" if error.status >= 500 and error.dropped_reason is None else "rejected"
         self.metrics.count_request(outcome, error.status)
+        series = self._series or self.metrics.llmd.series("", "")
+        self.metrics.llmd.failed(series, error_code_for_status(error.status), running=self._series is not None)
+        self._series = None  # counted: the stream's end records nothing more
         level = log.warning if error.status >= 500 else log.info
         level("request_rejected", status=error.status, reason=error.message, path=self.path)
         return [messages.error_response(error, json_body=self.options.json_errors)]
@@ -378,6 +398,9 @@ class ExtProcStream:
             self.status = int(values.get(":status", "0"))
         except ValueError:
             self.status = 0
+        length = values.get("content-length", "")
+        self._sized = length.isdigit()  # else the body chunks are counted (when Envoy sends them)
+        self._response_bytes = int(length) if self._sized else 0
         served = _struct_value(self.metadata, "envoy.lb", SERVED_KEY)
         self.served = served if isinstance(served, str) else None
         self.reached = upstream_reached(attributes, values)
@@ -401,6 +424,8 @@ class ExtProcStream:
         if self.usage is None:
             self.usage = UsageParser(self.stream_flag)
         self.usage.feed(body.body)
+        if not self._sized:
+            self._response_bytes += len(body.body)
         if body.end_of_stream:
             self._complete()
         mode = self.response_mode if self.response_mode is not None else self.request_mode
@@ -418,6 +443,14 @@ class ExtProcStream:
             return
         self.metrics.count_request(self._outcome(cancelled), self.status or "none")
         usage = self.usage.finish() if self.usage is not None else None
+        if self._series is not None:
+            if self.status != 200:
+                self.metrics.llmd.failed(self._series, "ModelServerError", running=False)
+            self.metrics.llmd.completed(
+                self._series, time.perf_counter() - self._received, self._response_bytes,
+                usage.prompt_tokens if usage else None, usage.completion_tokens if usage else None,
+                usage.cached_tokens if usage else None,
+            )
         endpoint = self._served_endpoint(decision)
         predicted = decision.ctx.match_info(endpoint)
         if usage is not None:

@@ -50,7 +50,8 @@ def test_every_file_is_part_of_the_kustomization() -> None:
     on_disk = {str(p.relative_to(DEPLOY)) for p in DEPLOY.rglob("*.yaml")} - {"kustomization.yaml"}
     assert listed == on_disk
     kinds = sorted({d["kind"] for d in DOCS})
-    assert kinds == ["ConfigMap", "Deployment", "InferencePool", "Namespace", "Role", "RoleBinding", "Service", "ServiceAccount"]
+    assert kinds == ["ConfigMap", "Deployment", "Gateway", "HTTPRoute", "InferencePool", "Namespace", "Role",
+                     "RoleBinding", "Service", "ServiceAccount"]
 
 
 def test_envoy_configmap_is_envoy_yaml_byte_for_byte() -> None:
@@ -133,6 +134,18 @@ def test_ports_probes_and_the_pool_point_at_the_service() -> None:
     ref = one("InferencePool", "vllm-qwen")["spec"]["endpointPickerRef"]
     assert (ref["kind"], ref["name"], ref["port"]["number"]) == ("Service", "ppc-extproc", ports["grpc-ext-proc"]["port"])
     assert ref["failureMode"] in ("FailOpen", "FailClose")
+
+
+def test_the_httproute_sends_the_gateways_traffic_to_the_pool() -> None:
+    route = one("HTTPRoute", "vllm-qwen")["spec"]
+    gateway = one("Gateway", "inference-gateway")
+    assert route["parentRefs"] == [{"group": "gateway.networking.k8s.io", "kind": "Gateway",
+                                    "name": gateway["metadata"]["name"]}]
+    backends = [ref for rule in route["rules"] for ref in rule["backendRefs"]]
+    pool = one("InferencePool", "vllm-qwen")
+    assert backends == [{"group": "inference.networking.k8s.io", "kind": "InferencePool",
+                         "name": pool["metadata"]["name"]}]
+    assert pool["apiVersion"] == "inference.networking.k8s.io/v1"
 
 
 def test_selectors_pick_exactly_their_own_pods() -> None:

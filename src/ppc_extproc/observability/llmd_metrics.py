@@ -1,0 +1,356 @@
+"""llm-d's and GIE's metric families, with their names, types, labels and buckets, so llm-d's and
+GIE's dashboards and alerts read ppc-extproc (``llm-d/llm-d-router: pkg/epp/metrics/metrics.go``,
+``pkg/epp/metrics/llm_d_router_metrics.go``, ``pkg/epp/metrics/collectors/inference_pool.go``,
+``pkg/kvcache/metrics/collector.go``).
+
+Each request family is exported twice, as llm-d does: the deprecated GIE name
+(``inference_objective_*``, ``inference_extension_*``, labels ``model_name, target_model_name``)
+and the ``llm_d_epp_*`` name (labels plus ``fairness_id, priority``). Both are read from one store,
+so a request pays once: its series object is found by one dict lookup and every observation is a
+``bisect`` into a bucket list (no locks: the service records and scrapes on one event loop).
+Pool gauges are computed at scrape time from the pool and the engine metrics store.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.registry import Collector
+
+__all__ = ["LlmdRequestMetrics", "PoolCollector", "PoolSnapshot", "RequestSeries", "error_code_for_status", "kv_cache_families"]
+
+#: metrics.go ``generalLatencyBuckets``: 5 ms … 1 hour.
+LATENCY_BUCKETS = (0.005, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.25, 1.5, 2, 3, 4, 5, 6, 8, 10, 15, 20, 30,
+                   45, 60, 120, 180, 240, 300, 360, 480, 600, 900, 1200, 1800, 2700, 3600)
+REQUEST_SIZE_BUCKETS = (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144, 524288,
+                        1048576, 2097152, 4194304, 8388608, 16777216, 33554432, 67108864, 134217728, 268435456,
+                        536870912, 1073741824)
+RESPONSE_SIZE_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32778, 65536)
+INPUT_TOKEN_BUCKETS = (*RESPONSE_SIZE_BUCKETS, 131072, 262144, 524288, 1048576)
+OUTPUT_TOKEN_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
+NTPOT_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
+SCHEDULER_BUCKETS = (0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1)
+
+#: llm-d's request labels beyond the model pair: no flow control here, so every request is in
+#: llm-d's default flow (``pkg/epp/metadata/consts.go``) at priority 0.
+DEFAULT_FAIRNESS_ID = "default-flow"
+DEFAULT_PRIORITY = "0"
+#: cardinality.go: distinct model names kept as label values before the rest become ``other``.
+MAX_MODEL_LABEL_VALUES = 1000
+OVERFLOW_VALUE = "other"
+
+#: Our routing stages → llm-d's extension points (scheduler.go, requestcontrol/plugins.go).
+EXTENSION_POINTS = {"parse": "RequestParsing", "produce": "DataProducer", "filter": "Filter", "score": "Scorer",
+                    "pick": "Picker", "pre_request": "PreRequest"}
+
+_CODES = {400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 404: "NotFound", 412: "PreconditionFailed",
+          413: "BadRequest", 429: "ResourceExhausted", 500: "Internal", 503: "ServiceUnavailable"}
+
+
+def error_code_for_status(status: int) -> str:
+    """llm-d's canonical error code (``pkg/common/error/error.go``) for a status we answered with."""
+    return _CODES.get(status, "Internal" if status >= 500 else "Unknown")
+
+
+class _Hist:
+    """A histogram's state: per-bucket counts (the last is +Inf) and the sum."""
+
+    __slots__ = ("bounds", "counts", "total")
+
+    def __init__(self, bounds: Sequence[float]) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)
+        self.total = 0.0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect_left(self.bounds, value)] += 1
+        self.total += value
+
+    def buckets(self) -> list[tuple[str, float]]:
+        out: list[tuple[str, float]] = []
+        running = 0
+        for bound, n in zip(self.bounds, self.counts):
+            running += n
+            out.append((_le(bound), running))
+        out.append(("+Inf", running + self.counts[-1]))
+        return out
+
+
+def _le(bound: float) -> str:
+    return repr(float(bound))
+
+
+class RequestSeries:
+    """One (model_name, target_model_name)'s request families."""
+
+    __slots__ = (
+        "cached_tokens",
+        "duration",
+        "errors",
+        "input_tokens",
+        "ntpot",
+        "output_tokens",
+        "request_size",
+        "requests",
+        "response_size",
+        "running",
+    )
+
+    def __init__(self) -> None:
+        self.requests = 0
+        self.errors: dict[str, int] = {}
+        self.running = 0
+        self.duration = _Hist(LATENCY_BUCKETS)
+        self.request_size = _Hist(REQUEST_SIZE_BUCKETS)
+        self.response_size = _Hist(RESPONSE_SIZE_BUCKETS)
+        self.input_tokens = _Hist(INPUT_TOKEN_BUCKETS)
+        self.output_tokens = _Hist(OUTPUT_TOKEN_BUCKETS)
+        self.cached_tokens = _Hist(INPUT_TOKEN_BUCKETS)
+        self.ntpot = _Hist(NTPOT_BUCKETS)
+
+
+#: (family suffix, GIE name, llm-d name, help, attribute)
+_HISTOGRAMS = (
+    ("inference_objective_request_duration_seconds", "llm_d_epp_request_duration_seconds",
+     "End-to-end request latency in seconds (request headers to response end).", "duration"),
+    ("inference_objective_request_sizes", "llm_d_epp_request_size_bytes", "Request body size in bytes.", "request_size"),
+    ("inference_objective_response_sizes", "llm_d_epp_response_size_bytes", "Response body size in bytes.",
+     "response_size"),
+    ("inference_objective_input_tokens", "llm_d_epp_request_input_tokens", "Prompt tokens from the response usage.",
+     "input_tokens"),
+    ("inference_objective_output_tokens", "llm_d_epp_request_output_tokens",
+     "Completion tokens from the response usage.", "output_tokens"),
+    ("inference_objective_prompt_cached_tokens", "llm_d_epp_request_cached_tokens",
+     "Prompt tokens the engine reported cached.", "cached_tokens"),
+    ("inference_objective_normalized_time_per_output_token_seconds", "llm_d_epp_request_ntpot_seconds",
+     "Request latency divided by completion tokens.", "ntpot"),
+)
+
+
+class LlmdRequestMetrics(Collector):
+    """Request-path families of llm-d and GIE, recorded per request and collected at scrape time."""
+
+    def __init__(self, namespace: str = "") -> None:
+        self._series: dict[tuple[str, str], RequestSeries] = {}
+        self._models: set[str] = set()
+        self.namespace = namespace
+        self.scheduler_e2e = _Hist(SCHEDULER_BUCKETS)
+        #: (status, target_model_name, endpoint_name, port) → attempts
+        self.attempts: dict[tuple[str, str, str, str], int] = {}
+        self.plugins: dict[str, _Hist] = {point: _Hist(SCHEDULER_BUCKETS) for point in EXTENSION_POINTS.values()}
+
+    def _bound(self, model: str) -> str:
+        if not model or model in self._models:
+            return model
+        if len(self._models) >= MAX_MODEL_LABEL_VALUES:
+            return OVERFLOW_VALUE
+        self._models.add(model)
+        return model
+
+    def series(self, model: str, target: str) -> RequestSeries:
+        """The series of a (model, target model) pair, created on first use (bounded)."""
+        key = (model, target)
+        found = self._series.get(key)
+        if found is None:
+            key = (self._bound(model), self._bound(target))
+            found = self._series.get(key)
+            if found is None:
+                found = self._series[key] = RequestSeries()
+        return found
+
+    def scheduled(self, series: RequestSeries, request_bytes: int, target: str, endpoint_name: str, port: int,
+                  stages: dict[str, float]) -> None:
+        """A request was routed: llm-d counts it, its size and a running request here."""
+        series.requests += 1
+        series.running += 1
+        series.request_size.observe(request_bytes)
+        key = ("success", target, endpoint_name, str(port))
+        self.attempts[key] = self.attempts.get(key, 0) + 1
+        self.scheduler_e2e.observe(stages.get("filter", 0.0) + stages.get("score", 0.0) + stages.get("pick", 0.0))
+        for stage, seconds in stages.items():
+            point = EXTENSION_POINTS.get(stage)
+            if point is not None:
+                self.plugins[point].observe(seconds)
+
+    def failed(self, series: RequestSeries, code: str, *, running: bool) -> None:
+        series.errors[code] = series.errors.get(code, 0) + 1
+        if running:
+            series.running -= 1
+
+    def completed(self, series: RequestSeries, seconds: float, response_bytes: int, prompt_tokens: int | None,
+                  completion_tokens: int | None, cached_tokens: int | None) -> None:
+        """A routed request's response ended (or its stream did)."""
+        series.running -= 1
+        series.duration.observe(seconds)
+        series.response_size.observe(response_bytes)
+        if prompt_tokens:
+            series.input_tokens.observe(prompt_tokens)
+        if completion_tokens:
+            series.output_tokens.observe(completion_tokens)
+            series.ntpot.observe(seconds / completion_tokens)
+        if cached_tokens is not None:
+            series.cached_tokens.observe(cached_tokens)
+
+    def collect(self) -> Iterator[Any]:
+        models = ["model_name", "target_model_name"]
+        flow = [DEFAULT_FAIRNESS_ID, DEFAULT_PRIORITY]
+        gie_total = CounterMetricFamily("inference_objective_request", "Requests per model and target model.",
+                                        labels=[*models, "priority"])
+        llmd_total = CounterMetricFamily("llm_d_epp_request", "Requests per model and target model.",
+                                         labels=[*models, "fairness_id", "priority"])
+        gie_err = CounterMetricFamily("inference_objective_request_error", "Request errors.",
+                                      labels=[*models, "error_code"])
+        llmd_err = CounterMetricFamily("llm_d_epp_request_error", "Request errors.",
+                                       labels=[*models, "fairness_id", "priority", "error_code"])
+        gie_running = GaugeMetricFamily("inference_objective_running_requests", "Running requests per model.",
+                                        labels=["model_name"])
+        llmd_running = GaugeMetricFamily("llm_d_epp_request_running", "Running requests.",
+                                         labels=[*models, "fairness_id", "priority"])
+        per_model: dict[str, int] = {}
+        hists = [(HistogramMetricFamily(gie, text, labels=models),
+                  HistogramMetricFamily(llmd, text, labels=[*models, "fairness_id", "priority"]), attr)
+                 for gie, llmd, text, attr in _HISTOGRAMS]
+        for (model, target), s in list(self._series.items()):
+            pair = [model, target]
+            gie_total.add_metric([*pair, DEFAULT_PRIORITY], s.requests)
+            llmd_total.add_metric([*pair, *flow], s.requests)
+            for code, n in s.errors.items():
+                gie_err.add_metric([*pair, code], n)
+                llmd_err.add_metric([*pair, *flow, code], n)
+            llmd_running.add_metric([*pair, *flow], s.running)
+            if model:
+                per_model[model] = per_model.get(model, 0) + s.running
+            for gie_family, llmd_family, attr in hists:
+                h: _Hist = getattr(s, attr)
+                buckets = h.buckets()
+                gie_family.add_metric(pair, buckets, h.total)
+                llmd_family.add_metric([*pair, *flow], buckets, h.total)
+        for model, n in per_model.items():
+            gie_running.add_metric([model], n)
+        yield from (gie_total, llmd_total, gie_err, llmd_err, gie_running, llmd_running)
+        for gie_family, llmd_family, _ in hists:
+            yield gie_family
+            yield llmd_family
+        yield from self._scheduler()
+
+    def _scheduler(self) -> Iterator[Any]:
+        for prefix in ("inference_extension", "llm_d_epp"):
+            e2e = HistogramMetricFamily(f"{prefix}_scheduler_e2e_duration_seconds",
+                                        "Scheduling latency (filters, scorers, picker).", labels=[])
+            e2e.add_metric([], self.scheduler_e2e.buckets(), self.scheduler_e2e.total)
+            yield e2e
+            endpoint_label = "pod_name" if prefix == "inference_extension" else "endpoint_name"
+            attempts = CounterMetricFamily(f"{prefix}_scheduler_attempts", "Scheduling attempts.",
+                                           labels=["status", "target_model_name", endpoint_label, "namespace", "port"])
+            for (status, target, name, port), n in list(self.attempts.items()):
+                attempts.add_metric([status, target, name, self.namespace, port], n)
+            yield attempts
+            plugins = HistogramMetricFamily(
+                f"{prefix}_plugin_duration_seconds",
+                "Time per extension point; plugin_type and plugin_name are 'all' (ppc-extproc times each stage, "
+                "not each plugin).", labels=["extension_point", "plugin_type", "plugin_name"])
+            for point, h in self.plugins.items():
+                if h.counts[-1] or any(h.counts):
+                    plugins.add_metric([point, "all", "all"], h.buckets(), h.total)
+            yield plugins
+
+
+@dataclass(frozen=True, slots=True)
+class PoolSnapshot:
+    """What the pool gauges read at scrape time."""
+
+    name: str
+    #: endpoint name (the pod) → (waiting, running, kv usage 0..1), None where unknown
+    endpoints: dict[str, tuple[int | None, int | None, float | None]] = field(default_factory=dict)
+
+
+class PoolCollector(Collector):
+    """``inference_pool_*`` and their ``llm_d_epp_*`` twins, plus the KV-event and index families
+    of ``pkg/kvcache/metrics/collector.go`` that the service's producers fill."""
+
+    def __init__(self, pool: Callable[[], PoolSnapshot], info: tuple[str, str],
+                 kv: Callable[[], Iterator[Any]] | None = None) -> None:
+        self._pool = pool
+        self._info = info
+        self._kv = kv
+
+    def collect(self) -> Iterator[Any]:
+        snapshot = self._pool()
+        name = [snapshot.name]
+        values = list(snapshot.endpoints.values())
+        kv = [v[2] for v in values if v[2] is not None]
+        waiting = [v[0] for v in values if v[0] is not None]
+        running = [v[1] for v in values if v[1] is not None]
+        averages = (("average_kv_cache_utilization", "Average KV-cache utilization of the pool.", kv),
+                    ("average_queue_size", "Average requests waiting in the pool's model servers.", waiting),
+                    ("average_running_requests", "Average running requests in the pool's model servers.", running))
+        for prefix in ("inference_pool", "llm_d_epp"):
+            for suffix, text, data in averages:
+                family = GaugeMetricFamily(f"{prefix}_{suffix}", text, labels=["name"])
+                family.add_metric(name, sum(data) / len(data) if data else 0.0)
+                yield family
+            ready = "ready_pods" if prefix == "inference_pool" else "ready_endpoints"
+            family = GaugeMetricFamily(f"{prefix}_{ready}", "Ready pods in the pool.", labels=["name"])
+            family.add_metric(name, len(values))
+            yield family
+        per_pod = GaugeMetricFamily("inference_pool_per_pod_queue_size", "Requests waiting per model server pod.",
+                                    labels=["name", "model_server_pod"])
+        per_endpoint = GaugeMetricFamily("llm_d_epp_per_endpoint_queue_size", "Requests waiting per endpoint.",
+                                         labels=["name", "model_server_endpoint"])
+        for endpoint, (queued, _, _) in snapshot.endpoints.items():
+            per_pod.add_metric([snapshot.name, endpoint], queued or 0)
+            per_endpoint.add_metric([snapshot.name, endpoint], queued or 0)
+        yield per_pod
+        yield per_endpoint
+        for prefix in ("inference_extension", "llm_d_epp"):
+            info = GaugeMetricFamily(f"{prefix}_info", "Build information.", labels=["commit", "build_ref"])
+            info.add_metric(list(self._info), 1)
+            yield info
+        if self._kv is not None:
+            yield from self._kv()
+
+
+#: collector.go family (after ``llm_d_epp_kv_cache_``) → our transport counter, per pod.
+_KV_PER_POD = (
+    ("events_messages_received", "Messages received from ZMQ subscribers.", "messages"),
+    ("events_subscriber_reconnections", "ZMQ subscriber reconnection attempts.", "reconnects"),
+)
+
+
+def kv_cache_families(plugins: Sequence[Any]) -> Iterator[Any]:
+    """``llm_d_epp_kv_cache_*`` families that precise-prefix producers' KV-event stats fill."""
+    stats = [p.kv_events for p in plugins if getattr(p, "kv_events", None) is not None]
+    if not stats:
+        return
+    for suffix, text, name in _KV_PER_POD:
+        family = CounterMetricFamily(f"llm_d_epp_kv_cache_{suffix}", text, labels=["pod_identifier"])
+        for s in stats:
+            for (endpoint, counter), n in list(s.transport.items()):
+                if counter == name:
+                    family.add_metric([endpoint], n)
+        yield family
+    errors = CounterMetricFamily("llm_d_epp_kv_cache_events_zmq_errors", "ZMQ subscriber errors.",
+                                 labels=["pod_identifier", "operation"])
+    admissions = suppressed = 0
+    for s in stats:
+        for (endpoint, counter), n in list(s.transport.items()):
+            if counter == "socket_errors":
+                errors.add_metric([endpoint, "socket"], n)
+            elif counter == "blocks_stored":
+                admissions += n
+            elif counter == "removes_suppressed":
+                suppressed += n
+    yield errors
+    yield CounterMetricFamily("llm_d_epp_kv_cache_index_admissions", "KV-block admissions.", value=admissions)
+    yield CounterMetricFamily("llm_d_epp_kv_cache_events_dedup_removed_hashes_suppressed",
+                              "Block removals suppressed because another announcement still holds the block.",
+                              value=suppressed)
+    sources = [src for s in stats for src in list(s.sources.values())]
+    yield GaugeMetricFamily("llm_d_epp_kv_cache_events_active_subscribers", "KV-event subscribers managed.",
+                            value=len(sources))
+    yield GaugeMetricFamily("llm_d_epp_kv_cache_events_pool_queue_depth", "KV-event messages queued.",
+                            value=sum(src.queue_depth for src in sources))
