@@ -55,8 +55,8 @@ class ModelEntry:
     source: str = "none"
     #: Why the last load failed (a directory without a loadable tokenizer).
     error: str = ""
-    #: When it was last looked up (monotonic seconds); 0 forces a lookup.
-    checked_at: float = 0.0
+    #: When it was last looked up (monotonic seconds); None: look it up on the next request.
+    checked_at: float | None = None
     #: outcome → requests of this model
     outcomes: dict[str, int] = field(default_factory=dict)
     warned: bool = False
@@ -131,7 +131,7 @@ class ModelTokenizers:
             return self.default
         if entry.loading is not None:
             return await asyncio.shield(entry.loading)
-        if entry.checked_at and self._clock() - entry.checked_at < self.retry_seconds:
+        if entry.checked_at is not None and self._clock() - entry.checked_at < self.retry_seconds:
             return None
         entry.checked_at = self._clock()
         found = self.locator.find(model)
@@ -163,7 +163,7 @@ class ModelTokenizers:
         loaded = [e for e in self._entries.values() if e.tokenizer is not None]
         for entry in loaded[: max(0, len(loaded) - self.max_loaded)]:
             if entry is not keep:
-                entry.tokenizer, entry.checked_at = None, 0.0  # reloaded on its next request
+                entry.tokenizer, entry.checked_at = None, None  # reloaded on its next request
 
     def models(self) -> dict[str, dict[str, Any]]:
         """Every remembered model's entry, most recently used last (for ``/debug/state``)."""
