@@ -131,7 +131,7 @@ class LocalBackend:
         self, api: Api, body: Mapping[str, Any], headers: Mapping[str, str], *, model: str = "",
         endpoints: Sequence[Endpoint] = (),
     ) -> TokenizeResult:
-        tokenizer = await self.tokenizers.get(model) if model else None
+        tokenizer = await self.tokenizers.get(model) if model else self.tokenizers.default
         if tokenizer is None and self.fallback_model and self.fallback_model != model:
             tokenizer = await self.tokenizers.get(self.fallback_model)
         if tokenizer is not None:
