@@ -141,3 +141,14 @@ def test_the_estimate_backend_tokenizes_a_text_prompt_into_locality_ids() -> Non
     assert request.tokenized is not None and not request.tokenized.exact
     assert request.tokenized.prompts == (b"abcdefgh",)  # 4 bytes per pseudo-token, as llm-d packs them
     assert producer.outcomes == {"ok": 1} and request.tokenize_outcome == "estimate:ok"
+
+
+@pytest.mark.parametrize("params", ["{local: {}}", "{local: null}"])
+def test_local_alone_finds_tokenizers_per_model(params: str) -> None:
+    producer = token_producer(params)
+    assert producer.backend_name == "local" and producer.exact and producer.produce_timeout_seconds is None
+
+
+def test_vllm_url_may_be_https() -> None:
+    producer = token_producer("{modelName: m, vllm: {url: 'https://render.example:8443/'}}")
+    assert producer.config.render is not None and producer.config.render.url == "https://render.example:8443"

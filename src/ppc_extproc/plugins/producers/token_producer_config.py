@@ -227,7 +227,7 @@ def parse_token_producer_config(params: Section) -> TokenProducerConfig:
         uds.raw(ignored)
     uds.finish()
     chosen = [key for key in ("estimate", "vllm") if params.has(key)] + (["udsTokenizerConfig"] if uds_socket else [])
-    local = params.has("local")
+    local = params.has("local") or "local" in params.data  # `local:` with nothing under it is `local: {}`
     if len(chosen) > 1 or (local and ("estimate" in chosen or uds_socket)):
         raise ConfigError(params.path, "only one of 'estimate', 'vllm', or 'udsTokenizerConfig' may be set "
                                        "('local' may be combined with 'vllm')")  # fmt: skip
