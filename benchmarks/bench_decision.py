@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import random
 import shutil
 import statistics
@@ -69,11 +70,21 @@ ENDPOINTS = [Endpoint(f"10.0.0.{i + 1}", 8000) for i in range(16)]
 CHUNK = 16 * 1024
 
 
-def build_router(block_size: int) -> tuple[Router, object]:
-    loaded = load_config_text(CONFIG.format(block_size=block_size))
+def default_config(block_size: int) -> str:
+    """The embedded default configuration (``config/default.yaml``) with ``block_size``."""
+    import yaml
+
+    from ppc_extproc_lab.localcluster.service_config import default_service_config
+
+    return yaml.safe_dump(default_service_config(block_size=block_size), sort_keys=False)
+
+
+def build_router(block_size: int, config: str = "bench") -> tuple[Router, object]:
+    text = default_config(block_size) if config == "default" else CONFIG.format(block_size=block_size)
+    loaded = load_config_text(text)
     pool = EndpointPool()
     pool.replace(ENDPOINTS)
-    producer = loaded.roles.producers[0]
+    producer = next(p for p in loaded.roles.producers if p.type_name == "precise-prefix-cache-producer")
     return Router(pool, loaded.pipeline, inflight=loaded.services.inflight), producer
 
 
@@ -214,10 +225,19 @@ def chat_rows(args: argparse.Namespace) -> None:
     )  # fmt: skip
     try:
         wait_for_http(f"http://127.0.0.1:{port}/health", timeout=60)
-        backends = {
+        # "default": the embedded default configuration, which finds model m's tokenizer in the
+        # Hugging Face hub cache (HF_HUB_CACHE, laid out as huggingface_hub does) with no flag.
+        hub = scratch / "hub" / "models--m"
+        (hub / "refs").mkdir(parents=True)
+        (hub / "refs" / "main").write_text("r")
+        shutil.copytree(scratch, hub / "snapshots" / "r", ignore=shutil.ignore_patterns("hub"))
+        os.environ["HF_HUB_CACHE"] = str(scratch / "hub")
+        every = {
             "local": f"{{local: {{tokenizerPath: {scratch}}}}}",
             "vllm": f"{{modelName: m, vllm: {{url: 'http://127.0.0.1:{port}', timeout: 30s}}}}",
+            "default": None,
         }
+        backends = {name: every[name] for name in args.chat_backends}
         print(f"\nChat requests (/v1/chat/completions) through the token-producer; tiny tokenizer, "
               f"{ratio:.2f} chars/token; ms from end of stream to reply")  # fmt: skip
         print(f"{'tokens':>7}  {'body KB':>7}  {'backend':>8}  {'cold p50':>9} {'p95':>7}   {'warm p50':>9} {'p95':>7}")
@@ -225,7 +245,9 @@ def chat_rows(args: argparse.Namespace) -> None:
             chars = int(n_tokens * ratio * 0.8)  # the system prompt; four earlier turns add the rest
             history = [words(f"turn-{i}", chars // 16) for i in range(4)]
             for backend, params in backends.items():
-                loaded = load_config_text(CHAT_CONFIG.format(backend=params, block_size=args.block_size))
+                text = (default_config(args.block_size) if params is None
+                        else CHAT_CONFIG.format(backend=params, block_size=args.block_size))  # fmt: skip
+                loaded = load_config_text(text)
                 pool = EndpointPool()
                 pool.replace(ENDPOINTS)
                 router = Router(pool, loaded.pipeline, inflight=loaded.services.inflight)
@@ -238,6 +260,8 @@ def chat_rows(args: argparse.Namespace) -> None:
                 prefix = tokenizer.tokenize("chat", orjson.loads(warm_bodies[0])).prompts[0]
                 warm(producer, [list(np.frombuffer(prefix, dtype="<u4")[: len(prefix) // 4 - 64])])
                 cold_ms, warm_ms = asyncio.run(_chat_run(loaded, router, cold, warm_bodies, requests, mode))
+                outcomes = getattr(loaded.plugins.get("token-producer"), "outcomes", None)
+                assert outcomes is not None and set(outcomes) == {"ok"}, f"{backend}: not tokenized: {outcomes}"
                 print(f"{len(prefix) // 4:>7}  {len(warm_bodies[0]) / 1024:>7.0f}  {backend:>8}  "
                       f"{statistics.median(cold_ms) * 1e3:9.3f} {percentile(cold_ms, 95) * 1e3:7.3f}   "
                       f"{statistics.median(warm_ms) * 1e3:9.3f} {percentile(warm_ms, 95) * 1e3:7.3f}")  # fmt: skip
@@ -271,11 +295,16 @@ def main() -> None:
     parser.add_argument("--skip-chat", action="store_true", help="only the token-id rows")
     parser.add_argument("--chat-sizes", type=lambda t: [int(x) for x in t.split(",")],
                         default=[8_000, 32_000, 100_000, 200_000])  # fmt: skip
+    parser.add_argument("--config", choices=("bench", "default"), default="bench",
+                        help="token-id rows: this benchmark's pipeline, or the embedded default configuration")
+    parser.add_argument("--chat-backends", type=lambda t: t.split(","), default=["local", "vllm"],
+                        help="chat rows: local (tokenizerPath), vllm (render endpoint), default (embedded config, HF cache)")
     parser.add_argument("--body-mode", choices=sorted(BODY_MODES), default="full-duplex",
                         help="how Envoy sends the body: chunks as they arrive, or whole (envoy.yaml)")  # fmt: skip
     args = parser.parse_args()
     configure_logging("console", "warning")
-    header(f"Decision latency, in-process (block size {args.block_size}, 16 endpoints, {args.body_mode} body)")
+    header(f"Decision latency, in-process (block size {args.block_size}, 16 endpoints, {args.body_mode} body, "
+           f"{args.config} config for token ids)")
     if not args.skip_tokens:
         token_rows(args)
     if not args.skip_chat:
@@ -288,7 +317,7 @@ def token_rows(args: argparse.Namespace) -> None:
     print(f"{'tokens':>7}  {'body KB':>7}  {'idle p50':>9} {'p95':>7} {'p99':>7}   {'+50k blk/s p50':>14} {'p95':>7} {'p99':>7}")
     breakdown = []
     for n_tokens in (1_000, 8_000, 32_000, 100_000):
-        router, producer = build_router(args.block_size)
+        router, producer = build_router(args.block_size, args.config)
         prompts = [[rng.randrange(150_000) for _ in range(n_tokens)] for _ in range(4)]
         warm(producer, prompts)
         bodies = [orjson.dumps({"model": "m", "prompt": p, "max_tokens": 16}) for p in prompts]

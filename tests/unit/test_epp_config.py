@@ -10,8 +10,9 @@ HEADER = "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\n"
 
 def test_embedded_default() -> None:
     loaded = load_config(None)
-    assert [p.type_name for p in loaded.roles.producers] == ["precise-prefix-cache-producer"]
-    assert loaded.roles.producers[0].config.speculative_indexing
+    assert [p.type_name for p in loaded.roles.producers] == ["token-producer", "precise-prefix-cache-producer"]
+    assert loaded.roles.producers[0].backend_name == "local"  # chat and text: each model's own tokenizer
+    assert loaded.roles.producers[1].config.speculative_indexing
     profile = loaded.profiles["default"]
     assert [(w.scorer.type_name, w.weight) for w in profile.scorers] == [
         ("prefix-cache-scorer", 3.0),

@@ -14,6 +14,7 @@ import yaml
 
 from ppc_extproc.errors import ConfigError
 from ppc_extproc.framework.params import Section
+from ppc_extproc.plugins.producers.token_producer_config import pool_config_to_params
 
 __all__ = [
     "API_VERSIONS",
@@ -145,7 +146,25 @@ def _plugin_specs(root: Section) -> list[PluginSpec]:
         params = root.sub(spec.raw("parameters", {}), f"{path}.parameters", owner=type_name)
         spec.finish()
         specs.append(PluginSpec(name, type_name, params, path, written if type_name != written else None))
-    return specs
+    return [*specs, *_legacy_token_producer(root, specs, names)]
+
+
+def _legacy_token_producer(root: Section, specs: list[PluginSpec], names: set[str]) -> list[PluginSpec]:
+    """A ``token-producer`` for the deprecated scorer's ``indexerConfig.tokenizersPoolConfig``
+    (llm-d tokenized inside that scorer), unless a token producer is configured."""
+    if any(s.type_name == "token-producer" for s in specs) or "token-producer" in names:
+        return []
+    for spec in specs:
+        indexer = spec.params.data.get("indexerConfig") if spec.type_name == "precise-prefix-cache-scorer" else None
+        if isinstance(indexer, dict) and "tokenizersPoolConfig" in indexer:
+            where = f"{spec.params.path}.indexerConfig.tokenizersPoolConfig"
+            params = pool_config_to_params(indexer["tokenizersPoolConfig"], where)
+            root.warnings.append(
+                f"{where}: DEPRECATION: tokenizersPoolConfig is deprecated in llm-d; loaded as a token-producer "
+                f"with parameters {params} (configure a token-producer instead)"
+            )
+            return [PluginSpec("token-producer", "token-producer", root.sub(params, where, owner="token-producer"), where)]
+    return []
 
 
 def _profile_specs(root: Section) -> list[ProfileSpec]:

@@ -55,6 +55,8 @@ class LLMRequest:
     streamed_keys: StreamedKeys | None = None
     #: ``<backend>:<outcome>`` of the token producer, when one ran (``/debug/decisions``).
     tokenize_outcome: str | None = None
+    #: Why the token producer has no ids, when it says (``/debug/score``, ``/debug/decisions``).
+    tokenize_detail: str | None = None
 
     @property
     def prompt_tokens(self) -> int:

@@ -6,7 +6,8 @@
     GET  /debug/decisions  the most recent routing decisions (``?request_id=`` filters)
     GET  /debug/state    endpoints, index size and entries per endpoint, KV-event sources and
                          counters, speculative entries, in-flight requests
-    POST /debug/score    body: a completions request exactly as a client sends it; answer: each
+    POST /debug/score    body: a request exactly as a client sends it (``?path=`` its API path,
+                         default /v1/completions: chat and messages bodies are tokenized); answer: each
                          endpoint's match info, per-scorer scores and total, and the pick — with no
                          side effect (no speculative seeding, no in-flight count)
 """
@@ -105,6 +106,7 @@ def build_admin_app(
             "picked": decision.destination,
             "promptTokens": llm_request.prompt_tokens,
             "tokenizeOutcome": llm_request.tokenize_outcome,
+            **({"tokenizeDetail": llm_request.tokenize_detail} if llm_request.tokenize_detail else {}),
         })
 
     # The ext_proc path's limit: a body the router would refuse with 413 is refused here too.

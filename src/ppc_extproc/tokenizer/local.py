@@ -41,7 +41,13 @@ from ppc_extproc.tokenizer.requests import (
     parse_chat,
     parse_completion,
 )
-from ppc_extproc.tokenizer.result import MULTIMODAL_NEEDS_RENDER, UNSUPPORTED_BODY, TokenizeResult
+from ppc_extproc.tokenizer.result import (
+    MULTIMODAL_NEEDS_RENDER,
+    TEMPLATE_ERROR,
+    UNSUPPORTED_BODY,
+    UNTRUSTED_CHAT_TEMPLATE,
+    TokenizeResult,
+)
 from ppc_extproc.tokenizer.segments import DEFAULT_CACHE_BYTES, SegmentCache, encode_text
 from ppc_extproc.tokens.body import json_object
 
@@ -49,6 +55,15 @@ __all__ = ["LocalTokenizer"]
 
 _BILLING_HEADER = "x-anthropic-billing-header"
 _ANTHROPIC_EFFORTS = ("low", "medium", "high", "xhigh", "max")
+_UNTRUSTED = (
+    "chat_template: Chat template is passed with request, but --trust-request-chat-template is not set. "
+    "Refused request with untrusted chat template."
+)
+
+
+def merge_kwargs(defaults: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """vLLM's ``merge_kwargs`` (``vllm/renderers/params.py``): overrides win unless None or ``"auto"``."""
+    return {**defaults, **{k: v for k, v in overrides.items() if v is not None and v != "auto"}}
 
 
 def _part_text(part: Any) -> str | None:
@@ -209,10 +224,12 @@ class LocalTokenizer:
         cache: SegmentCache | None = None,
         trust_request_chat_template: bool = False,
         default_chat_template_kwargs: Mapping[str, Any] | None = None,
+        chat_template: str | None = None,
     ) -> LocalTokenizer:
-        """Load a HF model directory; ``cache_bytes=0`` disables the segment cache."""
+        """Load a HF model directory; ``cache_bytes=0`` disables the segment cache. ``chat_template``
+        (the text of the engine's ``--chat-template``) replaces the directory's templates."""
         tok = HfTokenizer.from_dir(directory)
-        templates = ct.ChatTemplates.from_dir(directory, tok.config)
+        templates = ct.ChatTemplates(chat_template) if chat_template is not None else ct.ChatTemplates.from_dir(directory, tok.config)
         if cache is None and cache_bytes > 0:
             cache = SegmentCache(cache_bytes)
         return cls(
@@ -243,7 +260,15 @@ class LocalTokenizer:
     def tokenize_chat(self, req: ChatInput) -> TokenizeResult:
         if req.multimodal:
             return TokenizeResult.failed(MULTIMODAL_NEEDS_RENDER, "media content parts", req.cache_salt)
-        text = self.render_chat(req)
+        untrusted = req.chat_template is not None or req.chat_template_kwargs.get("chat_template") is not None
+        if untrusted and not self.trust_request_chat_template:
+            # vLLM 0.32 refuses it (OnlineRenderer.validate_chat_template): the router does not
+            # guess the engine's verdict, it routes by load.
+            return TokenizeResult.failed(UNTRUSTED_CHAT_TEMPLATE, _UNTRUSTED, req.cache_salt)
+        try:
+            text = self.render_chat(req)
+        except BadRequestError as exc:  # the template's own failure, not the body's shape
+            return TokenizeResult.failed(TEMPLATE_ERROR, exc.message, req.cache_salt)
         return TokenizeResult((self.encode(text, add_special_tokens=req.add_special_tokens),), cache_salt=req.cache_salt)
 
     def encode(self, text: str, *, add_special_tokens: bool) -> bytes:
@@ -253,21 +278,20 @@ class LocalTokenizer:
     def render_chat(self, req: ChatInput) -> str:
         """The prompt text vLLM renders for a chat request (``apply_chat_template(tokenize=False)``)."""
         if req.chat_template is not None and not self.trust_request_chat_template:
-            raise BadRequestError(
-                "chat_template: Chat template is passed with request, but --trust-request-chat-template is not set. "
-                "Refused request with untrusted chat template."
-            )
+            raise BadRequestError(_UNTRUSTED)
         source = self.templates.resolve(req.chat_template, has_tools=req.tools is not None)
         fmt = ct.detect_content_format(source)
         conversation = template_messages(req.messages, fmt)
         if any(m["role"] == "developer" for m in conversation) and '"developer"' not in source and "'developer'" not in source:
             conversation = _consolidate_developer(conversation)
-        kwargs: dict[str, Any] = dict(self.default_chat_template_kwargs)
-        kwargs.update(req.chat_template_kwargs)
+        # As vLLM 0.32: the request's kwargs (with reasoning_effort's extras) over the server's
+        # --default-chat-template-kwargs (ChatCompletionRequest.build_chat_params, ChatParams.with_defaults).
+        extras: dict[str, Any] = {}
         if req.reasoning_effort is not None:
-            kwargs["reasoning_effort"] = req.reasoning_effort
+            extras["reasoning_effort"] = req.reasoning_effort
             if "enable_thinking" not in req.chat_template_kwargs:
-                kwargs["enable_thinking"] = req.reasoning_effort != "none"
+                extras["enable_thinking"] = req.reasoning_effort != "none"
+        kwargs = merge_kwargs(self.default_chat_template_kwargs, merge_kwargs(req.chat_template_kwargs, extras))
         tools = kwargs.pop("tools", None) if req.tools is None else req.tools
         documents = req.documents if req.documents is not None else kwargs.pop("documents", None)
         return ct.render(

@@ -56,7 +56,7 @@ class RenderConfig:
 
     #: Served model name of the render server; replaces the request's ``model``.
     model_name: str
-    #: Base URL, plain HTTP (``vllm.url``); trailing ``/`` ignored.
+    #: Base URL, ``http://`` or ``https://`` (``vllm.url``); trailing ``/`` ignored.
     url: str = "http://localhost:8000"
     #: Timeout of text-only requests (``vllm.timeout``).
     timeout_seconds: float = 5.0
@@ -133,10 +133,12 @@ def _features(raw: Any) -> tuple[MultimodalFeature, ...] | None:
 class RenderClient:
     """Async client of one render server. Use ``async with`` (or ``start``/``close``) on one loop."""
 
-    def __init__(self, config: RenderConfig) -> None:
+    def __init__(self, config: RenderConfig, *, session: aiohttp.ClientSession | None = None) -> None:
         self.config = config
         self._base = config.url.rstrip("/")
-        self._session: aiohttp.ClientSession | None = None
+        #: A shared session (not closed here), or None: this client opens and closes its own.
+        self._session: aiohttp.ClientSession | None = session
+        self._owns_session = session is None
         self._slots = config.max_concurrency
         self.breaker = CircuitBreaker(stall_seconds=config.stall_seconds, open_seconds=config.open_seconds)
         #: False once the server answered the messages route with 404 Not Found / 405.
@@ -150,7 +152,7 @@ class RenderClient:
             self._session = aiohttp.ClientSession(connector=connector, headers={"Content-Type": "application/json"})
 
     async def close(self) -> None:
-        if self._session is not None:
+        if self._session is not None and self._owns_session:
             await self._session.close()
             self._session = None
 
@@ -163,8 +165,11 @@ class RenderClient:
 
     # --- API ----------------------------------------------------------------------------------------
 
-    async def render(self, api: Api, body: Mapping[str, Any], *, headers: Mapping[str, str] | None = None) -> TokenizeResult:
-        """Token ids of a parsed client body of ``api`` (what the engine will compute)."""
+    async def render(
+        self, api: Api, body: Mapping[str, Any], *, headers: Mapping[str, str] | None = None, model: str | None = None
+    ) -> TokenizeResult:
+        """Token ids of a parsed client body of ``api`` (what the engine will compute); ``model``
+        replaces the configured ``model_name`` (an engine rendering the model it serves)."""
         salt = body.get("cache_salt") if isinstance(body.get("cache_salt"), str) else None
         if api == "completions":
             prompt = body.get("prompt")
@@ -172,22 +177,24 @@ class RenderClient:
                 ids = _le32(prompt)
                 if ids is not None:
                     return TokenizeResult((ids,), cache_salt=salt)
-            return await self._call("completions", body, salt, headers)
+            return await self._call("completions", body, salt, headers, model)
         if api == "chat":
-            return await self._call("chat", body, salt, headers)
+            return await self._call("chat", body, salt, headers, model)
         if api == "messages":
             if self.messages_route:
-                res = await self._call("messages", body, salt, headers)
+                res = await self._call("messages", body, salt, headers, model)
                 if res.reason not in ("http_404", "http_405") or (res.reason == "http_404" and "Not Found" not in res.detail):
                     return res
                 self.messages_route = False
             chat = anthropic_to_chat(body, merge_inline_system=False)
-            return await self._call("chat", chat, salt, headers)
+            return await self._call("chat", chat, salt, headers, model)
         return TokenizeResult.failed(UNSUPPORTED_BODY, f"{api} bodies are not rendered", salt)
 
-    async def _call(self, api: Api, body: Mapping[str, Any], salt: str | None, headers: Mapping[str, str] | None) -> TokenizeResult:
+    async def _call(
+        self, api: Api, body: Mapping[str, Any], salt: str | None, headers: Mapping[str, str] | None, model: str | None
+    ) -> TokenizeResult:
         timeout = self.config.mm_timeout_seconds if _uses_mm_timeout(body) else self.config.timeout_seconds
-        payload = splice_model(body, self.config.model_name)
+        payload = splice_model(body, model or self.config.model_name)
         ticket = self.breaker.admit()
         if ticket is None:
             return TokenizeResult.failed(BREAKER_OPEN, "render breaker open", salt)

@@ -12,9 +12,12 @@ __all__ = [
     "BREAKER_OPEN",
     "EMPTY",
     "MULTIMODAL_NEEDS_RENDER",
+    "NO_TOKENIZER",
+    "TEMPLATE_ERROR",
     "TIMEOUT",
     "TRANSPORT",
     "UNSUPPORTED_BODY",
+    "UNTRUSTED_CHAT_TEMPLATE",
     "TokenizeResult",
     "http_reason",
 ]
@@ -31,6 +34,13 @@ TIMEOUT: Final = "timeout"
 TRANSPORT: Final = "transport"
 #: A 2xx answer that is not a render result.
 BAD_RESPONSE: Final = "bad_response"
+#: No tokenizer for the request's model: no configured path, nothing in the caches, and no
+#: engine answered its render endpoint.
+NO_TOKENIZER: Final = "no_tokenizer"
+#: The chat template failed on this request (``raise_exception``, a bad kwarg): routed by load.
+TEMPLATE_ERROR: Final = "template_error"
+#: A request ``chat_template`` without ``trustRequestChatTemplate`` (vLLM refuses it unless trusted).
+UNTRUSTED_CHAT_TEMPLATE: Final = "untrusted_chat_template"
 #: Tokenization produced no tokens.
 EMPTY: Final = "empty"
 

@@ -49,12 +49,19 @@ def patch_service_config(
     Sets ``kvEventsConfig.podDiscoveryConfig.socketPort`` / ``replaySocketPort`` in every
     ``precise-prefix-cache-producer`` plugin (and in a top-level ``kvEventsConfig``, if any),
     ``tokenProcessorConfig.blockSizeTokens`` when ``block_size`` is given, and — with a
-    ``tokenizer`` directory and no token producer configured — a local ``token-producer`` on it.
+    ``tokenizer`` directory — ``local.tokenizerPath`` on a local token producer that names no
+    directory (the embedded default's), or a local ``token-producer`` on it when none is configured.
     """
     out: dict[str, Any] = copy.deepcopy(dict(config))
     plugins = out.get("plugins") or []
-    if tokenizer is not None and not any(isinstance(p, dict) and p.get("type") in TOKEN_PRODUCER_TYPES for p in plugins):
+    producers = [p for p in plugins if isinstance(p, dict) and p.get("type") in TOKEN_PRODUCER_TYPES]
+    if tokenizer is not None and not producers:
         out["plugins"] = [{"type": "token-producer", "parameters": {"local": {"tokenizerPath": tokenizer}}}, *plugins]
+    elif tokenizer is not None:
+        for producer in producers:
+            local = (producer.get("parameters") or {}).get("local")
+            if isinstance(local, dict) and not local.get("tokenizerPath") and not local.get("tokenizers"):
+                local["tokenizerPath"] = tokenizer
     targets: list[dict[str, Any]] = []
     for plugin in out.get("plugins") or []:
         if isinstance(plugin, dict) and plugin.get("type") == PRECISE_PRODUCER:

@@ -102,7 +102,7 @@ def _errors(handler: Handler) -> Handler:
 
 def _tokenized(res: TokenizeResult) -> list[int]:
     if not res.ok:
-        raise BadRequestError(f"the mock cannot tokenize this request: {res.reason}")
+        raise BadRequestError(res.detail or f"the mock cannot tokenize this request: {res.reason}")
     return _ids(res.prompts[0])
 
 

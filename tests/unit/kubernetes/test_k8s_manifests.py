@@ -189,3 +189,26 @@ def test_kubectl_kustomize_renders_the_same_objects() -> None:
     volumes = [v["configMap"]["name"] for d in rendered if d["kind"] == "Deployment"
                for v in d["spec"]["template"]["spec"].get("volumes", []) if "configMap" in v]
     assert sorted(volumes) == sorted(d["metadata"]["name"] for d in config_maps.values())  # hashed names referenced
+
+
+def test_chat_is_tokenized_from_the_tokenizer_files_the_init_container_copies() -> None:
+    """The epp config runs a local token producer; the init container writes the served model's
+    tokenizer into the Hugging Face cache layout at the HF_HUB_CACHE the service reads; vLLM serves
+    the render routes the producer falls back to."""
+    epp = one("Deployment", "ppc-extproc")
+    args = epp_args()
+    mount = containers(epp)[0]["volumeMounts"][0]
+    volume = {v["name"]: v for v in pod_spec(epp)["volumes"]}[mount["name"]]
+    data = one("ConfigMap", volume["configMap"]["name"])["data"]
+    loaded = load_config_text(data[args.config_file.removeprefix(mount["mountPath"] + "/")])
+    token = next(p for p in loaded.roles.producers if p.type_name == "token-producer")
+    assert token.backend_name == "local" and loaded.warnings == []  # type: ignore[attr-defined]
+    env = {e["name"]: e.get("value") for e in containers(epp)[0]["env"]}
+    (init,) = pod_spec(epp)["initContainers"]
+    script = init["command"][-1]
+    model = containers(one("Deployment", "vllm-qwen"))[0]["command"][2]
+    hub = env["HF_HUB_CACHE"]
+    assert f"dst={hub}/models--{model.replace('/', '--')}" in script and 'refs/main"' in script
+    shared = {m["name"] for m in init["volumeMounts"]} & {m["name"] for m in containers(epp)[0]["volumeMounts"]}
+    assert any(hub.startswith(m["mountPath"]) for m in containers(epp)[0]["volumeMounts"] if m["name"] in shared)
+    assert "--enable-scale-out" in containers(one("Deployment", "vllm-qwen"))[0]["args"]

@@ -84,15 +84,17 @@ def test_local_and_vllm_together_render_what_local_cannot(tiny_dir: Path) -> Non
         ("{modelName: m, vllm: {timeout: 5 seconds}}", "plugins[0].parameters.vllm.timeout", "invalid 'timeout'"),
         ("{modelName: m, vllm: {mmTimeout: soon}}", "plugins[0].parameters.vllm.mmTimeout", "invalid 'mmTimeout'"),
         ("{modelName: m, vllm: {timeout: 0s}}", "plugins[0].parameters.vllm.timeout", "invalid 'timeout': must be positive"),
-        ("{modelName: m, vllm: {url: 'https://r:8000'}}", "plugins[0].parameters.vllm.url", "plain http:// URL"),
+        ("{modelName: m, vllm: {url: 'ftp://r:8000'}}", "plugins[0].parameters.vllm.url", "http:// or https:// URL"),
         ("{modelName: m, estimate: {}, vllm: {}}", "plugins[0].parameters",
          "only one of 'estimate', 'vllm', or 'udsTokenizerConfig' may be set"),
         ("{modelName: m, udsTokenizerConfig: {socketFile: /tmp/t.sock}, vllm: {}}", "plugins[0].parameters",
          "only one of 'estimate', 'vllm', or 'udsTokenizerConfig' may be set"),
         ("{modelName: m, udsTokenizerConfig: {socketFile: /tmp/t.sock, useTCP: false, modelTokenizerMap: {m: /t}}}",
-         "plugins[0].parameters.udsTokenizerConfig",
-         "udsTokenizerConfig (deprecated UDS tokenizer) is not supported"),
-        ("{local: {}}", "plugins[0].parameters.local.tokenizerPath", "needs the tokenizer's directory"),
+         "plugins[0].parameters.udsTokenizerConfig.modelTokenizerMap.m", "/t has no tokenizer.json"),
+        ("{local: {tokenizers: {m: 3}}}", "plugins[0].parameters.local.tokenizers", "mapping of model name"),
+        ("{local: {chatTemplate: /nonexistent.jinja}}", "plugins[0].parameters.local.chatTemplate", "no such file"),
+        ("{local: {defaultChatTemplateKwargs: [1]}}", "plugins[0].parameters.local.defaultChatTemplateKwargs",
+         "expected a mapping"),
         ("{local: {tokenizerPath: /t}, estimate: {}}", "plugins[0].parameters",
          "only one of 'estimate', 'vllm', or 'udsTokenizerConfig' may be set"),
         ("{estimate: {image: {mode: bogus}}}", "plugins[0].parameters.estimate.image.mode",
@@ -139,3 +141,14 @@ def test_the_estimate_backend_tokenizes_a_text_prompt_into_locality_ids() -> Non
     assert request.tokenized is not None and not request.tokenized.exact
     assert request.tokenized.prompts == (b"abcdefgh",)  # 4 bytes per pseudo-token, as llm-d packs them
     assert producer.outcomes == {"ok": 1} and request.tokenize_outcome == "estimate:ok"
+
+
+@pytest.mark.parametrize("params", ["{local: {}}", "{local: null}"])
+def test_local_alone_finds_tokenizers_per_model(params: str) -> None:
+    producer = token_producer(params)
+    assert producer.backend_name == "local" and producer.exact and producer.produce_timeout_seconds is None
+
+
+def test_vllm_url_may_be_https() -> None:
+    producer = token_producer("{modelName: m, vllm: {url: 'https://render.example:8443/'}}")
+    assert producer.config.render is not None and producer.config.render.url == "https://render.example:8443"

@@ -5,7 +5,8 @@ Behaviour   with exactly one ``precise-prefix-cache-producer`` configured (anywh
             it becomes ``prefix-cache-scorer{prefixMatchInfoProducerName: <that producer>}`` and its
             own parameters are ignored; with two, loading fails. With none, it hosts a producer
             under its own name (parameters = the producer's; ``indexerConfig.tokenizersPoolConfig``
-            is accepted here and ignored — configure a ``token-producer``) and scores its match
+            becomes a ``token-producer``, with a deprecation warning, unless one is configured)
+            and scores its match
             info as ``prefix-cache-scorer`` does.
 Parameters  those of ``precise-prefix-cache-producer`` (used only when it hosts its own)
 
@@ -44,7 +45,7 @@ class PrecisePrefixCacheScorer(PrecisePrefixCacheProducer, Scorer):
             indexer = dict(indexer)
             indexer.pop("tokenizersPoolConfig")
             params.data["indexerConfig"] = indexer
-            params.warn("indexerConfig.tokenizersPoolConfig", "ignored: configure a token-producer for text requests")
+            # Tokenizing is the token-producer's job: the loader adds one built from this section.
         return cls(name, parse_producer_config(params), services)
 
     def consumes(self) -> tuple[Consumes, ...]:
