@@ -224,4 +224,5 @@ def run_demo(options: DemoOptions, stream: TextIO | None = None) -> DemoResult:
 
 def render(result: DemoResult) -> str:
     """The table and the one-line verdict."""
-    return format_table(result.summaries) + "\n\n" + verdict(result.summaries)
+    line = verdict(result.summaries)
+    return format_table(result.summaries) + (f"\n\n{line}" if line else "")
