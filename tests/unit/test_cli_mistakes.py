@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from ppc_extproc import argtypes
 from ppc_extproc.cli import build_parser
 
 
@@ -151,6 +150,8 @@ def test_documented_special_values_are_accepted(argv: list[str], attr: str, valu
 
 
 def test_argument_types() -> None:
+    from ppc_extproc import argtypes
+
     assert argtypes.port("1") == 1 and argtypes.port("65535") == 65535
     assert argtypes.port_or_zero("0") == 0
     for bad in ("0", "65536", "-1", "1.5", ""):
