@@ -86,7 +86,7 @@ def _add_keys(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument("--model", required=True, help="model name (or LoRA adapter name) the keys are rooted in")
     p.add_argument("--tokens", required=True, type=_tokens_arg, help="token ids: 1,2,3 or a range A..B")
-    p.add_argument("--block-size", type=positive_int, default=16, help="blockSizeTokens (default 16)")
+    p.add_argument("--block-size", type=int, default=16, help="blockSizeTokens (default 16)")
     p.add_argument("--hash-seed", default="", help="hashSeed (default empty)")
     p.add_argument(
         "--hash-algorithm",

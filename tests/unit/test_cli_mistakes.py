@@ -70,7 +70,6 @@ def assert_one_line_naming(proc: subprocess.CompletedProcess[str], flag: str, *a
         (["demo", "--num-blocks", "-1"], "--num-blocks", "-1"),
         (["demo", "--context-tokens", "-1"], "--context-tokens", "-1"),
         (["demo", "--decode-ms-per-token", "-1"], "--decode-ms-per-token", "-1"),
-        (["keys", "--model", "m", "--tokens", "1,2", "--block-size", "-16"], "--block-size", "-16"),
     ],
 )
 def test_bad_values_are_one_line_naming_the_flag(
