@@ -11,9 +11,17 @@ from typing import TYPE_CHECKING, Any, cast
 import orjson
 
 from ppc_extproc import __version__
+from ppc_extproc.argtypes import (
+    OneLineParser,
+    fraction,
+    non_negative_float,
+    non_negative_int,
+    port_or_zero,
+    positive_int,
+)
 from ppc_extproc.blockkeys import TokenProcessor, TokenProcessorConfig
 from ppc_extproc.blockkeys.config import HASH_ALGORITHMS
-from ppc_extproc.cli_llmd import LlmdFlagError, OneLineErrorParser, add_llmd_flags, chart_argv, fail, log_llmd_settings
+from ppc_extproc.cli_llmd import LlmdFlagError, add_llmd_flags, chart_argv, fail, log_llmd_settings
 from ppc_extproc.cli_llmd import resolve as resolve_llmd_flags
 
 if TYPE_CHECKING:
@@ -169,7 +177,7 @@ def _run_loop(main: Coroutine[Any, Any, None], event_loop: str) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from ppc_extproc.errors import ConfigError
+    from ppc_extproc.errors import BindError, ConfigError
     from ppc_extproc.observability.logging import configure_logging
     from ppc_extproc.scheduling.pool import parse_endpoint_list
     from ppc_extproc.server.app import ServeOptions, serve
@@ -222,6 +230,9 @@ def _serve(args: argparse.Namespace) -> int:
     )
     try:
         _run_loop(serve(options), args.event_loop)
+    except BindError as exc:
+        print(f"ppc-extproc serve: {exc}", file=sys.stderr)
+        return 2
     except ConfigError as exc:
         print(f"ppc-extproc serve: configuration error: {exc}", file=sys.stderr)
         return 2
@@ -231,11 +242,9 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _fraction(text: str) -> float:
-    value = float(text)
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"must be within [0, 1], got {text}")
-    return value
+def _admin_port(text: str) -> int:
+    """``--admin-port``: a port, 0 for any free one, or -1 for no admin server."""
+    return -1 if text.strip() == "-1" else port_or_zero(text)
 
 
 def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -248,13 +257,13 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     p.add_argument("--config-file", help="EndpointPickerConfig YAML (default: the embedded default)")
     p.add_argument("--grpc-address", default="0.0.0.0", help="ext_proc listen address (default 0.0.0.0)")
-    p.add_argument("--grpc-port", type=int, default=9002, help="ext_proc port (default 9002)")
+    p.add_argument("--grpc-port", type=port_or_zero, default=9002, help="ext_proc port (default 9002; 0 = any free port)")
     p.add_argument("--admin-address", default="127.0.0.1", help="admin HTTP address (default 127.0.0.1)")
-    p.add_argument("--admin-port", type=int, default=9090, help="admin HTTP port (default 9090; -1 disables)")
+    p.add_argument("--admin-port", type=_admin_port, default=9090, help="admin HTTP port (default 9090; -1 disables)")
     p.add_argument("--endpoints", help="static endpoints ip:port,ip:port (instead of configured discovery)")
     p.add_argument("--tls-cert-file", help="serve ext_proc over TLS with this certificate (PEM)")
     p.add_argument("--tls-key-file", help="private key (PEM) for --tls-cert-file")
-    p.add_argument("--max-body-bytes", type=int, default=16 * 1024 * 1024, help="request bodies above get 413 (default 16 MiB)")
+    p.add_argument("--max-body-bytes", type=positive_int, default=16 * 1024 * 1024, help="request bodies above get 413 (default 16 MiB)")
     p.add_argument(
         "--body-mode",
         choices=["full-duplex-streamed", "buffered"],
@@ -263,18 +272,18 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     p.add_argument("--error-format", choices=["text", "openai"], default="text", help="error body format (default llm-d's text)")
     p.add_argument(
-        "--usage-sample-rate", type=_fraction, default=0.01, metavar="R",
+        "--usage-sample-rate", type=fraction, default=0.01, metavar="R",
         help="with Envoy sending no response bodies (envoy/envoy.yaml): ask for the body of this share of "
         "responses (mode_override) to read their usage for the usage and cached-tokens metrics; "
         "0 disables, 1 reads every response (default 0.01)",
     )
-    p.add_argument("--drain-seconds", type=float, default=10.0, help="how long open streams may finish at shutdown")
+    p.add_argument("--drain-seconds", type=non_negative_float, default=10.0, help="how long open streams may finish at shutdown")
     p.add_argument(
-        "--workers", type=int, default=1, metavar="N",
+        "--workers", type=non_negative_int, default=1, metavar="N",
         help="service processes sharing the gRPC port (SO_REUSEPORT), each a full service with its own "
         "index and KV-event subscribers; worker i serves admin on --admin-port + i; 0 = one per core (default 1)",
     )
-    p.add_argument("--worker-index", type=int, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--worker-index", type=non_negative_int, default=None, help=argparse.SUPPRESS)
     p.add_argument(
         "--event-loop", choices=["auto", "asyncio", "uvloop"], default="auto",
         help="asyncio event loop implementation; auto = uvloop when installed (default auto)",
@@ -346,7 +355,7 @@ def _add_check_config(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineErrorParser(
+    parser: argparse.ArgumentParser = OneLineParser(
         prog="ppc-extproc",
         description="Envoy ext_proc endpoint picker that routes LLM requests to the pod holding "
         "the longest cached KV prefix.",
@@ -371,8 +380,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.argv = argv  # serve --workers re-runs it per worker
     handler = getattr(args, "handler", None)
     if handler is None:
-        parser.print_help()
-        return 0
+        parser.print_usage(sys.stderr)
+        print("ppc-extproc: error: a command is required (see --help)", file=sys.stderr)
+        return 2
     return int(handler(args))
 
 

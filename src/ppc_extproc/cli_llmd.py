@@ -20,13 +20,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 __all__ = [
     "LLMD_DEFAULTS_FLAG",
     "LlmdFlagError",
     "LlmdSettings",
-    "OneLineErrorParser",
     "add_llmd_flags",
     "chart_argv",
     "fail",
@@ -44,13 +43,6 @@ DEFAULT_HEALTH_PORT = 9003
 DEFAULT_DRAIN_TIMEOUT_SECONDS = 30.0
 
 _TOP_LEVEL_FLAGS = frozenset({"-h", "--help", "--version"})
-
-
-class OneLineErrorParser(argparse.ArgumentParser):
-    """A parser whose usage errors are one line naming the flag (``prog: error: …``), exit 2."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message}\n")
 
 
 def chart_argv(argv: list[str]) -> list[str]:

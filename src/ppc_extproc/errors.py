@@ -2,6 +2,7 @@
 
     PpcError
     ├── ConfigError        bad configuration; carries the dotted path of the field
+    ├── BindError          a listening socket cannot be bound; names the flag that chose it
     ├── RequestError       a request the service refuses; carries the HTTP status
     │   ├── BadRequestError        400
     │   ├── PayloadTooLargeError   413
@@ -16,8 +17,13 @@ Errors of other libraries (grpc, zmq, msgpack) are mapped to these at the bounda
 
 from __future__ import annotations
 
+import errno
+import os
+import socket
+
 __all__ = [
     "BadRequestError",
+    "BindError",
     "ConfigError",
     "NoEndpointsError",
     "PayloadTooLargeError",
@@ -41,6 +47,31 @@ class ConfigError(PpcError):
         self.path = path
         self.message = message
         super().__init__(f"{path}: {message}" if path else message)
+
+
+class BindError(PpcError):
+    """A socket the service (or a mock engine) listens on cannot be bound. ``flag`` names the
+    command-line option that chose the address, ``address`` is ``host:port`` or a ZMQ endpoint."""
+
+    def __init__(self, flag: str, address: str, reason: str) -> None:
+        self.flag = flag
+        self.address = address
+        self.reason = reason
+        super().__init__(f"{flag}: cannot listen on {address}: {reason}")
+
+    @classmethod
+    def classify(cls, exc: OSError, host: str, port: int, *, host_flag: str, port_flag: str) -> BindError:
+        """Blame the host flag when the address does not exist here, the port flag otherwise."""
+        bad_host = isinstance(exc, socket.gaierror) or exc.errno == errno.EADDRNOTAVAIL
+        # aiohttp re-raises with a long message of its own: the errno's text is the reason.
+        reason = exc.strerror if bad_host or not exc.errno else os.strerror(exc.errno)
+        reason = reason or str(exc)
+        if exc.errno == errno.EADDRINUSE:
+            reason = f"port {port} is already in use"
+        elif exc.errno == errno.EACCES:
+            reason = f"not allowed to bind port {port}"
+        shown_host = f"[{host}]" if ":" in host and not host.startswith("[") else host
+        return cls(host_flag if bad_host else port_flag, f"{shown_host}:{port}", reason)
 
 
 class RequestError(PpcError):

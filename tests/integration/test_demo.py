@@ -67,7 +67,7 @@ def demo(mark: str, *extra: str) -> subprocess.Popen[str]:
 
 def test_tiny_demo_table_is_sane_and_leaves_nothing_behind() -> None:
     mark = uuid.uuid4().hex
-    proc = demo(mark, "--json")
+    proc = demo(mark, "--json", "--check")
     try:
         out, err = proc.communicate(timeout=180)
     finally:
@@ -92,6 +92,24 @@ def test_tiny_demo_table_is_sane_and_leaves_nothing_behind() -> None:
     assert max(rr["requests_per_endpoint"].values()) - min(rr["requests_per_endpoint"].values()) <= 1
     assert precise["hit_rate"] > rr["hit_rate"] + 0.15
     assert "precise-prefix" in err and "round-robin" in err  # progress lines on stderr
+
+
+def test_a_policy_completing_under_90_percent_fails_the_demo() -> None:
+    """Prefill far slower than the arrivals and no drain: most requests are cut off unfinished."""
+    mark = uuid.uuid4().hex
+    proc = demo(mark, "--policies", "round-robin", "--prefill-tokens-per-s", "300", "--drain", "0")
+    try:
+        out, err = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 1, err[-3000:]
+    assert wait_until_gone(mark) == []
+    assert "round-robin" in out  # the table is still printed
+    assert "Traceback" not in err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("ppc-extproc demo: round-robin completed ") and "less than 90%" in last
 
 
 def test_table_output_without_json() -> None:

@@ -12,6 +12,7 @@ import contextlib
 import gc
 import os
 import signal
+import socket
 import ssl
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,7 +29,7 @@ from prometheus_client import CollectorRegistry
 from ppc_extproc import __version__
 from ppc_extproc.config.epp import LoadedConfig, load_config, load_config_text
 from ppc_extproc.discovery import StaticDiscovery
-from ppc_extproc.errors import ConfigError
+from ppc_extproc.errors import BindError, ConfigError
 from ppc_extproc.framework import Discovery, Endpoint, Lifecycle, PluginState
 from ppc_extproc.observability.llmd_metrics import PoolCollector, PoolSnapshot, kv_cache_families
 from ppc_extproc.observability.metrics import Metrics, ServiceState, StateCollector
@@ -221,6 +222,9 @@ async def serve(
     if install_signal_handlers:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
+        # The configuration is read once; a SIGHUP (a closed terminal, a habit from other
+        # daemons) is logged and otherwise ignored instead of ending the process.
+        loop.add_signal_handler(signal.SIGHUP, lambda: log.info("sighup_ignored"))
 
     server = grpc.aio.server(options=[
         # Off by default, so a port already in use is an error rather than a silently shared port.
@@ -235,14 +239,17 @@ async def serve(
         if not (options.tls_cert_file and options.tls_key_file):
             raise ConfigError("--tls-cert-file", "TLS needs both --tls-cert-file and --tls-key-file")
         credentials = grpc.ssl_server_credentials([_tls_pair(options.tls_cert_file, options.tls_key_file)])
-        service.grpc_port = server.add_secure_port(address, credentials)
+        service.grpc_port = _add_port(options, lambda: server.add_secure_port(address, credentials))
     elif options.tls_self_signed:
         from ppc_extproc.server.selfsigned import self_signed_pair
 
-        service.grpc_port = server.add_secure_port(address, grpc.ssl_server_credentials([self_signed_pair()]))
+        pair = self_signed_pair()
+        service.grpc_port = _add_port(
+            options, lambda: server.add_secure_port(address, grpc.ssl_server_credentials([pair]))
+        )
         log.info("extproc_tls_self_signed")
     else:
-        service.grpc_port = server.add_insecure_port(address)
+        service.grpc_port = _add_port(options, lambda: server.add_insecure_port(address))
 
     health_server: grpc.aio.Server | None = None
     if options.health_port is not None:
@@ -271,7 +278,11 @@ async def serve(
             runner = web.AppRunner(app, access_log=None)
             await runner.setup()
             site = web.TCPSite(runner, options.admin_address, options.admin_port)
-            await site.start()
+            try:
+                await site.start()
+            except OSError as exc:
+                raise BindError.classify(exc, options.admin_address, options.admin_port,
+                                         host_flag="--admin-address", port_flag="--admin-port") from None
             service.admin_port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
         if on_started is not None:
             on_started(service)
@@ -311,16 +322,41 @@ async def serve(
         log.info("service_stopped")
 
 
+def _add_port(options: ServeOptions, add: Callable[[], int]) -> int:
+    """Bind the gRPC port. gRPC says only "Failed to bind" (and logs its own line), so a plain
+    socket bound to the same address first tells why: the address does not exist here, the port
+    is taken, ..."""
+    host, port = options.grpc_address, options.grpc_port
+    try:
+        family, type_, proto, _, addr = socket.getaddrinfo(
+            host.strip("[]"), port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]  # fmt: skip
+        with socket.socket(family, type_, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if options.reuse_port:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            probe.bind(addr)
+    except OSError as why:
+        raise BindError.classify(why, host, port, host_flag="--grpc-address", port_flag="--grpc-port") from None
+    try:
+        return add()
+    except RuntimeError as exc:
+        raise BindError("--grpc-port", f"{host}:{port}", str(exc)) from None
+
+
 def _tls_pair(cert_file: str, key_file: str) -> tuple[bytes, bytes]:
     """(key, certificate) PEM bytes, checked to load and to match — gRPC only says "Failed to bind"."""
+    pem: dict[str, bytes] = {}
+    for flag, path in (("--tls-cert-file", cert_file), ("--tls-key-file", key_file)):
+        try:
+            pem[flag] = Path(path).read_bytes()
+        except OSError as exc:
+            raise ConfigError(flag, f"cannot read {path}: {exc.strerror or exc}") from None
     try:
         ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(cert_file, key_file)
-    except FileNotFoundError as exc:
-        raise ConfigError("--tls-cert-file", f"cannot read {exc.filename}: {exc.strerror}") from None
     except ssl.SSLError as exc:
         reason = "the private key does not match the certificate" if "KEY_VALUES_MISMATCH" in str(exc) else str(exc)
         raise ConfigError("--tls-key-file", f"{key_file} and {cert_file} cannot serve TLS: {reason}") from None
-    return Path(key_file).read_bytes(), Path(cert_file).read_bytes()
+    return pem["--tls-key-file"], pem["--tls-cert-file"]
 
 
 async def _drain(service: Service, seconds: float) -> None:

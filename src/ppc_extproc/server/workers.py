@@ -71,6 +71,7 @@ def supervise(argv: Sequence[str], workers: int, admin_port: int, *, stop_timeou
                 proc.send_signal(signum)
 
     previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
+    previous[signal.SIGHUP] = signal.signal(signal.SIGHUP, signal.SIG_IGN)  # as the workers: ignored
     status = 0
     try:
         while all(proc.poll() is None for proc in procs):

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import sys
 from typing import TYPE_CHECKING
 
+from ppc_extproc.argtypes import non_negative_float, positive_float, positive_int
 from ppc_extproc_lab.demo.defaults import (
     DEFAULT_DRAIN_S,
     DEFAULT_DURATION_S,
@@ -36,80 +38,78 @@ def _policies(text: str) -> tuple[str, ...]:
     return names
 
 
-
-
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The ``demo`` flags."""
     w, e = WorkloadSpec(), EngineProfile()
-    p.add_argument("--engines", type=int, default=DEFAULT_ENGINES, help="mock engines (default %(default)s)")
+    p.add_argument("--engines", type=positive_int, default=DEFAULT_ENGINES, help="mock engines (default %(default)s)")
     p.add_argument(
         "--rate",
-        type=float,
+        type=positive_float,
         default=DEFAULT_RATE_PER_S,
         help="Poisson arrivals per second (default %(default)s)",
     )
     p.add_argument(
         "--duration",
-        type=float,
+        type=positive_float,
         default=DEFAULT_DURATION_S,
         help="seconds of arrivals per policy (default %(default)s)",
     )
     p.add_argument("--seed", type=int, default=w.seed, help="workload seed (default %(default)s)")
-    p.add_argument("--max-requests", type=int, default=None, help="stop the schedule after this many requests")
+    p.add_argument("--max-requests", type=positive_int, default=None, help="stop the schedule after this many requests")
     p.add_argument(
         "--policies", type=_policies, default=DEFAULT_POLICIES,
         help=f"comma-separated, first is compared with second (default {','.join(DEFAULT_POLICIES)}; "
         f"choices: {', '.join(ALL_POLICIES)})",
     )  # fmt: skip
-    p.add_argument("--tenants", type=int, default=w.tenants, help="tenants (default %(default)s)")
-    p.add_argument("--users-per-tenant", type=int, default=w.users_per_tenant, help="(default %(default)s)")
+    p.add_argument("--tenants", type=positive_int, default=w.tenants, help="tenants (default %(default)s)")
+    p.add_argument("--users-per-tenant", type=positive_int, default=w.users_per_tenant, help="(default %(default)s)")
     p.add_argument(
         "--context-tokens",
-        type=int,
+        type=positive_int,
         default=w.context_tokens,
         help="shared context per tenant (default %(default)s)",
     )
-    p.add_argument("--question-tokens", type=int, default=w.question_tokens, help="(default %(default)s)")
+    p.add_argument("--question-tokens", type=positive_int, default=w.question_tokens, help="(default %(default)s)")
     p.add_argument(
         "--output-tokens",
-        type=int,
+        type=positive_int,
         default=w.output_tokens,
         help="max_tokens per request (default %(default)s)",
     )
     p.add_argument(
         "--turns",
-        type=int,
+        type=positive_int,
         default=w.turns_per_session,
         help="turns per session (default %(default)s)",
     )
     p.add_argument(
         "--num-blocks",
-        type=int,
+        type=positive_int,
         default=DEFAULT_NUM_BLOCKS,
         help="KV blocks per engine (default %(default)s)",
     )
     p.add_argument(
         "--block-size",
-        type=int,
+        type=positive_int,
         default=e.block_size,
         help="tokens per block (default %(default)s)",
     )
-    p.add_argument("--max-num-seqs", type=int, default=e.max_num_seqs, help="(default %(default)s)")
+    p.add_argument("--max-num-seqs", type=positive_int, default=e.max_num_seqs, help="(default %(default)s)")
     p.add_argument(
         "--prefill-tokens-per-s",
-        type=float,
+        type=positive_float,
         default=e.prefill_tokens_per_s,
         help="(default %(default)s)",
     )
     p.add_argument(
         "--decode-ms-per-token",
-        type=float,
+        type=non_negative_float,
         default=e.decode_ms_per_token,
         help="(default %(default)s)",
     )
     p.add_argument(
         "--drain",
-        type=float,
+        type=non_negative_float,
         default=DEFAULT_DRAIN_S,
         help="seconds after the last arrival before cut-off (default %(default)s)",
     )
@@ -129,6 +129,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="keep the processes' logs (their directory is logged)",
     )
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="also exit 1 unless every request succeeded and the first policy beats the second on hit "
+        "rate (what CI runs); without it the exit status is 1 only when a policy completed less than "
+        "90%% of its schedule",
+    )
     p.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default="warning")
 
 
@@ -146,7 +153,7 @@ def options_from_args(args: argparse.Namespace) -> DemoOptions:
 
 def main(args: argparse.Namespace) -> int:
     from ppc_extproc.observability.logging import configure_logging
-    from ppc_extproc_lab.demo.run import describe, render, run_demo
+    from ppc_extproc_lab.demo.run import describe, failures, render, run_demo
     from ppc_extproc_lab.localcluster import LocalClusterError
 
     configure_logging("console", args.log_level)
@@ -156,6 +163,10 @@ def main(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"ppc-extproc demo: {exc}", file=sys.stderr)
         return 2
+    if options.form == "chat" and importlib.util.find_spec("openai") is None:
+        print("ppc-extproc demo: --form chat sends through the openai package, which is not installed: "
+              "pip install -e '.[demo]' (or --form text)", file=sys.stderr)  # fmt: skip
+        return 1
     print(describe(options), file=sys.stderr)
     try:
         result = run_demo(options)
@@ -170,4 +181,7 @@ def main(args: argparse.Namespace) -> int:
     else:
         print()
         print(render(result))
-    return 0
+    problems = failures(result.runs, check=args.check)
+    for problem in problems:
+        print(f"ppc-extproc demo: {problem}", file=sys.stderr)
+    return 1 if problems else 0

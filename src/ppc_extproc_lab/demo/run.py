@@ -46,14 +46,16 @@ from ppc_extproc_lab.workload import (
 )
 from ppc_extproc_lab.workload.clients import EngineTokens, Form, RequestClient, client_for
 from ppc_extproc_lab.workload.probes import machine_info
-from ppc_extproc_lab.workload.report import Summary
+from ppc_extproc_lab.workload.report import UNFINISHED, Summary
 from ppc_extproc_lab.workload.runner import Conversations
 from ppc_extproc_lab.workload.text import TextWorkload, chars_per_token
 
-__all__ = ["DEFAULT_POLICIES", "DemoOptions", "DemoResult", "run_demo", "verdict"]
+__all__ = ["DEFAULT_POLICIES", "MIN_COMPLETED", "DemoOptions", "DemoResult", "failures", "run_demo", "verdict"]
 
 #: Policy name → the name shown in the table.
 _DISPLAY = {"default": "precise-prefix"}
+#: A policy that completes less of its schedule than this fails the demo: its figures say little.
+MIN_COMPLETED = 0.9
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +133,36 @@ def verdict(summaries: Sequence[Summary]) -> str:
     )
 
 
+def _first_error(run: PolicyRun) -> str | None:
+    return next((r.error for r in run.result.records if r.error is not None and r.error not in UNFINISHED), None)
+
+
+def failures(runs: Sequence[PolicyRun], *, check: bool = False) -> list[str]:
+    """Why the run does not show what it should, one sentence each (empty: it does).
+
+    Always: a policy completed less than ``MIN_COMPLETED`` of its schedule. With ``check`` (what
+    CI asks): also any failed request, and the first policy not beating the second on hit rate.
+    """
+    problems: list[str] = []
+    for run in runs:
+        s = run.summary
+        first = _first_error(run)
+        because = f"; first error: {first}" if first is not None else ""
+        if s.completed < MIN_COMPLETED * s.scheduled:
+            problems.append(
+                f"{s.policy} completed {s.completed} of {s.scheduled} scheduled requests (less than "
+                f"{MIN_COMPLETED:.0%}; {s.errors} failed, {s.unfinished} unfinished){because}"
+            )
+        elif check and s.errors:
+            problems.append(f"{s.policy}: {s.errors} requests failed{because}")
+    if check and len(runs) >= 2:
+        a, b = runs[0].summary, runs[1].summary
+        if not (a.hit_rate > b.hit_rate):  # NaN (nothing completed) fails too
+            problems.append(f"{a.policy} does not beat {b.policy} on hit rate "
+                            f"({100 * a.hit_rate:.1f}% vs {100 * b.hit_rate:.1f}%)")  # fmt: skip
+    return problems
+
+
 def describe(options: DemoOptions) -> str:
     w, p = options.workload, options.profile
     return (
@@ -192,4 +224,5 @@ def run_demo(options: DemoOptions, stream: TextIO | None = None) -> DemoResult:
 
 def render(result: DemoResult) -> str:
     """The table and the one-line verdict."""
-    return format_table(result.summaries) + "\n\n" + verdict(result.summaries)
+    line = verdict(result.summaries)
+    return format_table(result.summaries) + (f"\n\n{line}" if line else "")

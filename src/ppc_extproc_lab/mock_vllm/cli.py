@@ -7,6 +7,8 @@ On startup one JSON line is printed to stdout::
      "replay_endpoint": null, "topic": "kv@127.0.0.1:8000@mock-model"}]}
 
 SIGTERM/SIGINT stop every engine (requests aborted, sockets closed with linger 0); exit 0.
+SIGHUP is ignored. A flag that cannot be used (a busy port, a bad value) is one line on stderr
+naming it, exit 2.
 """
 
 from __future__ import annotations
@@ -21,6 +23,15 @@ from collections.abc import Callable, Sequence
 
 import structlog
 
+from ppc_extproc.argtypes import (
+    OneLineParser,
+    non_negative_float,
+    non_negative_int,
+    port_or_zero,
+    positive_float,
+    positive_int,
+)
+from ppc_extproc.errors import BindError, ConfigError
 from ppc_extproc_lab.mock_vllm.kv_events import ENCODINGS
 from ppc_extproc_lab.mock_vllm.server import MockVllmFleet, MockVllmOptions, start_fleet
 
@@ -29,12 +40,23 @@ __all__ = ["add_arguments", "main", "options_from_args", "run"]
 logger = structlog.get_logger()
 
 
+def _topic(text: str) -> str:
+    """``--topic``: only the documented placeholders."""
+    try:
+        text.format(host="h", port=1, endpoint="h:1", model="m", index=0)
+    except (KeyError, IndexError, ValueError) as exc:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a topic: {exc}; placeholders are {{host}} {{port}} {{endpoint}} {{model}} {{index}}"
+        ) from None
+    return text
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register the ``mock-vllm`` flags on ``parser``."""
     d = MockVllmOptions()
     parser.add_argument("--host", default=d.host, help="HTTP bind address (default %(default)s)")
     parser.add_argument(
-        "--port", type=int, default=d.port, help="HTTP port; 0 = ephemeral (default %(default)s)"
+        "--port", type=port_or_zero, default=d.port, help="HTTP port; 0 = ephemeral (default %(default)s)"
     )
     parser.add_argument(
         "--advertise-host",
@@ -44,13 +66,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default=d.model, help="served model name (default %(default)s)")
     parser.add_argument(
         "--block-size",
-        type=int,
+        type=positive_int,
         default=d.block_size,
         help="tokens per KV block (default %(default)s)",
     )
     parser.add_argument(
         "--num-blocks",
-        type=int,
+        type=positive_int,
         default=d.num_blocks,
         help="KV blocks per engine (default %(default)s)",
     )
@@ -70,6 +92,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--topic",
+        type=_topic,
         default=None,
         help="ZMQ topic (default kv@<advertise-host>:<port>@<model>); "
         "may use {host} {port} {endpoint} {model} {index}",
@@ -82,28 +105,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--buffer-steps",
-        type=int,
+        type=non_negative_int,
         default=d.buffer_steps,
         help="replay buffer, in batches (default %(default)s)",
     )
     parser.add_argument(
-        "--hwm", type=int, default=d.hwm, help="PUB high-water mark (default %(default)s)"
+        "--hwm", type=non_negative_int, default=d.hwm, help="PUB high-water mark (default %(default)s)"
     )
     parser.add_argument(
         "--max-num-seqs",
-        type=int,
+        type=positive_int,
         default=d.max_num_seqs,
         help="max running requests (default %(default)s)",
     )
     parser.add_argument(
         "--prefill-tokens-per-s",
-        type=float,
+        type=positive_float,
         default=d.prefill_tokens_per_s,
         help="prefill speed of the serial prefill lane (default %(default)s)",
     )
     parser.add_argument(
         "--decode-ms-per-token",
-        type=float,
+        type=non_negative_float,
         default=d.decode_ms_per_token,
         help="decode step length; all running requests decode together (default %(default)s)",
     )
@@ -115,7 +138,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--count",
-        type=int,
+        type=positive_int,
         default=d.count,
         help="engines to serve, on consecutive ports (HTTP, KV events and replay +i) (default %(default)s)",
     )
@@ -127,7 +150,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--stream-interval-ms",
-        type=float,
+        type=non_negative_float,
         default=d.stream_interval_s * 1e3,
         help="minimum spacing of a stream's writes; tokens due together are written together; "
         "0 = one write per token (default %(default)s)",
@@ -186,9 +209,12 @@ async def run(
     fleet = await start_fleet(options_from_args(args))
     installed: list[signal.Signals] = []
     try:
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        handlers: dict[signal.Signals, Callable[[], None]] = {
+            signal.SIGTERM: stop.set, signal.SIGINT: stop.set, signal.SIGHUP: lambda: logger.info("sighup_ignored"),
+        }
+        for sig, handler in handlers.items():
             try:
-                loop.add_signal_handler(sig, stop.set)
+                loop.add_signal_handler(sig, handler)
                 installed.append(sig)
             except (NotImplementedError, RuntimeError):  # not the main thread / platform
                 pass
@@ -224,7 +250,7 @@ def _configure_logging(level: str) -> None:
 def main(args: argparse.Namespace | Sequence[str] | None = None) -> int:
     """Entry point: accepts parsed flags (project CLI) or an argv list (``python -m``)."""
     if not isinstance(args, argparse.Namespace):
-        parser = argparse.ArgumentParser(
+        parser = OneLineParser(
             prog="ppc-extproc mock-vllm",
             description="Run mock vLLM engines: vLLM's HTTP surface and KV events (ZMQ).",
         )
@@ -233,7 +259,13 @@ def main(args: argparse.Namespace | Sequence[str] | None = None) -> int:
     _configure_logging(args.log_level)
     try:
         asyncio.run(run(args))
-    except OSError as e:
-        logger.error("mock_vllm_start_failed", error=str(e))
-        return 1
+    except BindError as e:
+        print(f"ppc-extproc mock-vllm: {e}", file=sys.stderr)
+        return 2
+    except ConfigError as e:
+        print(f"ppc-extproc mock-vllm: --tokenizer: {e}", file=sys.stderr)
+        return 2
+    except (OSError, ValueError) as e:  # e.g. --tokenizer not a model directory, --distinct-hosts on IPv6
+        print(f"ppc-extproc mock-vllm: cannot start: {e}", file=sys.stderr)
+        return 2
     return 0

@@ -201,12 +201,17 @@ class MemoryEventPublisher(_BufferedPublisher):
 
 
 def _bind(sock: zmq.Socket[bytes], endpoint: str) -> str:
-    """Bind ``endpoint`` (port 0 ⇒ ephemeral) and return the bound address."""
+    """Bind ``endpoint`` (port 0 ⇒ ephemeral) and return the bound address; ``OSError`` with the
+    endpoint as its ``filename`` when it cannot be bound."""
+    given = endpoint
     if endpoint.startswith("tcp://") and endpoint.endswith(":0"):
         endpoint = endpoint[:-1] + "*"
     if endpoint.startswith("tcp://") and ("[" in endpoint or "::" in endpoint):
         sock.setsockopt(zmq.IPV6, 1)
-    sock.bind(endpoint)
+    try:
+        sock.bind(endpoint)
+    except zmq.ZMQError as exc:
+        raise OSError(exc.errno, zmq.strerror(exc.errno) if exc.errno is not None else str(exc), given) from None
     last = sock.getsockopt(zmq.LAST_ENDPOINT)
     return last.decode() if isinstance(last, bytes) else str(last)
 

@@ -21,6 +21,7 @@ from typing import Any
 import structlog
 from aiohttp import web
 
+from ppc_extproc.errors import BindError
 from ppc_extproc.tokenizer.local import LocalTokenizer
 from ppc_extproc_lab.mock_vllm.engine import EngineConfig, MockEngine
 from ppc_extproc_lab.mock_vllm.http import create_app
@@ -179,7 +180,11 @@ async def _start_engine(options: MockVllmOptions, index: int, tokenizer: LocalTo
         port_index = 0
     else:
         port_index = index
-    sock = _listen(options.host, options.port + port_index if options.port else 0)
+    http_port = options.port + port_index if options.port else 0
+    try:
+        sock = _listen(options.host, http_port)
+    except OSError as exc:
+        raise BindError.classify(exc, options.host, http_port, host_flag="--host", port_flag="--port") from None
     publisher: EventPublisher | None = None
     try:
         port = sock.getsockname()[1]
@@ -196,15 +201,20 @@ async def _start_engine(options: MockVllmOptions, index: int, tokenizer: LocalTo
             kv_ep = f"tcp://{_host_for_url(options.host.strip('[]'))}:5557"
         kv_ep = offset_endpoint(kv_ep, port_index)
         if kv_ep:
-            zpub = ZmqEventPublisher(
-                kv_ep,
-                topic=topic,
-                encoding=options.event_encoding,
-                replay_endpoint=offset_endpoint(options.replay_endpoint, port_index),
-                buffer_steps=options.buffer_steps,
-                hwm=options.hwm,
-                replay_format=options.replay_format,
-            )
+            replay_ep = offset_endpoint(options.replay_endpoint, port_index)
+            try:
+                zpub = ZmqEventPublisher(
+                    kv_ep,
+                    topic=topic,
+                    encoding=options.event_encoding,
+                    replay_endpoint=replay_ep,
+                    buffer_steps=options.buffer_steps,
+                    hwm=options.hwm,
+                    replay_format=options.replay_format,
+                )
+            except OSError as exc:
+                flag = "--replay-endpoint" if replay_ep and exc.filename == replay_ep else "--kv-events-endpoint"
+                raise BindError(flag, str(exc.filename), exc.strerror or str(exc)) from None
             publisher = zpub
             kv_config: dict[str, Any] = {
                 "enable_kv_cache_events": True,

@@ -23,7 +23,7 @@ import structlog
 
 from ppc_extproc_lab.workload.clients import CompletionsClient, RequestClient, mock_answer
 from ppc_extproc_lab.workload.generator import Arrival
-from ppc_extproc_lab.workload.report import RequestRecord, percentile
+from ppc_extproc_lab.workload.report import UNFINISHED, RequestRecord, percentile
 from ppc_extproc_lab.workload.spec import WorkloadSpec
 
 __all__ = [
@@ -212,7 +212,7 @@ class WorkloadRunner:
                 completed += 1
                 prompt += r.prompt_tokens
                 cached += r.cached_tokens or 0
-            elif r.error is not None:
+            elif r.error is not None and r.error not in UNFINISHED:  # as ``summarize`` counts them
                 errors += 1
         return Progress(self._now(), self.schedule_s, len(self.records), sent, completed, errors, prompt, cached)
 
@@ -265,6 +265,9 @@ class WorkloadRunner:
         except asyncio.CancelledError:
             rec.error = rec.error or "deadline"
             raise
+        except Exception as exc:  # e.g. a client's missing dependency: this request failed, the user goes on
+            rec.error = f"{type(exc).__name__}: {exc}"[:300]
+            return None
         finally:
             if direct is None:
                 self.target.release(url)
