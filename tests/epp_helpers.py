@@ -101,7 +101,7 @@ def router_for(loaded: LoadedConfig, endpoints: Sequence[Endpoint]) -> Router:
 def check_config(*files: Path) -> subprocess.CompletedProcess[str]:
     """``ppc-extproc check-config FILE…`` in a child process (it configures logging globally)."""
     return subprocess.run(
-        [sys.executable, "-m", "ppc_extproc.cli", "check-config", *map(str, files)],
+        [sys.executable, "-m", "ppc_extproc", "check-config", *map(str, files)],
         capture_output=True, text=True, timeout=120, check=False,
     )
 

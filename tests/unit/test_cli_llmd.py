@@ -7,7 +7,7 @@ import argparse
 import pytest
 
 from ppc_extproc.cli import build_parser, main
-from ppc_extproc.cli_llmd import (
+from ppc_extproc.cli.llmd import (
     LlmdFlagError,
     chart_argv,
     parse_duration,

@@ -149,7 +149,7 @@ def test_documented_special_values_are_accepted(argv: list[str], attr: str, valu
 
 
 def test_argument_types() -> None:
-    from ppc_extproc import argtypes
+    from ppc_extproc.cli import args as argtypes
 
     assert argtypes.port("1") == 1 and argtypes.port("65535") == 65535
     assert argtypes.port_or_zero("0") == 0

@@ -57,7 +57,7 @@ LAYERS: tuple[str, ...] = (
 UPWARD_BY_NAME: frozenset[tuple[str, str]] = frozenset({("ppc_extproc.plugins.registry", "ppc_extproc.discovery")})
 
 #: The one product module that may import the lab, and only inside functions.
-LAB_GATE = "ppc_extproc.cli"
+LAB_GATE = "ppc_extproc.cli.main"
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,7 +8,7 @@ from pathlib import Path
 import yaml
 
 from ppc_extproc.cli import build_parser
-from ppc_extproc.cli_llmd import chart_argv, resolve
+from ppc_extproc.cli.llmd import chart_argv, resolve
 
 REPO = Path(__file__).resolve().parents[2]
 

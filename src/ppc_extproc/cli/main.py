@@ -6,12 +6,14 @@ import argparse
 import os
 import sys
 from collections.abc import Coroutine, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from ppc_extproc import __version__
-from ppc_extproc.argtypes import (
+from ppc_extproc.blockkeys import TokenProcessor, TokenProcessorConfig
+from ppc_extproc.blockkeys.config import HASH_ALGORITHMS
+from ppc_extproc.cli.args import (
     OneLineParser,
     fraction,
     non_negative_float,
@@ -19,10 +21,8 @@ from ppc_extproc.argtypes import (
     port_or_zero,
     positive_int,
 )
-from ppc_extproc.blockkeys import TokenProcessor, TokenProcessorConfig
-from ppc_extproc.blockkeys.config import HASH_ALGORITHMS
-from ppc_extproc.cli_llmd import LlmdFlagError, add_llmd_flags, chart_argv, fail, log_llmd_settings
-from ppc_extproc.cli_llmd import resolve as resolve_llmd_flags
+from ppc_extproc.cli.llmd import LlmdFlagError, add_llmd_flags, chart_argv, fail, log_llmd_settings
+from ppc_extproc.cli.llmd import resolve as resolve_llmd_flags
 
 if TYPE_CHECKING:
     from ppc_extproc.framework import Discovery
@@ -362,8 +362,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"ppc-extproc {__version__}")
     # Subparsers take the parser's class, so their usage errors are one line too.
-    sub = cast("argparse._SubParsersAction[argparse.ArgumentParser]",
-               parser.add_subparsers(dest="command", metavar="COMMAND"))
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     _add_serve(sub)
     _add_mock_vllm(sub)
     _add_demo(sub)

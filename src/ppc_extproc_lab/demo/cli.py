@@ -8,7 +8,7 @@ import json
 import sys
 from typing import TYPE_CHECKING
 
-from ppc_extproc.argtypes import non_negative_float, positive_float, positive_int
+from ppc_extproc.cli.args import non_negative_float, positive_float, positive_int
 from ppc_extproc_lab.demo.defaults import (
     DEFAULT_DRAIN_S,
     DEFAULT_DURATION_S,

@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 
 import structlog
 
-from ppc_extproc.argtypes import (
+from ppc_extproc.cli.args import (
     OneLineParser,
     non_negative_float,
     non_negative_int,
