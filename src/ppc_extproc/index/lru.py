@@ -45,6 +45,8 @@ class TwoGenerationLRU(Generic[K, V]):
         self._retired: dict[K, V] = {}
         #: Keys dropped by eviction since creation (a metric).
         self.evicted = 0
+        #: A side table keyed like this map: evicted and popped keys leave it too.
+        self.companion: dict[K, object] | None = None
 
     def get(self, key: K) -> V | None:
         """Value of ``key`` (None when absent), marking it recently used."""
@@ -110,47 +112,75 @@ class TwoGenerationLRU(Generic[K, V]):
             self._release_some(len(keys))
         return previous
 
-    def or_bits(self, keys: Sequence[K], bits: int, limit: int, trim: Callable[[int, int], int]) -> None:
+    def or_bits(
+        self, keys: Sequence[K], bits: int, limit: int, merge: Callable[[K, int | None, int], int]
+    ) -> None:
         """For int-mask values: ``value |= bits`` on every key (inserting absent keys), marking each
-        recently used. ``trim(mask, bits)`` shrinks a mask with more than ``limit`` bits set.
+        recently used. A result with two or more bits set goes through ``merge(key, previous,
+        result)``, which returns the mask to store (it keeps per-key entry recency in
+        ``companion``, oldest first, and trims to ``limit`` bits). The two cases of nearly every
+        write skip that call: a single new bit on a one-bit value (order: old, new) and a re-add of
+        the newest bit.
 
         Long key lists (a prompt's speculative entries) go through bulk dict operations in C;
         short ones (a KV event's few blocks) through a plain loop, which is cheaper for them."""
         if len(keys) > _BULK_MIN_KEYS:
-            self._or_bits_bulk(keys, bits, limit, trim)
+            self._or_bits_bulk(keys, bits, limit, merge)
             return
+        order: dict[K, list[int]] = self.companion if self.companion is not None else {}  # type: ignore[assignment]
+        simple = limit > 1 and not bits & (bits - 1)
         for key in keys:
             young = self._young
-            value = young.get(key)
-            if value is None:
-                value = self._old.pop(key, None) if self._old else None
-                new = bits if value is None else value | bits  # type: ignore[operator]
-            else:
-                new = value | bits  # type: ignore[operator]
-                if new == value:
+            value: int | None = young.get(key)  # type: ignore[assignment]
+            if value is None and self._old:
+                value = self._old.pop(key, None)  # type: ignore[call-overload]
+                if value is not None:
+                    young[key] = value  # type: ignore[assignment]
+            new = bits if value is None else value | bits
+            if new == value:
+                if not value & (value - 1):
                     continue
-            if new.bit_count() > limit:
-                new = trim(new, bits)
+                newest = order.get(key)
+                if newest is not None and newest[-1] == bits:
+                    continue
+                new = merge(key, value, new)
+            elif new & (new - 1):
+                if simple and value is not None and not value & (value - 1):
+                    order[key] = [value, bits]
+                else:
+                    new = merge(key, value, new)
             young[key] = new  # type: ignore[assignment]
             if len(young) >= self._generation_size:
                 self._maybe_rotate()
         if self._retired:
             self._release_some(len(keys))
 
-    def _or_bits_bulk(self, keys: Sequence[K], bits: int, limit: int, trim: Callable[[int, int], int]) -> None:
+    def _or_bits_bulk(
+        self, keys: Sequence[K], bits: int, limit: int, merge: Callable[[K, int | None, int], int]
+    ) -> None:
+        order: dict[K, list[int]] = self.companion if self.companion is not None else {}  # type: ignore[assignment]
+        simple = limit > 1 and not bits & (bits - 1)
         for lo, hi in self._slices(len(keys)):
             chunk = keys[lo:hi]
             young = self._young
             current: list[V | None] = list(map(young.get, chunk))
             self._promote_from_old(chunk, current)
-            if any(value is not None for value in current):
+            if not simple or any(value is not None for value in current):
                 updates = {}
                 for key, value in zip(chunk, current):
                     new = bits if value is None else value | bits  # type: ignore[operator]
                     if new == value:
-                        continue
-                    if new.bit_count() > limit:
-                        new = trim(new, bits)
+                        if not new & (new - 1):
+                            continue
+                        newest = order.get(key)
+                        if newest is not None and newest[-1] == bits:
+                            continue
+                        new = merge(key, value, new)  # type: ignore[arg-type]
+                    elif new & (new - 1):
+                        if simple and value is not None and not value & (value - 1):  # type: ignore[operator]
+                            order[key] = [value, bits]  # type: ignore[list-item]
+                        else:
+                            new = merge(key, value, new)  # type: ignore[arg-type]
                     updates[key] = new
                 young.update(updates)  # type: ignore[arg-type]
             else:  # every key is new: one C-level insert
@@ -193,6 +223,8 @@ class TwoGenerationLRU(Generic[K, V]):
             self._old[key] = value
 
     def pop(self, key: K) -> V | None:
+        if self.companion:
+            self.companion.pop(key, None)
         value = self._young.pop(key, None)
         return self._old.pop(key, None) if value is None else value
 
@@ -208,6 +240,8 @@ class TwoGenerationLRU(Generic[K, V]):
 
     def clear(self) -> None:
         self._young, self._old, self._retired = {}, {}, {}
+        if self.companion is not None:
+            self.companion.clear()
 
     def __len__(self) -> int:
         return len(self._young) + len(self._old)
@@ -216,7 +250,11 @@ class TwoGenerationLRU(Generic[K, V]):
         if len(self._young) >= self._generation_size:
             if self._old:
                 self.evicted += len(self._old)
-                self._retired = self._old  # drops a generation still pending, if any
+                if self._retired and self.companion:  # a generation still pending is dropped whole
+                    pop = self.companion.pop
+                    for key in self._retired:
+                        pop(key, None)
+                self._retired = self._old
             self._old, self._young = self._young, {}
 
     def retired_items(self) -> int:
@@ -225,7 +263,13 @@ class TwoGenerationLRU(Generic[K, V]):
 
     def _release_some(self, written: int) -> None:
         popitem = self._retired.popitem
-        for _ in range(min(len(self._retired), _RELEASE_PER_CALL + _RELEASE_PER_KEY * written)):
-            popitem()
+        n = min(len(self._retired), _RELEASE_PER_CALL + _RELEASE_PER_KEY * written)
+        if self.companion:
+            pop = self.companion.pop
+            for _ in range(n):
+                pop(popitem()[0], None)
+        else:
+            for _ in range(n):
+                popitem()
         if not self._retired:
             self._retired = {}  # an emptied dict keeps its table: let it go

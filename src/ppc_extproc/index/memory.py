@@ -84,7 +84,13 @@ class InMemoryIndex:
         self._keys: TwoGenerationLRU[int, int] = TwoGenerationLRU(size)
         self._engine: TwoGenerationLRU[int, int | tuple[int, ...]] = TwoGenerationLRU(size)
         self._scope_salts: dict[EngineScope, int] = {}
-        self._speculative_bits = 0
+        #: request key → its entries' bits, least recently added first; only for keys with two or
+        #: more entries (a single entry has no order). Dropped with the key (the LRU releases its
+        #: evicted keys from it too), so it never outgrows the keys.
+        self._order: dict[int, list[int]] = {}
+        self._keys.companion = self._order  # type: ignore[assignment]
+        #: The single-bit masks being added, in ``entries`` order (set by ``add`` under the lock).
+        self._adding: tuple[int, ...] = ()
         self._lock = threading.Lock()
 
     # --- writes --------------------------------------------------------------------------------
@@ -125,12 +131,10 @@ class InMemoryIndex:
                             held = peek(before if isinstance(before, int) else before[0])
                             if held is not None and held & bits == bits:
                                 duplicates.append(EngineKey(engine_key))
-            for entry in entries:
-                if entry.speculative:
-                    self._speculative_bits |= 1 << self.registry.bit(entry)
+            self._adding = (bits,) if len(entries) == 1 else tuple(1 << self.registry.bit(e) for e in entries)
             if not isinstance(request_keys, list):
                 request_keys = list(request_keys)
-            self._keys.or_bits(request_keys, bits, self.pod_cache_size, self._trim)
+            self._keys.or_bits(request_keys, bits, self.pod_cache_size, self._merge)
         return duplicates
 
     def evict_engine_key(
@@ -174,8 +178,7 @@ class InMemoryIndex:
         """``clear`` and recycle the endpoint's entry bits (endpoint deleted from the pool)."""
         with self._lock:
             touched = self._clear_bits(self.registry.endpoint_mask(endpoint))
-            released = self.registry.release_endpoint(endpoint)
-            self._speculative_bits &= ~released
+            self.registry.release_endpoint(endpoint)
             return touched
 
     # --- reads ---------------------------------------------------------------------------------
@@ -295,6 +298,8 @@ class InMemoryIndex:
             return True
         if new:
             self._keys.replace(key, new)
+            if not new & (new - 1):
+                self._order.pop(key, None)
             return True
         self._keys.pop(key)
         return False
@@ -309,14 +314,48 @@ class InMemoryIndex:
                 touched += 1
         return touched
 
-    def _trim(self, mask: int, keep: int) -> int:
-        """Drop entries beyond ``podCacheSize``: speculative entries first, then the lowest bits."""
+    def _merge(self, key: int, previous: int | None, mask: int) -> int:
+        """Keep a key's entries in recency order and at most ``podCacheSize`` of them: llm-d's
+        ``PodCache`` is an LRU of entries where re-adding one refreshes it and the least recently
+        added goes first (``llm-d/llm-d-router: pkg/kvcache/kvblock/in_memory.go``)."""
+        adding = self._adding
+        single_previous = previous is not None and not previous & (previous - 1)
+        if len(adding) == 1 and self.pod_cache_size > 1:  # the common cases, without a loop
+            if single_previous:  # one entry becomes two: the one already there is older
+                self._order[key] = [previous, mask ^ previous]  # type: ignore[list-item]
+                return mask
+            order = self._order.get(key)
+            if order is not None and order[-1] == adding[0] and mask == previous:
+                return mask  # re-adding the newest entry: nothing moves
+        else:
+            order = None if single_previous else self._order.get(key)
+        if order is None:  # no order known (one entry before, or none): counted oldest in bit order
+            order = []
+            rest = previous or 0
+            while rest:
+                low = rest & -rest
+                order.append(low)
+                rest ^= low
+        for bit in adding:
+            try:
+                order.remove(bit)
+            except ValueError:
+                pass
+            order.append(bit)
         excess = mask.bit_count() - self.pod_cache_size
-        for pool in (mask & ~keep & self._speculative_bits, mask & ~keep):
-            while excess > 0 and pool:
-                low = pool & -pool
-                pool ^= low
-                if mask & low:
-                    mask ^= low
+        if excess > 0 or len(order) > 2 * self.pod_cache_size:
+            kept = []
+            for bit in order:
+                if not mask & bit:  # removed since (BlockRemoved, expiry): forget it
+                    continue
+                if excess > 0:
+                    mask ^= bit
                     excess -= 1
+                    continue
+                kept.append(bit)
+            order = kept
+        if mask & (mask - 1):
+            self._order[key] = order
+        else:
+            self._order.pop(key, None)
         return mask

@@ -123,6 +123,7 @@ def test_header_only_get_is_routed_at_once(client) -> None:
         (["192.168.1.3:8000"], PODS[2:]),  # T6: partial match
         ("192.168.1.2:8000,192.168.1.3:8000", PODS[1:]),  # T21: one comma string
         (["192.168.1.1"], PODS[:1]),  # T20: no port matches every port of the IP
+        (["192.168.1.2:9999"], PODS[1:2]),  # matched by IP, port stripped (llm-d candidates.go)
     ],
 )
 def test_subset_hint_restricts_candidates(service, client, subset, allowed) -> None:
@@ -400,6 +401,7 @@ def test_buffered_header_only_get_is_routed_at_once(client) -> None:
         (["192.168.1.3:8000"], PODS[2:]),
         ("192.168.1.2:8000,192.168.1.3:8000", PODS[1:]),
         (["192.168.1.1"], PODS[:1]),
+        (["192.168.1.2:9999"], PODS[1:2]),
     ],
 )
 def test_buffered_subset_hint_restricts_candidates(service, client, subset, allowed) -> None:
