@@ -133,9 +133,11 @@ class TwoGenerationLRU(Generic[K, V]):
             young = self._young
             value: int | None = young.get(key)  # type: ignore[assignment]
             if value is None and self._old:
-                value = self._old.pop(key, None)  # type: ignore[call-overload]
-                if value is not None:
-                    young[key] = value  # type: ignore[assignment]
+                value = self._old.pop(key, None)  # type: ignore[assignment]
+                if value is not None:  # promoted; a rotation here leaves it in ``young``, now old
+                    young[key] = value
+                    if len(young) >= self._generation_size:
+                        self._maybe_rotate()
             new = bits if value is None else value | bits
             if new == value:
                 if not value & (value - 1):
@@ -150,7 +152,7 @@ class TwoGenerationLRU(Generic[K, V]):
                 else:
                     new = merge(key, value, new)
             young[key] = new  # type: ignore[assignment]
-            if len(young) >= self._generation_size:
+            if len(self._young) >= self._generation_size:
                 self._maybe_rotate()
         if self._retired:
             self._release_some(len(keys))
@@ -175,7 +177,7 @@ class TwoGenerationLRU(Generic[K, V]):
                         newest = order.get(key)
                         if newest is not None and newest[-1] == bits:
                             continue
-                        new = merge(key, value, new)  # type: ignore[arg-type]
+                        new = merge(key, value, new)
                     elif new & (new - 1):
                         if simple and value is not None and not value & (value - 1):  # type: ignore[operator]
                             order[key] = [value, bits]  # type: ignore[list-item]

@@ -321,8 +321,8 @@ class InMemoryIndex:
         adding = self._adding
         single_previous = previous is not None and not previous & (previous - 1)
         if len(adding) == 1 and self.pod_cache_size > 1:  # the common cases, without a loop
-            if single_previous:  # one entry becomes two: the one already there is older
-                self._order[key] = [previous, mask ^ previous]  # type: ignore[list-item]
+            if previous is not None and single_previous:  # one entry becomes two: that one is older
+                self._order[key] = [previous, mask ^ previous]
                 return mask
             order = self._order.get(key)
             if order is not None and order[-1] == adding[0] and mask == previous:
