@@ -67,7 +67,7 @@ def _indexer(s: Section) -> IndexerConfig:
     if s.has("kvCacheBackendConfigs"):
         weights = {}
         for path, item in s.items("kvCacheBackendConfigs"):
-            backend = Section(item, path, _OWNER)
+            backend = s.sub(item, path, _OWNER)
             name = backend.string("name", "")
             if not name:
                 raise ConfigError(f"{path}.name", "tier name must not be empty")
@@ -81,7 +81,7 @@ def _kv_events(s: Section) -> KVEventsConfig:
     discovery = s.section("podDiscoveryConfig")
     pods = PodDiscoveryConfig(
         socket_port=discovery.integer("socketPort", 5557, minimum=1, maximum=65535),
-        replay_socket_port=discovery.integer("replaySocketPort", 0, minimum=0, maximum=65535),
+        replay_socket_port=max(0, discovery.integer("replaySocketPort", 0, maximum=65535)),  # < 0: off, as llm-d
         pod_label_selector=discovery.string("podLabelSelector", "llm-d.ai/inference-serving=true"),
         pod_namespace=discovery.string("podNamespace", ""),
     )
