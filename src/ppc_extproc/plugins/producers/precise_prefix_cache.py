@@ -19,7 +19,7 @@ Parameters  (llm-d's names; defaults in brackets)
               ``podCacheSize`` [10 entries per key, least recently added evicted], ``kvCacheBackendConfigs`` [gpu 1.0, cpu 0.8]
             ``kvEventsConfig``: ``zmqEndpoint`` [""; set ⇒ central mode], ``topicFilter`` [kv@],
               ``engineType`` [vllm|sglang], ``discoverPods`` [true],
-              ``podDiscoveryConfig.socketPort`` [5557], ``replaySocketPort`` [0 = off],
+              ``podDiscoveryConfig.socketPort`` [5557], ``replaySocketPort`` [0 = off; < 0 = off, as llm-d],
               ``queueSize`` [10000 messages per source]
             ``speculativeIndexing`` [false], ``speculativeTTL`` ["2s"]
 Streaming   for token-id bodies of 64 KiB or more, block keys are computed while the body streams
