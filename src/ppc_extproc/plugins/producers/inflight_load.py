@@ -51,8 +51,8 @@ class InFlightLoad(Protocol):
 
 def in_flight_load(ctx: SchedulingContext, producer: str = TYPE_NAME) -> InFlightLoad | None:
     """The view ``producer`` wrote for this request, or None when it did not run."""
-    view = ctx.plugin_data.get(str(DataKey(IN_FLIGHT_LOAD, producer)))
-    return view  # type: ignore[no-any-return]
+    view: InFlightLoad | None = ctx.plugin_data.get(str(DataKey(IN_FLIGHT_LOAD, producer)))
+    return view
 
 
 @register(TYPE_NAME)
