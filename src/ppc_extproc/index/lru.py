@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Generic, TypeVar
 
-__all__ = ["TwoGenerationLRU"]
+__all__ = ["RECENCY_FIELD_BITS", "TwoGenerationLRU"]
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -29,6 +29,13 @@ _RELEASE_PER_CALL = 4
 _RELEASE_PER_KEY = 2
 #: Below this many keys a plain loop beats the bulk path's setup.
 _BULK_MIN_KEYS = 32
+#: Width of one field of a recency code (``or_bits``): bit numbers below 2**24 - 1.
+RECENCY_FIELD_BITS = 24
+
+
+def _newest_shift(code: int) -> int:
+    """Shift of a recency code's highest (newest) field."""
+    return (code.bit_length() - 1) // RECENCY_FIELD_BITS * RECENCY_FIELD_BITS
 
 
 class TwoGenerationLRU(Generic[K, V]):
@@ -118,17 +125,19 @@ class TwoGenerationLRU(Generic[K, V]):
         """For int-mask values: ``value |= bits`` on every key (inserting absent keys), marking each
         recently used. A result with two or more bits set goes through ``merge(key, previous,
         result)``, which returns the mask to store (it keeps per-key entry recency in
-        ``companion``, oldest first, and trims to ``limit`` bits). The two cases of nearly every
-        write skip that call: a single new bit on a one-bit value (order: old, new) and a re-add of
-        the newest bit.
+        ``companion`` and trims to ``limit`` bits). The two cases of nearly every write skip that
+        call: a single new bit on a one-bit value and a re-add of the newest bit. A recency code
+        packs ``bit number + 1`` (a single-bit mask's ``bit_length()``) in ``RECENCY_FIELD_BITS``
+        fields, oldest in the lowest.
 
         Long key lists (a prompt's speculative entries) go through bulk dict operations in C;
         short ones (a KV event's few blocks) through a plain loop, which is cheaper for them."""
         if len(keys) > _BULK_MIN_KEYS:
             self._or_bits_bulk(keys, bits, limit, merge)
             return
-        order: dict[K, list[int]] = self.companion if self.companion is not None else {}  # type: ignore[assignment]
+        order: dict[K, int] = self.companion if self.companion is not None else {}  # type: ignore[assignment]
         simple = limit > 1 and not bits & (bits - 1)
+        field = bits.bit_length()
         for key in keys:
             young = self._young
             value: int | None = young.get(key)  # type: ignore[assignment]
@@ -142,13 +151,13 @@ class TwoGenerationLRU(Generic[K, V]):
             if new == value:
                 if not value & (value - 1):
                     continue
-                newest = order.get(key)
-                if newest is not None and newest[-1] == bits:
+                code = order.get(key)
+                if code is not None and code >> _newest_shift(code) == field:
                     continue
                 new = merge(key, value, new)
             elif new & (new - 1):
                 if simple and value is not None and not value & (value - 1):
-                    order[key] = [value, bits]
+                    order[key] = value.bit_length() | field << RECENCY_FIELD_BITS
                 else:
                     new = merge(key, value, new)
             young[key] = new  # type: ignore[assignment]
@@ -160,8 +169,9 @@ class TwoGenerationLRU(Generic[K, V]):
     def _or_bits_bulk(
         self, keys: Sequence[K], bits: int, limit: int, merge: Callable[[K, int | None, int], int]
     ) -> None:
-        order: dict[K, list[int]] = self.companion if self.companion is not None else {}  # type: ignore[assignment]
+        order: dict[K, int] = self.companion if self.companion is not None else {}  # type: ignore[assignment]
         simple = limit > 1 and not bits & (bits - 1)
+        field = bits.bit_length()
         for lo, hi in self._slices(len(keys)):
             chunk = keys[lo:hi]
             young = self._young
@@ -174,13 +184,13 @@ class TwoGenerationLRU(Generic[K, V]):
                     if new == value:
                         if not new & (new - 1):
                             continue
-                        newest = order.get(key)
-                        if newest is not None and newest[-1] == bits:
+                        code = order.get(key)
+                        if code is not None and code >> _newest_shift(code) == field:
                             continue
                         new = merge(key, value, new)
                     elif new & (new - 1):
                         if simple and value is not None and not value & (value - 1):  # type: ignore[operator]
-                            order[key] = [value, bits]  # type: ignore[list-item]
+                            order[key] = value.bit_length() | field << RECENCY_FIELD_BITS  # type: ignore[attr-defined]
                         else:
                             new = merge(key, value, new)  # type: ignore[arg-type]
                     updates[key] = new

@@ -21,7 +21,7 @@ import xxhash
 
 from ppc_extproc.ids import MASK64, EndpointId, EngineKey, RequestKey
 from ppc_extproc.index.entries import EntryRegistry, MaskInfo, PodEntry
-from ppc_extproc.index.lru import TwoGenerationLRU
+from ppc_extproc.index.lru import RECENCY_FIELD_BITS, TwoGenerationLRU
 from ppc_extproc.index.mapping import engine_to_request_mapping
 
 __all__ = ["DEFAULT_INDEX_SIZE", "EngineScope", "InMemoryIndex", "IndexSnapshot", "IndexStats", "PrefixRun"]
@@ -84,10 +84,10 @@ class InMemoryIndex:
         self._keys: TwoGenerationLRU[int, int] = TwoGenerationLRU(size)
         self._engine: TwoGenerationLRU[int, int | tuple[int, ...]] = TwoGenerationLRU(size)
         self._scope_salts: dict[EngineScope, int] = {}
-        #: request key → its entries' bits, least recently added first; only for keys with two or
-        #: more entries (a single entry has no order). Dropped with the key (the LRU releases its
-        #: evicted keys from it too), so it never outgrows the keys.
-        self._order: dict[int, list[int]] = {}
+        #: request key → the recency code of its entries (``_encode``: least recently added in the
+        #: lowest field); only for keys with two or more entries (one entry has no order). One int
+        #: per key; dropped with the key (the LRU releases its evicted keys from it too).
+        self._order: dict[int, int] = {}
         self._keys.companion = self._order  # type: ignore[assignment]
         #: The single-bit masks being added, in ``entries`` order (set by ``add`` under the lock).
         self._adding: tuple[int, ...] = ()
@@ -318,25 +318,9 @@ class InMemoryIndex:
         """Keep a key's entries in recency order and at most ``podCacheSize`` of them: llm-d's
         ``PodCache`` is an LRU of entries where re-adding one refreshes it and the least recently
         added goes first (``llm-d/llm-d-router: pkg/kvcache/kvblock/in_memory.go``)."""
-        adding = self._adding
-        single_previous = previous is not None and not previous & (previous - 1)
-        if len(adding) == 1 and self.pod_cache_size > 1:  # the common cases, without a loop
-            if previous is not None and single_previous:  # one entry becomes two: that one is older
-                self._order[key] = [previous, mask ^ previous]
-                return mask
-            order = self._order.get(key)
-            if order is not None and order[-1] == adding[0] and mask == previous:
-                return mask  # re-adding the newest entry: nothing moves
-        else:
-            order = None if single_previous else self._order.get(key)
-        if order is None:  # no order known (one entry before, or none): counted oldest in bit order
-            order = []
-            rest = previous or 0
-            while rest:
-                low = rest & -rest
-                order.append(low)
-                rest ^= low
-        for bit in adding:
+        code = None if previous is None or not previous & (previous - 1) else self._order.get(key)
+        order = _decode(code) if code is not None else _bits(previous or 0)  # one entry: it is older
+        for bit in self._adding:
             try:
                 order.remove(bit)
             except ValueError:
@@ -355,7 +339,34 @@ class InMemoryIndex:
                 kept.append(bit)
             order = kept
         if mask & (mask - 1):
-            self._order[key] = order
+            self._order[key] = _encode(order)
         else:
             self._order.pop(key, None)
         return mask
+
+
+def _bits(mask: int) -> list[int]:
+    """The single-bit masks of ``mask``, lowest first."""
+    out = []
+    while mask:
+        low = mask & -mask
+        out.append(low)
+        mask ^= low
+    return out
+
+
+def _encode(order: Sequence[int]) -> int:
+    """Single-bit masks, oldest first → a recency code (``TwoGenerationLRU.or_bits``)."""
+    code = 0
+    for i, bit in enumerate(order):
+        code |= bit.bit_length() << (i * RECENCY_FIELD_BITS)
+    return code
+
+
+def _decode(code: int) -> list[int]:
+    order = []
+    field_mask = (1 << RECENCY_FIELD_BITS) - 1
+    while code:
+        order.append(1 << ((code & field_mask) - 1))
+        code >>= RECENCY_FIELD_BITS
+    return order
