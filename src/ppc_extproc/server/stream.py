@@ -426,10 +426,11 @@ class ExtProcStream:
         if body.end_of_stream:
             self._complete()
         mode = self.response_mode if self.response_mode is not None else self.request_mode
-        data = body.body if self.model_back is None else self.model_back.feed(body.body, body.end_of_stream)
+        chunk = body.body
+        data = chunk if self.model_back is None else self.model_back.feed(chunk, body.end_of_stream)
         if mode == BodyMode.FULL_DUPLEX_STREAMED:
             return [messages.streamed_chunk(data, body.end_of_stream, response=True)]
-        if data is not body.body and data != body.body:
+        if data is not chunk and data != chunk:
             return [messages.replace_body(data, response=True)]
         return [messages.continue_body(response=True)]
 
