@@ -11,7 +11,7 @@ keys = st.lists(st.integers(0, 120), min_size=1, max_size=70, unique=True)  # bo
 ops = st.lists(st.tuples(st.sampled_from(["set", "or", "get"]), keys, st.integers(1, 7)), max_size=30)
 
 
-def _keep(key: int, previous: int | None, mask: int) -> int:
+def _no_trim(mask: int, bits: int) -> int:
     return mask
 
 
@@ -39,7 +39,7 @@ def test_bulk_operations_equal_single_key_operations(capacity: int, sequence) ->
         if op == "set":
             bulk.set_many(ks, [bits] * len(ks))
         elif op == "or":
-            bulk.or_bits(ks, bits, 64, _keep)
+            bulk.or_bits(ks, bits, limit=64, trim=_no_trim)
         else:
             ks = ks[: len(bulk.get_prefix(ks))]  # get_prefix stops at the first absent key
         _one_by_one(single, op, ks, bits)

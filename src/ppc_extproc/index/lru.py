@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Generic, TypeVar
 
-__all__ = ["RECENCY_FIELD_BITS", "TwoGenerationLRU"]
+__all__ = ["TwoGenerationLRU"]
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -29,13 +29,6 @@ _RELEASE_PER_CALL = 4
 _RELEASE_PER_KEY = 2
 #: Below this many keys a plain loop beats the bulk path's setup.
 _BULK_MIN_KEYS = 32
-#: Width of one field of a recency code (``or_bits``): bit numbers below 2**24 - 1.
-RECENCY_FIELD_BITS = 24
-
-
-def _newest_shift(code: int) -> int:
-    """Shift of a recency code's highest (newest) field."""
-    return (code.bit_length() - 1) // RECENCY_FIELD_BITS * RECENCY_FIELD_BITS
 
 
 class TwoGenerationLRU(Generic[K, V]):
@@ -52,8 +45,6 @@ class TwoGenerationLRU(Generic[K, V]):
         self._retired: dict[K, V] = {}
         #: Keys dropped by eviction since creation (a metric).
         self.evicted = 0
-        #: A side table keyed like this map: evicted and popped keys leave it too.
-        self.companion: dict[K, object] | None = None
 
     def get(self, key: K) -> V | None:
         """Value of ``key`` (None when absent), marking it recently used."""
@@ -119,80 +110,47 @@ class TwoGenerationLRU(Generic[K, V]):
             self._release_some(len(keys))
         return previous
 
-    def or_bits(
-        self, keys: Sequence[K], bits: int, limit: int, merge: Callable[[K, int | None, int], int]
-    ) -> None:
+    def or_bits(self, keys: Sequence[K], bits: int, limit: int, trim: Callable[[int, int], int]) -> None:
         """For int-mask values: ``value |= bits`` on every key (inserting absent keys), marking each
-        recently used. A result with two or more bits set goes through ``merge(key, previous,
-        result)``, which returns the mask to store (it keeps per-key entry recency in
-        ``companion`` and trims to ``limit`` bits). The two cases of nearly every write skip that
-        call: a single new bit on a one-bit value and a re-add of the newest bit. A recency code
-        packs ``bit number + 1`` (a single-bit mask's ``bit_length()``) in ``RECENCY_FIELD_BITS``
-        fields, oldest in the lowest.
+        recently used. ``trim(mask, bits)`` shrinks a mask with more than ``limit`` bits set.
 
         Long key lists (a prompt's speculative entries) go through bulk dict operations in C;
         short ones (a KV event's few blocks) through a plain loop, which is cheaper for them."""
         if len(keys) > _BULK_MIN_KEYS:
-            self._or_bits_bulk(keys, bits, limit, merge)
+            self._or_bits_bulk(keys, bits, limit, trim)
             return
-        order: dict[K, int] = self.companion if self.companion is not None else {}  # type: ignore[assignment]
-        simple = limit > 1 and not bits & (bits - 1)
-        field = bits.bit_length()
         for key in keys:
             young = self._young
-            value: int | None = young.get(key)  # type: ignore[assignment]
-            if value is None and self._old:
-                value = self._old.pop(key, None)  # type: ignore[assignment]
-                if value is not None:  # promoted; a rotation here leaves it in ``young``, now old
-                    young[key] = value
-                    if len(young) >= self._generation_size:
-                        self._maybe_rotate()
-            new = bits if value is None else value | bits
-            if new == value:
-                if not value & (value - 1):
+            value = young.get(key)
+            if value is None:
+                value = self._old.pop(key, None) if self._old else None
+                new = bits if value is None else value | bits  # type: ignore[operator]
+            else:
+                new = value | bits  # type: ignore[operator]
+                if new == value:
                     continue
-                code = order.get(key)
-                if code is not None and code >> _newest_shift(code) == field:
-                    continue
-                new = merge(key, value, new)
-            elif new & (new - 1):
-                if simple and value is not None and not value & (value - 1):
-                    order[key] = value.bit_length() | field << RECENCY_FIELD_BITS
-                else:
-                    new = merge(key, value, new)
+            if new.bit_count() > limit:
+                new = trim(new, bits)
             young[key] = new  # type: ignore[assignment]
-            if len(self._young) >= self._generation_size:
+            if len(young) >= self._generation_size:
                 self._maybe_rotate()
         if self._retired:
             self._release_some(len(keys))
 
-    def _or_bits_bulk(
-        self, keys: Sequence[K], bits: int, limit: int, merge: Callable[[K, int | None, int], int]
-    ) -> None:
-        order: dict[K, int] = self.companion if self.companion is not None else {}  # type: ignore[assignment]
-        simple = limit > 1 and not bits & (bits - 1)
-        field = bits.bit_length()
+    def _or_bits_bulk(self, keys: Sequence[K], bits: int, limit: int, trim: Callable[[int, int], int]) -> None:
         for lo, hi in self._slices(len(keys)):
             chunk = keys[lo:hi]
             young = self._young
             current: list[V | None] = list(map(young.get, chunk))
             self._promote_from_old(chunk, current)
-            if not simple or any(value is not None for value in current):
+            if any(value is not None for value in current):
                 updates = {}
                 for key, value in zip(chunk, current):
                     new = bits if value is None else value | bits  # type: ignore[operator]
                     if new == value:
-                        if not new & (new - 1):
-                            continue
-                        code = order.get(key)
-                        if code is not None and code >> _newest_shift(code) == field:
-                            continue
-                        new = merge(key, value, new)
-                    elif new & (new - 1):
-                        if simple and value is not None and not value & (value - 1):  # type: ignore[operator]
-                            order[key] = value.bit_length() | field << RECENCY_FIELD_BITS  # type: ignore[attr-defined]
-                        else:
-                            new = merge(key, value, new)  # type: ignore[arg-type]
+                        continue
+                    if new.bit_count() > limit:
+                        new = trim(new, bits)
                     updates[key] = new
                 young.update(updates)  # type: ignore[arg-type]
             else:  # every key is new: one C-level insert
@@ -235,8 +193,6 @@ class TwoGenerationLRU(Generic[K, V]):
             self._old[key] = value
 
     def pop(self, key: K) -> V | None:
-        if self.companion:
-            self.companion.pop(key, None)
         value = self._young.pop(key, None)
         return self._old.pop(key, None) if value is None else value
 
@@ -252,8 +208,6 @@ class TwoGenerationLRU(Generic[K, V]):
 
     def clear(self) -> None:
         self._young, self._old, self._retired = {}, {}, {}
-        if self.companion is not None:
-            self.companion.clear()
 
     def __len__(self) -> int:
         return len(self._young) + len(self._old)
@@ -262,11 +216,7 @@ class TwoGenerationLRU(Generic[K, V]):
         if len(self._young) >= self._generation_size:
             if self._old:
                 self.evicted += len(self._old)
-                if self._retired and self.companion:  # a generation still pending is dropped whole
-                    pop = self.companion.pop
-                    for key in self._retired:
-                        pop(key, None)
-                self._retired = self._old
+                self._retired = self._old  # drops a generation still pending, if any
             self._old, self._young = self._young, {}
 
     def retired_items(self) -> int:
@@ -275,13 +225,7 @@ class TwoGenerationLRU(Generic[K, V]):
 
     def _release_some(self, written: int) -> None:
         popitem = self._retired.popitem
-        n = min(len(self._retired), _RELEASE_PER_CALL + _RELEASE_PER_KEY * written)
-        if self.companion:
-            pop = self.companion.pop
-            for _ in range(n):
-                pop(popitem()[0], None)
-        else:
-            for _ in range(n):
-                popitem()
+        for _ in range(min(len(self._retired), _RELEASE_PER_CALL + _RELEASE_PER_KEY * written)):
+            popitem()
         if not self._retired:
             self._retired = {}  # an emptied dict keeps its table: let it go

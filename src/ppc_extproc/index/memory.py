@@ -21,7 +21,7 @@ import xxhash
 
 from ppc_extproc.ids import MASK64, EndpointId, EngineKey, RequestKey
 from ppc_extproc.index.entries import EntryRegistry, MaskInfo, PodEntry
-from ppc_extproc.index.lru import RECENCY_FIELD_BITS, TwoGenerationLRU
+from ppc_extproc.index.lru import TwoGenerationLRU
 from ppc_extproc.index.mapping import engine_to_request_mapping
 
 __all__ = ["DEFAULT_INDEX_SIZE", "EngineScope", "InMemoryIndex", "IndexSnapshot", "IndexStats", "PrefixRun"]
@@ -84,13 +84,7 @@ class InMemoryIndex:
         self._keys: TwoGenerationLRU[int, int] = TwoGenerationLRU(size)
         self._engine: TwoGenerationLRU[int, int | tuple[int, ...]] = TwoGenerationLRU(size)
         self._scope_salts: dict[EngineScope, int] = {}
-        #: request key → the recency code of its entries (``_encode``: least recently added in the
-        #: lowest field); only for keys with two or more entries (one entry has no order). One int
-        #: per key; dropped with the key (the LRU releases its evicted keys from it too).
-        self._order: dict[int, int] = {}
-        self._keys.companion = self._order  # type: ignore[assignment]
-        #: The single-bit masks being added, in ``entries`` order (set by ``add`` under the lock).
-        self._adding: tuple[int, ...] = ()
+        self._speculative_bits = 0
         self._lock = threading.Lock()
 
     # --- writes --------------------------------------------------------------------------------
@@ -131,10 +125,12 @@ class InMemoryIndex:
                             held = peek(before if isinstance(before, int) else before[0])
                             if held is not None and held & bits == bits:
                                 duplicates.append(EngineKey(engine_key))
-            self._adding = (bits,) if len(entries) == 1 else tuple(1 << self.registry.bit(e) for e in entries)
+            for entry in entries:
+                if entry.speculative:
+                    self._speculative_bits |= 1 << self.registry.bit(entry)
             if not isinstance(request_keys, list):
                 request_keys = list(request_keys)
-            self._keys.or_bits(request_keys, bits, self.pod_cache_size, self._merge)
+            self._keys.or_bits(request_keys, bits, self.pod_cache_size, self._trim)
         return duplicates
 
     def evict_engine_key(
@@ -178,7 +174,8 @@ class InMemoryIndex:
         """``clear`` and recycle the endpoint's entry bits (endpoint deleted from the pool)."""
         with self._lock:
             touched = self._clear_bits(self.registry.endpoint_mask(endpoint))
-            self.registry.release_endpoint(endpoint)
+            released = self.registry.release_endpoint(endpoint)
+            self._speculative_bits &= ~released
             return touched
 
     # --- reads ---------------------------------------------------------------------------------
@@ -298,8 +295,6 @@ class InMemoryIndex:
             return True
         if new:
             self._keys.replace(key, new)
-            if not new & (new - 1):
-                self._order.pop(key, None)
             return True
         self._keys.pop(key)
         return False
@@ -314,59 +309,14 @@ class InMemoryIndex:
                 touched += 1
         return touched
 
-    def _merge(self, key: int, previous: int | None, mask: int) -> int:
-        """Keep a key's entries in recency order and at most ``podCacheSize`` of them: llm-d's
-        ``PodCache`` is an LRU of entries where re-adding one refreshes it and the least recently
-        added goes first (``llm-d/llm-d-router: pkg/kvcache/kvblock/in_memory.go``)."""
-        code = None if previous is None or not previous & (previous - 1) else self._order.get(key)
-        order = _decode(code) if code is not None else _bits(previous or 0)  # one entry: it is older
-        for bit in self._adding:
-            try:
-                order.remove(bit)
-            except ValueError:
-                pass
-            order.append(bit)
+    def _trim(self, mask: int, keep: int) -> int:
+        """Drop entries beyond ``podCacheSize``: speculative entries first, then the lowest bits."""
         excess = mask.bit_count() - self.pod_cache_size
-        if excess > 0 or len(order) > 2 * self.pod_cache_size:
-            kept = []
-            for bit in order:
-                if not mask & bit:  # removed since (BlockRemoved, expiry): forget it
-                    continue
-                if excess > 0:
-                    mask ^= bit
+        for pool in (mask & ~keep & self._speculative_bits, mask & ~keep):
+            while excess > 0 and pool:
+                low = pool & -pool
+                pool ^= low
+                if mask & low:
+                    mask ^= low
                     excess -= 1
-                    continue
-                kept.append(bit)
-            order = kept
-        if mask & (mask - 1):
-            self._order[key] = _encode(order)
-        else:
-            self._order.pop(key, None)
         return mask
-
-
-def _bits(mask: int) -> list[int]:
-    """The single-bit masks of ``mask``, lowest first."""
-    out = []
-    while mask:
-        low = mask & -mask
-        out.append(low)
-        mask ^= low
-    return out
-
-
-def _encode(order: Sequence[int]) -> int:
-    """Single-bit masks, oldest first → a recency code (``TwoGenerationLRU.or_bits``)."""
-    code = 0
-    for i, bit in enumerate(order):
-        code |= bit.bit_length() << (i * RECENCY_FIELD_BITS)
-    return code
-
-
-def _decode(code: int) -> list[int]:
-    order = []
-    field_mask = (1 << RECENCY_FIELD_BITS) - 1
-    while code:
-        order.append(1 << ((code & field_mask) - 1))
-        code >>= RECENCY_FIELD_BITS
-    return order

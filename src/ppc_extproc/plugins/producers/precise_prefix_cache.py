@@ -16,7 +16,7 @@ Parameters  (llm-d's names; defaults in brackets)
             ``tokenProcessorConfig``: ``blockSizeTokens`` [16; use the engines' --block-size],
               ``hashSeed`` [""], ``hashAlgorithm`` [xxh64; ``cbor-fnv`` is llm-d's default]
             ``indexerConfig``: ``kvBlockIndexConfig.inMemoryConfig.size`` [10,000,000 keys],
-              ``podCacheSize`` [10 entries per key, least recently added evicted], ``kvCacheBackendConfigs`` [gpu 1.0, cpu 0.8]
+              ``podCacheSize`` [10 entries per key], ``kvCacheBackendConfigs`` [gpu 1.0, cpu 0.8]
             ``kvEventsConfig``: ``zmqEndpoint`` [""; set ⇒ central mode], ``topicFilter`` [kv@],
               ``engineType`` [vllm|sglang], ``discoverPods`` [true],
               ``podDiscoveryConfig.socketPort`` [5557], ``replaySocketPort`` [0 = off; < 0 = off, as llm-d],
