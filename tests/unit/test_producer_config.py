@@ -93,3 +93,10 @@ def test_go_durations(text: str, seconds: float) -> None:
 def test_bad_go_durations(text: str) -> None:
     with pytest.raises(ValueError):
         parse_go_duration(text)
+
+
+@pytest.mark.parametrize("port", [-1, -5559])
+def test_negative_replay_socket_port_means_off(port: int) -> None:
+    """llm-d's zmq_subscriber.go replays only when ``replaySocketPort > 0``."""
+    config = parse({"kvEventsConfig": {"podDiscoveryConfig": {"replaySocketPort": port}}})
+    assert config.kv_events.pod_discovery.replay_socket_port == 0

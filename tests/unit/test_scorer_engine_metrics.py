@@ -116,8 +116,10 @@ def test_load_aware_threshold_parameter_and_validation() -> None:
     scorer = build("load-aware-scorer", reader, {"threshold": 10})
     assert score(scorer, A) == {A.id: 0.25}
     assert build("load-aware-scorer", reader).threshold == 128  # type: ignore[attr-defined]
+    for value in (0, -3):  # llm-d's NewLoadAware: ≤ 0 falls back to 128
+        assert build("load-aware-scorer", reader, {"threshold": value}).threshold == 128  # type: ignore[attr-defined]
     with pytest.raises(ConfigError, match="threshold"):
-        build("load-aware-scorer", reader, {"threshold": 0})
+        build("load-aware-scorer", reader, {"threshold": 1.5})
 
 
 def test_load_aware_unknown_engines_score_the_mean() -> None:

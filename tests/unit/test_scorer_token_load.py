@@ -77,5 +77,9 @@ def test_parameters_defaults_and_validation() -> None:
     assert s.queue_threshold_tokens == 4194304
     assert s.attribute_key is None and s.consumes() == ()  # the best cached prefix of any producer
     assert s.inflight is services.inflight  # the one shared tracker
+    for value in (0, -5):  # llm-d's token_load.go: ≤ 0 falls back to the default
+        section = Section({"queueThresholdTokens": value}, "p")
+        assert TokenLoadScorer.from_parameters("tl", section, Services()).queue_threshold_tokens == 4194304
+        assert section.warnings == [f"p.queueThresholdTokens: {value} should be positive; using the default 4194304 (as llm-d)"]
     with pytest.raises(ConfigError, match="queueThresholdTokens"):
-        TokenLoadScorer.from_parameters("tl", Section({"queueThresholdTokens": 0}, "p"), Services())
+        TokenLoadScorer.from_parameters("tl", Section({"queueThresholdTokens": "many"}, "p"), Services())

@@ -143,7 +143,7 @@ def _plugin_specs(root: Section) -> list[PluginSpec]:
         if name in names:
             raise ConfigError(f"{path}.name", f"duplicate plugin name '{name}'")
         names.add(name)
-        params = root.sub(spec.raw("parameters", {}), f"{path}.parameters", owner=type_name)
+        params = root.sub(spec.raw("parameters", {}), f"{path}.parameters", owner=type_name, fold_case=True)
         spec.finish()
         specs.append(PluginSpec(name, type_name, params, path, written if type_name != written else None))
     return [*specs, *_legacy_token_producer(root, specs, names)]

@@ -4,6 +4,10 @@
     size = section.integer("size", 100, minimum=1)
     section.finish()   # unknown keys are an error naming the key and the owner
     section.warn("blockSize", "deprecated; use blockSizeTokens")   # collected for the loader
+
+With ``fold_case`` (plugin parameters, and every section under them) keys also match
+case-insensitively, as Go's ``encoding/json`` decodes llm-d's parameters: an exact match wins
+over a case-folded one.
 """
 
 from __future__ import annotations
@@ -26,7 +30,15 @@ def _type_name(value: Any) -> str:
 class Section:
     """One mapping of a configuration document, read field by field."""
 
-    def __init__(self, data: Any, path: str, owner: str | None = None, warnings: list[str] | None = None) -> None:
+    def __init__(
+        self,
+        data: Any,
+        path: str,
+        owner: str | None = None,
+        warnings: list[str] | None = None,
+        *,
+        fold_case: bool = False,
+    ) -> None:
         if data is None:
             data = {}
         if not isinstance(data, dict):
@@ -37,26 +49,39 @@ class Section:
         #: Shared by every section of one document: accepted-but-questionable inputs.
         self.warnings: list[str] = warnings if warnings is not None else []
         self._seen: set[str] = set()
+        self.fold_case = fold_case
 
     def warn(self, key: str, message: str) -> None:
         """Record a warning about ``key`` (deprecated, ignored or replaced values)."""
         where = self.child_path(key) if key else self.path
         self.warnings.append(f"{where}: {message}" if where else message)
 
-    def sub(self, data: Any, path: str, owner: str | None = None) -> Section:
-        """Another mapping of the same document (warnings go to the same list)."""
-        return Section(data, path, owner or self.owner, self.warnings)
+    def sub(self, data: Any, path: str, owner: str | None = None, *, fold_case: bool | None = None) -> Section:
+        """Another mapping of the same document (warnings go to the same list; case folding as
+        this section's unless given)."""
+        fold = self.fold_case if fold_case is None else fold_case
+        return Section(data, path, owner or self.owner, self.warnings, fold_case=fold)
 
     def child_path(self, key: str) -> str:
         return f"{self.path}.{key}" if self.path else key
 
-    def has(self, key: str) -> bool:
+    def _key(self, key: str) -> str:
+        """The document's spelling of ``key`` (marked as read): exact, else case-folded."""
+        if key not in self.data and self.fold_case:
+            folded = key.casefold()
+            for candidate in self.data:
+                if isinstance(candidate, str) and candidate.casefold() == folded:
+                    key = candidate
+                    break
         self._seen.add(key)
+        return key
+
+    def has(self, key: str) -> bool:
+        key = self._key(key)
         return key in self.data and self.data[key] is not None
 
     def raw(self, key: str, default: Any = None) -> Any:
-        self._seen.add(key)
-        value = self.data.get(key, _MISSING)
+        value = self.data.get(self._key(key), _MISSING)
         return default if value is _MISSING or value is None else value
 
     def integer(self, key: str, default: int, *, minimum: int | None = None, maximum: int | None = None) -> int:
@@ -104,7 +129,7 @@ class Section:
             raise ConfigError(self.child_path(key), str(exc)) from None
 
     def section(self, key: str) -> Section:
-        return Section(self.raw(key, {}), self.child_path(key), self.owner, self.warnings)
+        return self.sub(self.raw(key, {}), self.child_path(key))
 
     def items(self, key: str) -> Iterator[tuple[str, Any]]:
         """Elements of a list field with their paths (``key[i]``)."""

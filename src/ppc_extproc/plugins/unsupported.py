@@ -69,7 +69,6 @@ UNSUPPORTED_TYPES: dict[str, tuple[str, str]] = {
     "header-profile-handler": (_OTHER, "picks the scheduling profile from a request header"),
     "context-length-aware": (_OTHER, "routes by prompt length to endpoints sized for it"),
     "lora-affinity-scorer": (_OTHER, "prefers endpoints with the request's LoRA adapter loaded"),
-    "inflight-load-producer": (_OTHER, "in-flight load per endpoint (ppc-extproc tracks it built in)"),
     "p2p-source-producer": (_OTHER, "peer-to-peer KV transfer source selection"),
     "models-data-source": (_OTHER, "polls engines' /v1/models"),
     "models-data-extractor": (_OTHER, "reads the served models per endpoint"),

@@ -1,5 +1,6 @@
-"""In-flight requests and tokens per endpoint, tracked by this service between routing and the
-end of the response (llm-d's in-flight load producer; local to this replica)."""
+"""In-flight requests and tokens per endpoint, tracked by this service (llm-d's in-flight load
+producer; local to this replica): a request counts from routing to the end of its response, its
+uncached prompt tokens from routing to the response's first byte."""
 
 from __future__ import annotations
 
@@ -48,6 +49,18 @@ class InflightTracker:
             self._requests[request_id] = _Started(endpoint, tokens, self.clock())
             self._count[endpoint] = self._count.get(endpoint, 0) + 1
             self._tokens[endpoint] = self._tokens.get(endpoint, 0) + tokens
+
+    def release_tokens(self, request_id: str) -> None:
+        """The response's first byte: prefill is done, so its prompt tokens stop counting; the
+        request itself stays in flight until ``finish`` (llm-d's ``inflight-load-producer``,
+        ``releaseTokensEarly``). O(1), idempotent."""
+        with self._lock:
+            started = self._requests.get(request_id)
+            if started is None or not started.tokens:
+                return
+            ep = started.endpoint
+            self._tokens[ep] = self._tokens.get(ep, 0) - started.tokens
+            started.tokens = 0
 
     def finish(self, request_id: str) -> bool:
         """End a request (idempotent). True if it was in flight."""

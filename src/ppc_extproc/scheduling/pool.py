@@ -38,8 +38,11 @@ def parse_endpoint_list(text: str) -> list[Endpoint]:
 
 
 def _subset_matcher(subset: Sequence[str]) -> Callable[[Endpoint], bool]:
-    """Entries with a port match ``ip:port``; entries without match every port of the IP."""
-    exact: set[str] = set()
+    """Match by IP, the port stripped, as llm-d's ``requestcontrol/candidates.go`` ``Locate`` does.
+
+    A hint names a pod (``ip:port`` of any of its ports, or a bare IP); every endpoint of that IP
+    matches. ``[v6]:port`` and bare IPv6 addresses are understood too.
+    """
     hosts: set[str] = set()
     for raw in subset:
         for item in str(raw).split(","):
@@ -47,13 +50,12 @@ def _subset_matcher(subset: Sequence[str]) -> Callable[[Endpoint], bool]:
             if not item:
                 continue
             if item.startswith("["):  # [v6]:port or [v6]
-                host, _, port = item[1:].partition("]")
-                (exact.add(f"{host}{port}") if port.startswith(":") else hosts.add(host))
-            elif item.count(":") == 1:
-                exact.add(item)
+                hosts.add(item[1:].partition("]")[0])
+            elif item.count(":") == 1:  # v4:port
+                hosts.add(item.partition(":")[0])
             else:  # a bare IPv4 address or a bare IPv6 address
                 hosts.add(item)
-    return lambda e: e.id in exact or e.address in hosts
+    return lambda e: e.address in hosts
 
 
 class EndpointPool:

@@ -169,6 +169,10 @@ class Router:
         """A request without a body (``GET /v1/models``): any routable candidate, at random."""
         return random.choice(self.candidates(subset))
 
+    def response_started(self, request_id: str) -> None:
+        """The response's first byte arrived: release the request's in-flight prompt tokens."""
+        self.inflight.release_tokens(request_id)
+
     def response_complete(self, ctx: SchedulingContext, info: ResponseInfo) -> None:
         """The response ended (or the stream died): release per-request state in the plugins, and
         tell endpoint health whether Envoy reached the engine (``reached`` None: no evidence)."""

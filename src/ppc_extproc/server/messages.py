@@ -34,6 +34,8 @@ __all__ = [
     "continue_headers_with_response_body",
     "continue_trailers",
     "error_response",
+    "replace_body",
+    "response_headers_for_rewrite",
     "route_headers_response",
     "streamed_chunk",
 ]
@@ -126,6 +128,24 @@ def continue_headers_with_response_body() -> ProcessingResponse:
     reply.response_headers.response.SetInParent()
     reply.mode_override.response_body_mode = ProcessingMode.STREAMED
     reply.mode_override.response_trailer_mode = ProcessingMode.SEND
+    return reply
+
+
+def response_headers_for_rewrite(*, ask_for_body: bool, drop_length: bool) -> ProcessingResponse:
+    """The response-headers reply of a response whose body will be rewritten: drop
+    ``content-length`` when the rewrite changes the length (Envoy then frames the body itself),
+    and, when Envoy is configured to send no response body, ask for it (STREAMED, as
+    ``continue_headers_with_response_body``)."""
+    reply = continue_headers_with_response_body() if ask_for_body else continue_headers(response=True)
+    if drop_length:
+        reply.response_headers.response.header_mutation.remove_headers.append("content-length")
+    return reply
+
+
+def replace_body(body: bytes, *, response: bool = False) -> ProcessingResponse:
+    """A STREAMED/BUFFERED body reply that replaces this chunk with ``body``."""
+    reply = ProcessingResponse()
+    (reply.response_body if response else reply.request_body).response.body_mutation.body = body
     return reply
 
 

@@ -37,6 +37,7 @@ from ppc_extproc.observability.metrics import Metrics
 from ppc_extproc.plugins.parsers import claims_path
 from ppc_extproc.scheduling.router import Decision, Router
 from ppc_extproc.server import messages
+from ppc_extproc.server.model_name import ModelNameRewriter
 from ppc_extproc.server.upstream import upstream_reached
 from ppc_extproc.server.usage import UsageParser, UsageSampler
 from ppc_extproc.tokens import ParsedBody, parse_body, token_field_for_path
@@ -154,6 +155,9 @@ class ExtProcStream:
         self.decision: Decision | None = None
         self.stream_flag = False
         self.usage: UsageParser | None = None
+        #: Set when the router rewrote the model: the response gets the client's name back.
+        self.model_back: ModelNameRewriter | None = None
+        self._tokens_released = False
         self.served: str | None = None
         self.status = 0
         #: None until response headers tell whether the engine itself answered.
@@ -318,6 +322,8 @@ class ExtProcStream:
         forwarded = body
         if parsed.model != parsed.body_model:
             forwarded = self._rewritten(body, parsed.model)
+            if parsed.body_model:
+                self.model_back = ModelNameRewriter(parsed.model, parsed.body_model)
         request = LLMRequest(
             self.request_id, parsed.model, parsed.tokenized, self.path, self.headers,
             body=forwarded, streamed_keys=streamed_keys,
@@ -406,9 +412,14 @@ class ExtProcStream:
         self.reached = upstream_reached(attributes, values)
         streaming = self.stream_flag or "text/event-stream" in values.get("content-type", "")
         self.usage = UsageParser(streaming)
+        self._first_byte()
         if headers.end_of_stream:
             self._complete()
             return [messages.continue_headers(response=True)]
+        if self.model_back is not None:
+            ask = self._response_bodies_off
+            self.usage_sampled = ask
+            return [messages.response_headers_for_rewrite(ask_for_body=ask, drop_length=self.model_back.length_changes)]
         if self._response_bodies_off and self.sampler is not None and self.sampler.sample():
             self.usage_sampled = True
             return [messages.continue_headers_with_response_body()]
@@ -420,17 +431,30 @@ class ExtProcStream:
         FULL_DUPLEX_STREAMED request body: ``envoy.yaml``'s notes)."""
         return self.response_mode == BodyMode.NONE and not self._full_duplex
 
+    def _first_byte(self) -> None:
+        """The response started: the engine has done the prefill (llm-d releases at
+        ``StartOfStream``)."""
+        if not self._tokens_released and self.decision is not None:
+            self._tokens_released = True
+            self.router.response_started(self.request_id)
+
     def _response_body(self, body: Any) -> list[ProcessingResponse]:
         if self.usage is None:
             self.usage = UsageParser(self.stream_flag)
         self.usage.feed(body.body)
         if not self._sized:
             self._response_bytes += len(body.body)
+        if not self._tokens_released:
+            self._first_byte()
         if body.end_of_stream:
             self._complete()
         mode = self.response_mode if self.response_mode is not None else self.request_mode
+        chunk = body.body
+        data = chunk if self.model_back is None else self.model_back.feed(chunk, body.end_of_stream)
         if mode == BodyMode.FULL_DUPLEX_STREAMED:
-            return [messages.streamed_chunk(body.body, body.end_of_stream, response=True)]
+            return [messages.streamed_chunk(data, body.end_of_stream, response=True)]
+        if data is not chunk and data != chunk:
+            return [messages.replace_body(data, response=True)]
         return [messages.continue_body(response=True)]
 
     def _complete(self, *, cancelled: bool = False) -> None:

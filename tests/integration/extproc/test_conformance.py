@@ -123,6 +123,7 @@ def test_header_only_get_is_routed_at_once(client) -> None:
         (["192.168.1.3:8000"], PODS[2:]),  # T6: partial match
         ("192.168.1.2:8000,192.168.1.3:8000", PODS[1:]),  # T21: one comma string
         (["192.168.1.1"], PODS[:1]),  # T20: no port matches every port of the IP
+        (["192.168.1.2:9999"], PODS[1:2]),  # matched by IP, port stripped (llm-d candidates.go)
     ],
 )
 def test_subset_hint_restricts_candidates(service, client, subset, allowed) -> None:
@@ -273,6 +274,32 @@ def test_in_flight_count_lasts_until_the_response_ends(service, client) -> None:
     assert service.router.inflight.requests(endpoint) == 0
 
 
+def test_prompt_tokens_are_released_at_the_first_response_byte(service, client) -> None:
+    """llm-d's inflight-load producer: prompt tokens leave at StartOfStream (the prefill is done),
+    the request count at the end of the response."""
+    steps = [threading.Event() for _ in range(2)]
+
+    def messages():
+        yield headers(extra={"x-request-id": "inflight-tokens"})
+        yield body(completion())
+        steps[0].wait(10)
+        yield response_headers(content_type="text/event-stream")
+        steps[1].wait(10)
+        yield response_body(b"data: [DONE]\n\n", eos=True)
+
+    replies = client.stub.Process(messages(), timeout=10)
+    routed = [next(replies), next(replies)]
+    endpoint = set_headers(routed[0])["x-gateway-destination-endpoint"]
+    inflight = service.router.inflight
+    assert inflight.tokens(endpoint) > 0 and inflight.requests(endpoint) == 1
+    steps[0].set()
+    assert next(replies).WhichOneof("response") == "response_headers"
+    assert inflight.tokens(endpoint) == 0 and inflight.requests(endpoint) == 1
+    steps[1].set()
+    assert [r.WhichOneof("response") for r in replies] == ["response_body"]
+    assert inflight.tokens(endpoint) == 0 and inflight.requests(endpoint) == 0
+
+
 def test_client_cancel_mid_stream_releases_state(service, client) -> None:
     release = threading.Event()
 
@@ -400,6 +427,7 @@ def test_buffered_header_only_get_is_routed_at_once(client) -> None:
         (["192.168.1.3:8000"], PODS[2:]),
         ("192.168.1.2:8000,192.168.1.3:8000", PODS[1:]),
         (["192.168.1.1"], PODS[:1]),
+        (["192.168.1.2:9999"], PODS[1:2]),
     ],
 )
 def test_buffered_subset_hint_restricts_candidates(service, client, subset, allowed) -> None:

@@ -51,7 +51,7 @@ def test_single_handler_refuses_several_results() -> None:
 # --- data-parallel-profile-handler --------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("port", [0, -1, 65536])
+@pytest.mark.parametrize("port", [-1, 65536])
 def test_primary_port_out_of_range_is_an_error(port: int) -> None:
     error = config_error(epp(f"plugins: [{{type: data-parallel-profile-handler, parameters: {{primaryPort: {port}}}}}]\n"))
     assert error.path == "plugins[0].parameters.primaryPort"
@@ -63,6 +63,12 @@ def test_primary_port_defaults_to_8000_and_the_handler_is_deprecated() -> None:
     assert isinstance(loaded.handler, DataParallelProfileHandler) and loaded.handler.primary_port == 8000
     (warning,) = loaded.warnings
     assert "data-parallel-profile-handler is deprecated" in warning
+
+
+def test_primary_port_zero_is_accepted_as_llm_d_accepts_it() -> None:
+    loaded = load("plugins: [{type: data-parallel-profile-handler, parameters: {primaryPort: 0}}, {type: random-picker}]\n")
+    assert isinstance(loaded.handler, DataParallelProfileHandler) and loaded.handler.primary_port == 8000
+    assert any("primaryPort: 0 means the default 8000" in w for w in loaded.warnings)
 
 
 def test_primary_port_must_be_an_integer() -> None:

@@ -75,7 +75,7 @@ def _engine(section: Section) -> EngineMapping:
     base = EngineMapping(name)  # replaces a built-in of the same name whole, as llm-d does
     custom = []
     for path, item in section.items("customMetrics"):
-        metric = Section(item, path, "core-metrics-extractor")
+        metric = section.sub(item, path)
         key = metric.string("attributeKey", "")
         if not key:
             raise ConfigError(f"{path}.attributeKey", "must not be empty")
@@ -129,7 +129,7 @@ class CoreMetricsExtractor(MetricsExtractor, StateReporter):
         engines = dict(BUILTIN_ENGINES)
         configured: set[str] = set()
         for path, item in params.items("engineConfigs"):
-            mapping = _engine(Section(item, path, "core-metrics-extractor"))
+            mapping = _engine(params.sub(item, path))
             if mapping.name in configured:
                 raise ConfigError(f"{path}.name", f"engine config {mapping.name!r} already exists")
             configured.add(mapping.name)

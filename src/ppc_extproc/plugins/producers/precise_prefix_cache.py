@@ -19,7 +19,7 @@ Parameters  (llm-d's names; defaults in brackets)
               ``podCacheSize`` [10 entries per key], ``kvCacheBackendConfigs`` [gpu 1.0, cpu 0.8]
             ``kvEventsConfig``: ``zmqEndpoint`` [""; set ⇒ central mode], ``topicFilter`` [kv@],
               ``engineType`` [vllm|sglang], ``discoverPods`` [true],
-              ``podDiscoveryConfig.socketPort`` [5557], ``replaySocketPort`` [0 = off],
+              ``podDiscoveryConfig.socketPort`` [5557], ``replaySocketPort`` [0 = off; < 0 = off, as llm-d],
               ``queueSize`` [10000 messages per source], central mode only:
               ``curveConfig.serverSecretKeyFile``, ``curveConfig.allowedPublisherKeys`` [unset =
               no CURVE; then a bind beyond loopback needs ``allowUnauthenticatedPublishers``

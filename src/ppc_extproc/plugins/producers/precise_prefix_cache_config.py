@@ -67,7 +67,7 @@ def _indexer(s: Section) -> IndexerConfig:
     if s.has("kvCacheBackendConfigs"):
         weights = {}
         for path, item in s.items("kvCacheBackendConfigs"):
-            backend = Section(item, path, _OWNER)
+            backend = s.sub(item, path, _OWNER)
             name = backend.string("name", "")
             if not name:
                 raise ConfigError(f"{path}.name", "tier name must not be empty")
@@ -79,9 +79,13 @@ def _indexer(s: Section) -> IndexerConfig:
 
 def _kv_events(s: Section) -> KVEventsConfig:
     discovery = s.section("podDiscoveryConfig")
+    replay = discovery.integer("replaySocketPort", 0, maximum=65535)
+    if replay < 0:  # llm-d replays only when replaySocketPort > 0 (pkg/kvevents/zmq_subscriber.go)
+        discovery.warn("replaySocketPort", f"{replay} means no replay (as llm-d)")
+        replay = 0
     pods = PodDiscoveryConfig(
         socket_port=discovery.integer("socketPort", 5557, minimum=1, maximum=65535),
-        replay_socket_port=discovery.integer("replaySocketPort", 0, minimum=0, maximum=65535),
+        replay_socket_port=replay,
         pod_label_selector=discovery.string("podLabelSelector", "llm-d.ai/inference-serving=true"),
         pod_namespace=discovery.string("podNamespace", ""),
     )

@@ -8,7 +8,8 @@ Behaviour   runs the single profile. The picked endpoint's rank address goes int
             info, speculative entries and in-flight accounting keep the rank's own id
             (``ip:rankPort``) — llm-d seeds speculative entries under the rewritten port, which no
             KV event ever confirms.
-Parameters  ``primaryPort`` [8000; 1–65535]
+Parameters  ``primaryPort`` [8000; 1–65535; ``0`` is accepted as llm-d accepts it, and means the
+            default (llm-d would send to port 0)]
 
     plugins:
     - type: data-parallel-profile-handler
@@ -44,6 +45,9 @@ class DataParallelProfileHandler(ProfileHandler):
     @classmethod
     def from_parameters(cls, name: str, params: Section, services: Services) -> DataParallelProfileHandler:
         port = params.integer("primaryPort", 8000)
+        if port == 0:
+            params.warn("primaryPort", "0 means the default 8000 here (llm-d accepts it and sends to port 0)")
+            port = 8000
         if not 1 <= port <= 65535:
             raise ConfigError(
                 params.child_path("primaryPort"), f"invalid primaryPort: must be between 1 and 65535, got {port}"

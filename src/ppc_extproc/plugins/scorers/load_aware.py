@@ -6,7 +6,8 @@ Formula     ``q == 0`` ⇒ 0.5; else ``0.5 × (1 − min(q, threshold) / thresho
 Inputs      ``vllm:num_requests_waiting`` from the engine metrics source
 Missing     metrics missing or stale ⇒ the mean of the others' scores. llm-d reads a missing
             queue as 0 and scores it 0.5, the best value: an engine that never reports would win.
-Parameters  ``threshold`` (int, default 128, ≥ 1; llm-d silently replaces ≤ 0 by 128, we reject it)
+Parameters  ``threshold`` (int, default 128; ≤ 0 falls back to 128 with a warning, as llm-d's
+            ``NewLoadAware`` does)
 
     plugins:
     - type: load-aware-scorer
@@ -35,7 +36,10 @@ class LoadAwareScorer(EngineMetricsScorer):
 
     @classmethod
     def from_parameters(cls, name: str, params: Section, services: Services) -> LoadAwareScorer:
-        threshold = params.integer("threshold", 128, minimum=1)
+        threshold = params.integer("threshold", 128)
+        if threshold <= 0:
+            params.warn("threshold", f"{threshold} should be positive; using the default 128 (as llm-d)")
+            threshold = 128
         return cls(name, services.engine_metrics, threshold)
 
     def score(self, ctx: SchedulingContext, endpoints: Sequence[Endpoint]) -> dict[EndpointId, float]:

@@ -6,7 +6,8 @@ Formula     ``L = inflight_tokens(ep) + own(ep)``; ``L ≤ 0`` ⇒ 1.0; else ``1
             on ``ep``; no match info ⇒ the whole prompt
 Inputs      the in-flight tracker (uncached tokens this replica has in flight per endpoint) and
             ``PrefixCacheMatchInfoDataKey/<producer>``; no engine metrics, so nothing goes stale
-Parameters  ``queueThresholdTokens`` T (default 4194304 = 128 requests × 32K; ≥ 1)
+Parameters  ``queueThresholdTokens`` T (default 4194304 = 128 requests × 32K; ≤ 0 falls back to
+            the default with a warning, as llm-d's ``token_load.go`` does)
             ``prefixMatchInfoProducerName`` (ppc-extproc; llm-d sets it on its in-flight-load
             producer): the producer whose match info discounts the request's own tokens. Unset ⇒
             the best cached prefix any producer reports for the endpoint — what the router charges
@@ -77,7 +78,11 @@ class TokenLoadScorer(Scorer, DataConsumer):
 
     @classmethod
     def from_parameters(cls, name: str, params: Section, services: Services) -> TokenLoadScorer:
-        threshold = params.integer("queueThresholdTokens", DEFAULT_QUEUE_THRESHOLD_TOKENS, minimum=1)
+        threshold = params.integer("queueThresholdTokens", DEFAULT_QUEUE_THRESHOLD_TOKENS)
+        if threshold <= 0:
+            params.warn("queueThresholdTokens",
+                        f"{threshold} should be positive; using the default {DEFAULT_QUEUE_THRESHOLD_TOKENS} (as llm-d)")
+            threshold = DEFAULT_QUEUE_THRESHOLD_TOKENS
         params.string("inFlightLoadProducerName", "")
         params.number("nonTextTokenWeight", 1.0)
         producer = params.string("prefixMatchInfoProducerName", "")
