@@ -1,0 +1,387 @@
+/* Hot loops of the request path, one call per prompt (pure-Python equivalents in
+ * ppc_extproc/native.py, which tests hold to the same results):
+ *
+ *   json_uint32_array(buf, pos) -> (le32 bytes, index of ']') | None
+ *       a JSON array of plain integers in [0, 2^32) starting at buf[pos] == '['; None for
+ *       anything else (floats, exponents, signs, leading zeros, nesting, bad separators), which the
+ *       caller hands to the reference parser.
+ *   xxh64_chain(parent, tokens_le32, block_size, n_blocks) -> list[int]
+ *       key_i = XXH64(LE64(key_{i-1}) || 4*block_size token bytes, seed 0), key_{-1} = parent.
+ *   cbor_fnv_chain(parent, tokens_le32, block_size, n_blocks) -> list[int]
+ *       key_i = FNV-1a-64(canonical CBOR [key_{i-1}, [t...], null]).
+ *
+ * Written from the public definitions: XXH64 (Cyan4973/xxHash doc/xxhash_spec.md), FNV-1a 64
+ * (draft-eastlake-fnv), CBOR heads (RFC 8949 section 3, shortest form). */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+/* ---- XXH64 ------------------------------------------------------------------------------- */
+
+#define P1 0x9E3779B185EBCA87ULL
+#define P2 0xC2B2AE3D27D4EB4FULL
+#define P3 0x165667B19E3779F9ULL
+#define P4 0x85EBCA77C2B2AE63ULL
+#define P5 0x27D4EB2F165667C5ULL
+
+static inline uint64_t rotl64(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
+
+static inline uint64_t read64(const unsigned char *p) {
+    return (uint64_t)p[0] | (uint64_t)p[1] << 8 | (uint64_t)p[2] << 16 | (uint64_t)p[3] << 24 |
+           (uint64_t)p[4] << 32 | (uint64_t)p[5] << 40 | (uint64_t)p[6] << 48 | (uint64_t)p[7] << 56;
+}
+
+static inline uint32_t read32(const unsigned char *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static inline uint64_t xround(uint64_t acc, uint64_t lane) {
+    acc += lane * P2;
+    acc = rotl64(acc, 31);
+    return acc * P1;
+}
+
+static inline uint64_t xmerge(uint64_t acc, uint64_t val) {
+    acc ^= xround(0, val);
+    return acc * P1 + P4;
+}
+
+static uint64_t xxh64(const unsigned char *p, size_t len, uint64_t seed) {
+    const unsigned char *end = p + len;
+    uint64_t acc;
+    if (len >= 32) {
+        uint64_t v1 = seed + P1 + P2, v2 = seed + P2, v3 = seed, v4 = seed - P1;
+        const unsigned char *limit = end - 32;
+        do {
+            v1 = xround(v1, read64(p));
+            v2 = xround(v2, read64(p + 8));
+            v3 = xround(v3, read64(p + 16));
+            v4 = xround(v4, read64(p + 24));
+            p += 32;
+        } while (p <= limit);
+        acc = rotl64(v1, 1) + rotl64(v2, 7) + rotl64(v3, 12) + rotl64(v4, 18);
+        acc = xmerge(acc, v1);
+        acc = xmerge(acc, v2);
+        acc = xmerge(acc, v3);
+        acc = xmerge(acc, v4);
+    } else {
+        acc = seed + P5;
+    }
+    acc += (uint64_t)len;
+    while (end - p >= 8) {
+        acc ^= xround(0, read64(p));
+        acc = rotl64(acc, 27) * P1 + P4;
+        p += 8;
+    }
+    if (end - p >= 4) {
+        acc ^= (uint64_t)read32(p) * P1;
+        acc = rotl64(acc, 23) * P2 + P3;
+        p += 4;
+    }
+    while (p < end) {
+        acc ^= (uint64_t)(*p) * P5;
+        acc = rotl64(acc, 11) * P1;
+        p++;
+    }
+    acc ^= acc >> 33;
+    acc *= P2;
+    acc ^= acc >> 29;
+    acc *= P3;
+    acc ^= acc >> 32;
+    return acc;
+}
+
+/* ---- FNV-1a 64 over canonical CBOR --------------------------------------------------------- */
+
+#define FNV_OFFSET 0xCBF29CE484222325ULL
+#define FNV_PRIME 0x100000001B3ULL
+
+static inline uint64_t fnv_byte(uint64_t h, unsigned char b) { return (h ^ b) * FNV_PRIME; }
+
+/* The shortest CBOR head of a major type and argument, fed to the hash. */
+static inline uint64_t fnv_head(uint64_t h, unsigned major, uint64_t value) {
+    unsigned char mt = (unsigned char)(major << 5);
+    if (value < 24) return fnv_byte(h, mt | (unsigned char)value);
+    int bytes;
+    if (value < 0x100) {
+        h = fnv_byte(h, mt | 24);
+        bytes = 1;
+    } else if (value < 0x10000) {
+        h = fnv_byte(h, mt | 25);
+        bytes = 2;
+    } else if (value < 0x100000000ULL) {
+        h = fnv_byte(h, mt | 26);
+        bytes = 4;
+    } else {
+        h = fnv_byte(h, mt | 27);
+        bytes = 8;
+    }
+    for (int i = bytes - 1; i >= 0; i--) h = fnv_byte(h, (unsigned char)(value >> (8 * i)));
+    return h;
+}
+
+/* ---- argument handling --------------------------------------------------------------------- */
+
+typedef uint64_t (*chain_step)(uint64_t parent, const unsigned char *block, Py_ssize_t block_size,
+                               unsigned char *scratch);
+
+static uint64_t xxh64_step(uint64_t parent, const unsigned char *block, Py_ssize_t block_size,
+                           unsigned char *scratch) {
+    for (int i = 0; i < 8; i++) scratch[i] = (unsigned char)(parent >> (8 * i));
+    memcpy(scratch + 8, block, (size_t)block_size * 4);
+    return xxh64(scratch, 8 + (size_t)block_size * 4, 0);
+}
+
+static uint64_t cbor_fnv_step(uint64_t parent, const unsigned char *block, Py_ssize_t block_size,
+                              unsigned char *scratch) {
+    (void)scratch;
+    uint64_t h = fnv_byte(FNV_OFFSET, 0x83);
+    h = fnv_head(h, 0, parent);
+    h = fnv_head(h, 4, (uint64_t)block_size);
+    for (Py_ssize_t i = 0; i < block_size; i++) h = fnv_head(h, 0, read32(block + 4 * i));
+    return fnv_byte(h, 0xf6);
+}
+
+static PyObject *run_chain(PyObject *args, chain_step step) {
+    PyObject *parent_obj;
+    Py_buffer view;
+    Py_ssize_t block_size, n_blocks;
+    if (!PyArg_ParseTuple(args, "Oy*nn", &parent_obj, &view, &block_size, &n_blocks)) return NULL;
+    uint64_t parent = PyLong_AsUnsignedLongLong(parent_obj);
+    if (parent == (uint64_t)-1 && PyErr_Occurred()) goto fail;
+    if (block_size <= 0 || n_blocks < 0 || n_blocks > view.len / (4 * block_size)) {
+        PyErr_SetString(PyExc_ValueError, "n_blocks full blocks of block_size tokens exceed the buffer");
+        goto fail;
+    }
+    uint64_t *keys = PyMem_RawMalloc(sizeof(uint64_t) * (size_t)(n_blocks ? n_blocks : 1));
+    unsigned char *scratch = PyMem_RawMalloc(8 + (size_t)block_size * 4);
+    if (keys == NULL || scratch == NULL) {
+        PyMem_RawFree(keys);
+        PyMem_RawFree(scratch);
+        PyErr_NoMemory();
+        goto fail;
+    }
+    const unsigned char *data = view.buf;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n_blocks; i++) {
+        parent = step(parent, data + i * block_size * 4, block_size, scratch);
+        keys[i] = parent;
+    }
+    Py_END_ALLOW_THREADS
+    PyMem_RawFree(scratch);
+    PyBuffer_Release(&view);
+    PyObject *out = PyList_New(n_blocks);
+    if (out == NULL) {
+        PyMem_RawFree(keys);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n_blocks; i++) {
+        PyObject *key = PyLong_FromUnsignedLongLong(keys[i]);
+        if (key == NULL) {
+            PyMem_RawFree(keys);
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, i, key);
+    }
+    PyMem_RawFree(keys);
+    return out;
+fail:
+    PyBuffer_Release(&view);
+    return NULL;
+}
+
+static PyObject *xxh64_chain(PyObject *self, PyObject *args) {
+    (void)self;
+    return run_chain(args, xxh64_step);
+}
+
+static PyObject *cbor_fnv_chain(PyObject *self, PyObject *args) {
+    (void)self;
+    return run_chain(args, cbor_fnv_step);
+}
+
+/* ---- JSON array of uint32 ------------------------------------------------------------------ */
+
+static inline int is_ws(unsigned char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
+/* Parses s[pos..] as '[' ws (uint (ws ',' ws uint)*)? ws ']'. Returns the index of ']' and the
+ * values in *out (count in *count), or -1 when the text is anything else. */
+static Py_ssize_t scan_uint32_array(const unsigned char *s, Py_ssize_t len, Py_ssize_t pos,
+                                    uint32_t *out, Py_ssize_t *count) {
+    Py_ssize_t n = 0;
+    if (pos >= len || s[pos] != '[') return -1;
+    pos++;
+    while (pos < len && is_ws(s[pos])) pos++;
+    if (pos < len && s[pos] == ']') {
+        *count = 0;
+        return pos;
+    }
+    for (;;) {
+        if (pos >= len) return -1;
+        unsigned char c = s[pos];
+        uint64_t value;
+        if (c == '0') {
+            value = 0;
+            pos++;
+        } else if (c >= '1' && c <= '9') {
+            value = (uint64_t)(c - '0');
+            pos++;
+            while (pos < len && s[pos] >= '0' && s[pos] <= '9') {
+                value = value * 10 + (uint64_t)(s[pos] - '0');
+                if (value > 0xFFFFFFFFULL) return -1;
+                pos++;
+            }
+        } else {
+            return -1;
+        }
+        out[n++] = (uint32_t)value;
+        while (pos < len && is_ws(s[pos])) pos++;
+        if (pos >= len) return -1;
+        if (s[pos] == ',') {
+            pos++;
+            while (pos < len && is_ws(s[pos])) pos++;
+            continue;
+        }
+        if (s[pos] == ']') {
+            *count = n;
+            return pos;
+        }
+        return -1; /* '.', 'e', a digit after a leading 0, or anything else */
+    }
+}
+
+static PyObject *json_uint32_array(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer view;
+    Py_ssize_t pos;
+    if (!PyArg_ParseTuple(args, "y*n", &view, &pos)) return NULL;
+    if (pos < 0 || pos >= view.len) {
+        PyBuffer_Release(&view);
+        Py_RETURN_NONE;
+    }
+    /* Every value takes at least two bytes ("d," or "d]"), so this bounds the count. */
+    Py_ssize_t capacity = (view.len - pos) / 2 + 1;
+    uint32_t *values = PyMem_RawMalloc(sizeof(uint32_t) * (size_t)capacity);
+    if (values == NULL) {
+        PyBuffer_Release(&view);
+        return PyErr_NoMemory();
+    }
+    Py_ssize_t count = 0, end;
+    Py_BEGIN_ALLOW_THREADS
+    end = scan_uint32_array(view.buf, view.len, pos, values, &count);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view);
+    if (end < 0) {
+        PyMem_RawFree(values);
+        Py_RETURN_NONE;
+    }
+    PyObject *packed = PyBytes_FromStringAndSize(NULL, count * 4);
+    if (packed == NULL) {
+        PyMem_RawFree(values);
+        return NULL;
+    }
+    unsigned char *dst = (unsigned char *)PyBytes_AS_STRING(packed);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        uint32_t v = values[i];
+        dst[4 * i] = (unsigned char)v;
+        dst[4 * i + 1] = (unsigned char)(v >> 8);
+        dst[4 * i + 2] = (unsigned char)(v >> 16);
+        dst[4 * i + 3] = (unsigned char)(v >> 24);
+    }
+    PyMem_RawFree(values);
+    return Py_BuildValue("(Nn)", packed, end);
+}
+
+/* ---- the index's leading run of present keys ---------------------------------------------- */
+
+/* dict_prefix(young, old, keys, limit) -> (values, done): values of keys[0..] while present, a key
+ * found in ``old`` moving to ``young``; stops at the first absent key (done = True) or once
+ * len(young) reaches ``limit`` (done = False: the caller rotates and continues after the values). */
+static PyObject *dict_prefix(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *young, *old, *keys;
+    Py_ssize_t limit;
+    if (!PyArg_ParseTuple(args, "O!O!O!n", &PyDict_Type, &young, &PyDict_Type, &old, &PyList_Type, &keys,
+                          &limit))
+        return NULL;
+    PyObject *values = PyList_New(0);
+    if (values == NULL) return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(keys);
+    int done = 1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *key = PyList_GET_ITEM(keys, i);
+        PyObject *value = PyDict_GetItemWithError(young, key); /* borrowed */
+        if (value == NULL) {
+            if (PyErr_Occurred()) goto fail;
+            value = PyDict_GetItemWithError(old, key);
+            if (value == NULL) {
+                if (PyErr_Occurred()) goto fail;
+                break;
+            }
+            Py_INCREF(value);
+            if (PyDict_SetItem(young, key, value) < 0 || PyDict_DelItem(old, key) < 0 ||
+                PyList_Append(values, value) < 0) {
+                Py_DECREF(value);
+                goto fail;
+            }
+            Py_DECREF(value);
+            if (PyDict_GET_SIZE(young) >= limit) {
+                done = i + 1 >= n;
+                break;
+            }
+            continue;
+        }
+        if (PyList_Append(values, value) < 0) goto fail;
+    }
+    return Py_BuildValue("(NO)", values, done ? Py_True : Py_False);
+fail:
+    Py_DECREF(values);
+    return NULL;
+}
+
+/* runs(values) -> [(value, count), ...]: consecutive equal values, run-length encoded. */
+static PyObject *runs(PyObject *self, PyObject *arg) {
+    (void)self;
+    if (!PyList_Check(arg)) {
+        PyErr_SetString(PyExc_TypeError, "runs expects a list");
+        return NULL;
+    }
+    PyObject *out = PyList_New(0);
+    if (out == NULL) return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(arg), start = 0;
+    for (Py_ssize_t i = 1; i <= n; i++) {
+        if (i < n) {
+            int same = PyObject_RichCompareBool(PyList_GET_ITEM(arg, i), PyList_GET_ITEM(arg, start), Py_EQ);
+            if (same < 0) goto fail;
+            if (same) continue;
+        }
+        PyObject *run = Py_BuildValue("(On)", PyList_GET_ITEM(arg, start), i - start);
+        if (run == NULL || PyList_Append(out, run) < 0) {
+            Py_XDECREF(run);
+            goto fail;
+        }
+        Py_DECREF(run);
+        start = i;
+    }
+    return out;
+fail:
+    Py_DECREF(out);
+    return NULL;
+}
+
+static PyMethodDef methods[] = {
+    {"runs", runs, METH_O, "[(value, count), ...] of consecutive equal values of a list."},
+    {"dict_prefix", dict_prefix, METH_VARARGS,
+     "(values, done) of the leading run of keys present in young or old (old hits move to young)."},
+    {"json_uint32_array", json_uint32_array, METH_VARARGS,
+     "(le32 bytes, index of ']') of a JSON array of integers in [0, 2^32) at buf[pos], or None."},
+    {"xxh64_chain", xxh64_chain, METH_VARARGS, "llm-d's xxh64 request-key chain (no extras)."},
+    {"cbor_fnv_chain", cbor_fnv_chain, METH_VARARGS, "llm-d's cbor-fnv request-key chain (no extras)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_native", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__native(void) { return PyModule_Create(&module); }
