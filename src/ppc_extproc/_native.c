@@ -341,6 +341,39 @@ fail:
     return NULL;
 }
 
+/* remap(target, keys, values, mapping): for each key with mapping[value] present, target[key] =
+ * mapping[value], or del target[key] when that is None. Returns how many keys were touched. */
+static PyObject *remap(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *target, *keys, *values, *mapping;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!", &PyDict_Type, &target, &PyList_Type, &keys, &PyList_Type, &values,
+                          &PyDict_Type, &mapping))
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(keys), touched = 0;
+    if (PyList_GET_SIZE(values) != n) {
+        PyErr_SetString(PyExc_ValueError, "keys and values differ in length");
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *new = PyDict_GetItemWithError(mapping, PyList_GET_ITEM(values, i)); /* borrowed */
+        if (new == NULL) {
+            if (PyErr_Occurred()) return NULL;
+            continue;
+        }
+        PyObject *key = PyList_GET_ITEM(keys, i);
+        if (new == Py_None) {
+            if (PyDict_DelItem(target, key) < 0) {
+                if (!PyErr_ExceptionMatches(PyExc_KeyError)) return NULL;
+                PyErr_Clear();
+            }
+        } else if (PyDict_SetItem(target, key, new) < 0) {
+            return NULL;
+        }
+        touched++;
+    }
+    return PyLong_FromSsize_t(touched);
+}
+
 /* runs(values) -> [(value, count), ...]: consecutive equal values, run-length encoded. */
 static PyObject *runs(PyObject *self, PyObject *arg) {
     (void)self;
@@ -372,6 +405,8 @@ fail:
 }
 
 static PyMethodDef methods[] = {
+    {"remap", remap, METH_VARARGS,
+     "target[key] = mapping[value] (del when None) for each key whose value the mapping holds."},
     {"runs", runs, METH_O, "[(value, count), ...] of consecutive equal values of a list."},
     {"dict_prefix", dict_prefix, METH_VARARGS,
      "(values, done) of the leading run of keys present in young or old (old hits move to young)."},

@@ -9,6 +9,9 @@ the same results.
   present in ``young`` or ``old`` (a key found in ``old`` moves to ``young``), stopping at the
   first absent key (``done``) or once ``len(young)`` reaches ``limit`` (not ``done``: the caller
   rotates its generations and continues after the values) — the index's prefix lookup.
+* ``remap(target, keys, values, mapping)``: ``target[key] = mapping[value]`` (``del`` when that
+  is None) for each key whose value ``mapping`` holds; how many keys were touched. A prompt's
+  keys hold few distinct index masks: the caller computes each new mask once.
 * ``runs(values)``: ``[(value, count), ...]`` of consecutive equal values.
 * ``xxh64_chain`` / ``cbor_fnv_chain(parent, tokens_le32, block_size, n_blocks)``: llm-d's request
   key chains without extras, one call per prompt.
@@ -33,7 +36,9 @@ __all__ = [
     "py_cbor_fnv_chain",
     "py_dict_prefix",
     "py_json_uint32_array",
+    "py_remap",
     "py_runs",
+    "remap",
     "py_xxh64_chain",
     "runs",
     "xxh64_chain",
@@ -127,6 +132,22 @@ def py_dict_prefix(young: dict[Any, Any], old: dict[Any, Any], keys: list[Any], 
     return values, True
 
 
+def py_remap(target: dict[Any, Any], keys: list[Any], values: list[Any], mapping: dict[Any, Any]) -> int:
+    """Pure-Python ``remap``."""
+    if len(keys) != len(values):
+        raise ValueError("keys and values differ in length")
+    touched = 0
+    for key, value in zip(keys, values):
+        if value in mapping:
+            new = mapping[value]
+            if new is None:
+                target.pop(key, None)
+            else:
+                target[key] = new
+            touched += 1
+    return touched
+
+
 def py_runs(values: list[Any]) -> list[tuple[Any, int]]:
     """Pure-Python ``runs``."""
     out: list[tuple[Any, int]] = []
@@ -147,6 +168,7 @@ Chain = Callable[[int, bytes | bytearray | memoryview, int, int], list[int]]
 json_uint32_array: Callable[[bytes | bytearray | memoryview, int], tuple[bytes, int] | None]
 xxh64_chain: Chain
 cbor_fnv_chain: Chain
+remap: Callable[[dict[Any, Any], list[Any], list[Any], dict[Any, Any]], int]
 runs: Callable[[list[Any]], list[tuple[Any, int]]]
 dict_prefix: Callable[[dict[Any, Any], dict[Any, Any], list[Any], int], tuple[list[Any], bool]]
 
@@ -157,10 +179,10 @@ try:  # PPC_EXTPROC_PURE_PYTHON=1 forces the fallbacks (tests, comparisons)
 except ImportError:
     NATIVE = False
     json_uint32_array, xxh64_chain, cbor_fnv_chain = py_json_uint32_array, py_xxh64_chain, py_cbor_fnv_chain
-    dict_prefix, runs = py_dict_prefix, py_runs
+    dict_prefix, runs, remap = py_dict_prefix, py_runs, py_remap
 else:
     NATIVE = True
     json_uint32_array = _native.json_uint32_array
     xxh64_chain = _native.xxh64_chain
     cbor_fnv_chain = _native.cbor_fnv_chain
-    dict_prefix, runs = _native.dict_prefix, _native.runs
+    dict_prefix, runs, remap = _native.dict_prefix, _native.runs, _native.remap

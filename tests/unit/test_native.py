@@ -136,3 +136,17 @@ def test_runs_versions_agree(values: list) -> None:
     encoded = native.runs(values)
     assert encoded == native.py_runs(values)
     assert [v for v, n in encoded for _ in range(n)] == values
+
+
+@given(
+    target=st.dictionaries(st.integers(0, 20), st.integers(0, 4), max_size=15),
+    keys=st.lists(st.integers(0, 20), max_size=20),
+    mapping=st.dictionaries(st.one_of(st.none(), st.integers(0, 4)), st.one_of(st.none(), st.integers(5, 9)), max_size=4),
+)
+def test_remap_versions_agree(target: dict, keys: list, mapping: dict) -> None:
+    values = [target.get(k) for k in keys]
+    results = []
+    for remap in (native.remap, native.py_remap):
+        t = dict(target)
+        results.append((remap(t, list(keys), list(values), mapping), t))
+    assert results[0] == results[1]

@@ -148,7 +148,7 @@ class TwoGenerationLRU(Generic[K, V]):
                         new = trim(new, bits)
                     changed[value] = new  # type: ignore[assignment]
                 if changed:
-                    young.update({key: changed[value] for key, value in zip(chunk, current) if value in changed})
+                    native.remap(young, list(chunk), current, changed)
             else:  # every key is new: one C-level insert
                 young.update(dict.fromkeys(chunk, bits))  # type: ignore[arg-type]
             self._after_write(hi - lo)
@@ -188,19 +188,12 @@ class TwoGenerationLRU(Generic[K, V]):
             if not generation:
                 continue
             current = list(map(generation.get, keys))
-            changed: dict[V, V] = {}
+            changed: dict[V, V | None] = {}
             for value in set(current):
                 if value is not None and value & bits:  # type: ignore[operator]
-                    changed[value] = value & ~bits  # type: ignore[operator,assignment]
-            if not changed:
-                continue
-            for key, value in zip(keys, current):
-                if value in changed:
-                    new = changed[value]
-                    if new:
-                        generation[key] = new
-                    else:
-                        generation.pop(key, None)
+                    changed[value] = value & ~bits or None  # type: ignore[operator,assignment]  # None: drop the key
+            if changed:
+                native.remap(generation, keys if isinstance(keys, list) else list(keys), current, changed)
 
     def replace(self, key: K, value: V) -> None:
         """Replace the value of a present key in place, without changing its recency."""
