@@ -206,50 +206,45 @@ static PyObject *cbor_fnv_chain(PyObject *self, PyObject *args) {
 
 static inline int is_ws(unsigned char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 
-/* Parses s[pos..] as '[' ws (uint (ws ',' ws uint)*)? ws ']'. Returns the index of ']' and the
- * values in *out (count in *count), or -1 when the text is anything else. */
-static Py_ssize_t scan_uint32_array(const unsigned char *s, Py_ssize_t len, Py_ssize_t pos,
-                                    uint32_t *out, Py_ssize_t *count) {
+/* Parses s[pos..close] as '[' ws (uint (ws ',' ws uint)*)? ws ']' where s[close] is the first ']'
+ * after pos (so every loop below stops there without a bounds check). Returns close and the
+ * values in out (count in *count), or -1 when the text is anything else. */
+static Py_ssize_t scan_uint32_array(const unsigned char *s, Py_ssize_t close, Py_ssize_t pos, uint32_t *out,
+                                    Py_ssize_t *count) {
     Py_ssize_t n = 0;
-    if (pos >= len || s[pos] != '[') return -1;
-    pos++;
-    while (pos < len && is_ws(s[pos])) pos++;
-    if (pos < len && s[pos] == ']') {
+    const unsigned char *p = s + pos, *end = s + close;
+    if (*p != '[') return -1;
+    p++;
+    while (is_ws(*p)) p++;
+    if (p == end) {
         *count = 0;
-        return pos;
+        return close;
     }
     for (;;) {
-        if (pos >= len) return -1;
-        unsigned char c = s[pos];
-        uint64_t value;
-        if (c == '0') {
-            value = 0;
-            pos++;
-        } else if (c >= '1' && c <= '9') {
-            value = (uint64_t)(c - '0');
-            pos++;
-            while (pos < len && s[pos] >= '0' && s[pos] <= '9') {
-                value = value * 10 + (uint64_t)(s[pos] - '0');
+        unsigned d = (unsigned)*p - '0';
+        if (d > 9) return -1;
+        uint64_t value = d;
+        p++;
+        if (d != 0) { /* no leading zeros: a '0' must stand alone */
+            while ((d = (unsigned)*p - '0') <= 9) {
+                value = value * 10 + d;
                 if (value > 0xFFFFFFFFULL) return -1;
-                pos++;
+                p++;
             }
-        } else {
-            return -1;
         }
         out[n++] = (uint32_t)value;
-        while (pos < len && is_ws(s[pos])) pos++;
-        if (pos >= len) return -1;
-        if (s[pos] == ',') {
-            pos++;
-            while (pos < len && is_ws(s[pos])) pos++;
-            continue;
+        if (*p == ',') {
+            p++;
+        } else {
+            while (is_ws(*p)) p++;
+            if (p == end) break;
+            if (*p != ',') return -1; /* '.', 'e', a digit after a leading 0, or anything else */
+            p++;
         }
-        if (s[pos] == ']') {
-            *count = n;
-            return pos;
-        }
-        return -1; /* '.', 'e', a digit after a leading 0, or anything else */
+        while (is_ws(*p)) p++;
     }
+    *count = n;
+    return close;
 }
 
 static PyObject *json_uint32_array(PyObject *self, PyObject *args) {
@@ -257,40 +252,35 @@ static PyObject *json_uint32_array(PyObject *self, PyObject *args) {
     Py_buffer view;
     Py_ssize_t pos;
     if (!PyArg_ParseTuple(args, "y*n", &view, &pos)) return NULL;
-    if (pos < 0 || pos >= view.len) {
+    const unsigned char *s = view.buf;
+    const unsigned char *close = NULL;
+    if (pos >= 0 && pos < view.len) close = memchr(s + pos, ']', (size_t)(view.len - pos));
+    if (close == NULL) {
         PyBuffer_Release(&view);
         Py_RETURN_NONE;
     }
-    /* Every value takes at least two bytes ("d," or "d]"), so this bounds the count. */
-    Py_ssize_t capacity = (view.len - pos) / 2 + 1;
-    uint32_t *values = PyMem_RawMalloc(sizeof(uint32_t) * (size_t)capacity);
-    if (values == NULL) {
+    /* A flat array ends at the first ']'; each value takes at least two bytes ("d," or "d]"). Only
+     * the pages written are touched, and shrinking the result afterwards does not copy it. */
+    Py_ssize_t capacity = (close - (s + pos)) / 2 + 1;
+    PyObject *packed = PyBytes_FromStringAndSize(NULL, capacity * 4);
+    if (packed == NULL) {
         PyBuffer_Release(&view);
-        return PyErr_NoMemory();
+        return NULL;
     }
+    uint32_t *values = (uint32_t *)PyBytes_AS_STRING(packed); /* ob_sval is 8-byte aligned */
     Py_ssize_t count = 0, end;
     Py_BEGIN_ALLOW_THREADS
-    end = scan_uint32_array(view.buf, view.len, pos, values, &count);
+    end = scan_uint32_array(s, close - s, pos, values, &count);
+#if PY_BIG_ENDIAN
+    for (Py_ssize_t i = 0; i < count; i++) values[i] = __builtin_bswap32(values[i]);
+#endif
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&view);
     if (end < 0) {
-        PyMem_RawFree(values);
+        Py_DECREF(packed);
         Py_RETURN_NONE;
     }
-    PyObject *packed = PyBytes_FromStringAndSize(NULL, count * 4);
-    if (packed == NULL) {
-        PyMem_RawFree(values);
-        return NULL;
-    }
-    unsigned char *dst = (unsigned char *)PyBytes_AS_STRING(packed);
-    for (Py_ssize_t i = 0; i < count; i++) {
-        uint32_t v = values[i];
-        dst[4 * i] = (unsigned char)v;
-        dst[4 * i + 1] = (unsigned char)(v >> 8);
-        dst[4 * i + 2] = (unsigned char)(v >> 16);
-        dst[4 * i + 3] = (unsigned char)(v >> 24);
-    }
-    PyMem_RawFree(values);
+    if (count != capacity && _PyBytes_Resize(&packed, count * 4) < 0) return NULL;
     return Py_BuildValue("(Nn)", packed, end);
 }
 
