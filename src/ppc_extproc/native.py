@@ -38,8 +38,8 @@ __all__ = [
     "py_json_uint32_array",
     "py_remap",
     "py_runs",
-    "remap",
     "py_xxh64_chain",
+    "remap",
     "runs",
     "xxh64_chain",
 ]
