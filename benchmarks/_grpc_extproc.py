@@ -84,7 +84,7 @@ def measure_grpc(address: str, bodies: Sequence[bytes], requests: int, path: str
 
 
 class _Trivial(pb_grpc.ExternalProcessorServicer):
-    async def Process(self, request_iterator, context):  # type: ignore[no-untyped-def]  # noqa: N802
+    async def Process(self, request_iterator, context):  # type: ignore[no-untyped-def]
         async for message in request_iterator:
             kind = message.WhichOneof("request")
             if kind == "request_body":
