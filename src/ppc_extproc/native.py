@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import os
 import re
+import sys
+from array import array
 from collections.abc import Callable
 from typing import Any
 
 import xxhash
-
-from ppc_extproc.tokens.le32 import le32_to_array
 
 __all__ = [
     "NATIVE",
@@ -63,9 +63,13 @@ def py_json_uint32_array(buf: bytes | bytearray | memoryview, pos: int) -> tuple
     values = [int(v) for v in inner.split(b",")] if inner else []
     if any(v > _UINT32_MAX for v in values):
         return None
-    from ppc_extproc.tokens.le32 import tokens_to_le32
+    return _le32(array("I", values)).tobytes(), match.end() - 1
 
-    return tokens_to_le32(values), match.end() - 1
+
+def _le32(ids: array[int]) -> array[int]:
+    if sys.byteorder == "big":  # pragma: no cover - no big-endian CI machine
+        ids.byteswap()
+    return ids
 
 
 def py_xxh64_chain(parent: int, tokens_le32: bytes | bytearray | memoryview, block_size: int, n_blocks: int) -> list[int]:
@@ -101,7 +105,9 @@ def _fnv_head(h: int, major: int, value: int) -> int:
 def py_cbor_fnv_chain(parent: int, tokens_le32: bytes | bytearray | memoryview, block_size: int, n_blocks: int) -> list[int]:
     """Pure-Python ``cbor_fnv_chain``."""
     _check(tokens_le32, block_size, n_blocks)
-    ids = le32_to_array(memoryview(tokens_le32).cast("B")[: n_blocks * block_size * 4])
+    ids = array("I")
+    ids.frombytes(memoryview(tokens_le32).cast("B")[: n_blocks * block_size * 4])
+    _le32(ids)
     keys: list[int] = []
     for i in range(n_blocks):
         h = ((_FNV_OFFSET ^ 0x83) * _FNV_PRIME) & _M64
