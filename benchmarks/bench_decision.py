@@ -1,7 +1,7 @@
 """Decision latency: body end of stream → routing reply.
 
-``--part grpc`` (what users pay): ``ppc-extproc serve`` with no config file (block size 16, 16
-static endpoints) in its own process, driven over a real gRPC channel as the shipped ``envoy.yaml``
+``--part grpc`` (what users pay): ``ppc-extproc serve`` with the default configuration (block size
+16) and 16 live mock engines (``LocalCluster`` without Envoy) in their own processes, driven over a real gRPC channel as the shipped ``envoy.yaml``
 sends requests (BUFFERED: headers, then the whole body in one message), next to a trivial grpc.aio
 ext_proc that only moves the same request (``_grpc_extproc.py``): token-id prompts of 1K–200K
 tokens, each prompt sent again within the speculative TTL so the index holds its prefix (the
@@ -271,70 +271,50 @@ async def _chat_run(loaded, router: Router, cold: list[bytes], warm_bodies: list
             await plugin.stop()
 
 
-def _spawn(argv: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-
-
 def grpc_rows(args: argparse.Namespace) -> None:
     """The shipped configuration over gRPC next to the trivial ext_proc (module docstring)."""
-    import os
+    import contextlib
 
     from _grpc_extproc import measure_grpc
 
+    from ppc_extproc.localcluster import LocalCluster
     from ppc_extproc.localcluster.ports import free_port
-    from ppc_extproc.localcluster.readiness import wait_for_grpc_health
 
-    endpoints = ",".join(f"{e.address}:{e.port}" for e in ENDPOINTS)
-    servers: dict[str, tuple[int, subprocess.Popen[bytes]]] = {}
-    procs: list[subprocess.Popen[bytes]] = []
-    try:
+    with contextlib.ExitStack() as stack:
+        addresses: dict[str, str] = {}
         variants: list[tuple[str, str | None]] = [("ppc-extproc", None)]
         if args.baseline_src:
             variants.append(("before", args.baseline_src))
         for name, src in variants:
-            port = free_port()
-            env = dict(os.environ)
-            if src:
-                env["PYTHONPATH"] = src
-            proc = _spawn([sys.executable, "-m", "ppc_extproc", "serve", "--grpc-address", "127.0.0.1",
-                           "--grpc-port", str(port), "--admin-port", "-1", "--endpoints", endpoints,
-                           "--log-level", "warning"], env)  # fmt: skip
-            procs.append(proc)
-            servers[name] = (port, proc)
+            # 16 live mock engines: their KV-event subscribers connect, so the index's entries are
+            # trusted (with unreachable engines every endpoint would be suspended).
+            cluster = stack.enter_context(LocalCluster(
+                num_engines=16, engines_per_process=16, block_size=16, num_blocks=32768, with_envoy=False,
+                service_args=["--log-level", "warning"], env={"PYTHONPATH": src} if src else None,
+                startup_timeout=180,
+            ))  # fmt: skip
+            addresses[name] = f"127.0.0.1:{cluster.grpc_ports[0]}"
         port = free_port()
-        proc = _spawn([sys.executable, str(Path(__file__).parent / "_grpc_extproc.py"), "trivial", str(port)])
-        procs.append(proc)
-        servers["trivial ext_proc"] = (port, proc)
-        for name, (port, _) in servers.items():
-            if name != "trivial ext_proc":
-                wait_for_grpc_health(f"127.0.0.1:{port}", timeout=60)
+        trivial = subprocess.Popen([sys.executable, str(Path(__file__).parent / "_grpc_extproc.py"), "trivial", str(port)],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+        stack.callback(lambda: (trivial.terminate(), trivial.wait(10)))
+        addresses["trivial ext_proc"] = f"127.0.0.1:{port}"
         rng = random.Random(1)
-        names = list(servers)
+        names = list(addresses)
         print("ms from sending the body message to its reply, client side; sequential requests")
         print(f"{'tokens':>7}  {'body KB':>7}  " + "  ".join(f"{n + ' p50':>22} {'p99':>7}" for n in names)
               + f"  {'ours − trivial p50':>18}")  # fmt: skip
         for n_tokens in args.grpc_sizes:
             prompts = [[rng.randrange(150_000) for _ in range(n_tokens)] for _ in range(4)]
-            bodies = [orjson.dumps({"model": "m", "prompt": p, "max_tokens": 16}) for p in prompts]
+            bodies = [orjson.dumps({"model": "mock-model", "prompt": p, "max_tokens": 16}) for p in prompts]
             requests = args.requests if n_tokens < 100_000 else max(40, args.requests // 2)
-            results = {}
+            results: dict[str, list[float]] = {}
             for _ in range(2):  # interleaved rounds: the shared machine's load drifts
-                for name, (port, _) in servers.items():
-                    results.setdefault(name, []).extend(measure_grpc(f"127.0.0.1:{port}", bodies, requests // 2))
-            cells = []
-            for name in names:
-                samples = results[name]
-                cells.append(f"{statistics.median(samples) * 1e3:22.3f} {percentile(samples, 99) * 1e3:7.3f}")
+                for name, address in addresses.items():
+                    results.setdefault(name, []).extend(measure_grpc(address, bodies, requests // 2))
+            cells = [f"{statistics.median(results[n]) * 1e3:22.3f} {percentile(results[n], 99) * 1e3:7.3f}" for n in names]
             extra = statistics.median(results["ppc-extproc"]) - statistics.median(results["trivial ext_proc"])
             print(f"{n_tokens:>7}  {len(bodies[0]) / 1024:>7.0f}  " + "  ".join(cells) + f"  {extra * 1e3:+18.3f}")
-    finally:
-        for proc in procs:
-            proc.terminate()
-        for proc in procs:
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
 
 
 def main() -> None:
