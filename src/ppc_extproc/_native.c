@@ -287,8 +287,9 @@ static PyObject *json_uint32_array(PyObject *self, PyObject *args) {
 /* ---- the index's leading run of present keys ---------------------------------------------- */
 
 /* dict_prefix(young, old, keys, limit) -> (values, done): values of keys[0..] while present, a key
- * found in ``old`` moving to ``young``; stops at the first absent key (done = True) or once
- * len(young) reaches ``limit`` (done = False: the caller rotates and continues after the values). */
+ * found in ``old`` moving to ``young``; stops at the first absent key or the end (done = True) or
+ * once a promotion makes len(young) reach ``limit`` (done = False, even at the last key: the caller
+ * rotates, then continues after the values). */
 static PyObject *dict_prefix(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *young, *old, *keys;
@@ -318,7 +319,7 @@ static PyObject *dict_prefix(PyObject *self, PyObject *args) {
             }
             Py_DECREF(value);
             if (PyDict_GET_SIZE(young) >= limit) {
-                done = i + 1 >= n;
+                done = 0; /* even after the last key: the caller rotates */
                 break;
             }
             continue;

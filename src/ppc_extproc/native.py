@@ -7,8 +7,9 @@ the same results.
   exponents, signs, leading zeros, nesting), which the caller leaves to the reference parser.
 * ``dict_prefix(young, old, keys, limit)``: ``(values, done)`` of the leading run of ``keys``
   present in ``young`` or ``old`` (a key found in ``old`` moves to ``young``), stopping at the
-  first absent key (``done``) or once ``len(young)`` reaches ``limit`` (not ``done``: the caller
-  rotates its generations and continues after the values) — the index's prefix lookup.
+  first absent key or the end (``done``) or once a promotion makes ``len(young)`` reach ``limit``
+  (not ``done``, even at the last key: the caller rotates its generations and continues after
+  the values) — the index's prefix lookup.
 * ``remap(target, keys, values, mapping)``: ``target[key] = mapping[value]`` (``del`` when that
   is None) for each key whose value ``mapping`` holds; how many keys were touched. A prompt's
   keys hold few distinct index masks: the caller computes each new mask once.
@@ -123,7 +124,7 @@ def py_cbor_fnv_chain(parent: int, tokens_le32: bytes | bytearray | memoryview, 
 def py_dict_prefix(young: dict[Any, Any], old: dict[Any, Any], keys: list[Any], limit: int) -> tuple[list[Any], bool]:
     """Pure-Python ``dict_prefix``."""
     values: list[Any] = []
-    for i, key in enumerate(keys):
+    for key in keys:
         value = young.get(key)
         if value is None:
             value = old.pop(key, None)
@@ -132,7 +133,7 @@ def py_dict_prefix(young: dict[Any, Any], old: dict[Any, Any], keys: list[Any], 
             young[key] = value
             values.append(value)
             if len(young) >= limit:
-                return values, i + 1 >= len(keys)
+                return values, False  # even at the last key: the caller rotates
             continue
         values.append(value)
     return values, True
