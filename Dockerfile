@@ -13,7 +13,10 @@
 FROM python:3.11-slim AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
-COPY pyproject.toml README.md ./
+# A C compiler for the optional extension (ppc_extproc._native: the request path's per-prompt loops);
+# only this stage has it, the runtime image gets the built wheel.
+RUN apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev && rm -rf /var/lib/apt/lists/*
+COPY pyproject.toml setup.py README.md ./
 COPY src ./src
 RUN pip wheel --wheel-dir /wheels .
 

@@ -1,6 +1,14 @@
-"""Decision latency: body end of stream → routing reply, in-process.
+"""Decision latency: body end of stream → routing reply.
 
-Drives the ext_proc stream state machine the way Envoy does (headers, then the JSON body in 16 KiB
+``--part grpc`` (what users pay): ``ppc-extproc serve`` with the default configuration (block size
+16) and 16 live mock engines (``LocalCluster`` without Envoy) in their own processes, driven over a real gRPC channel as the shipped ``envoy.yaml``
+sends requests (BUFFERED: headers, then the whole body in one message), next to a trivial grpc.aio
+ext_proc that only moves the same request (``_grpc_extproc.py``): token-id prompts of 1K–200K
+tokens, each prompt sent again within the speculative TTL so the index holds its prefix (the
+lookup walks every block). ``--baseline-src DIR`` adds a row for another checkout's ``src`` (the
+code before a change), served the same way.
+
+``--part inproc`` drives the ext_proc stream state machine the way Envoy does (headers, then the JSON body in 16 KiB
 chunks) and times the last call, 16 endpoints:
 
 * token-id prompts of 1K/8K/32K/100K tokens, a warm index — idle, and while another thread applies
@@ -11,7 +19,8 @@ chunks) and times the last call, 16 endpoints:
   endpoint caches it); *warm*: the same system prompt and history with a new user turn, the shared
   prefix cached by some endpoints and its text pieces in the segment cache.
 
-    python benchmarks/bench_decision.py [--block-size 64] [--requests 200] [--skip-tokens] [--skip-chat]
+    python benchmarks/bench_decision.py --part grpc [--requests 200] [--baseline-src /tmp/base/src]
+    python benchmarks/bench_decision.py --part inproc [--block-size 64] [--requests 200] [--skip-tokens] [--skip-chat]
 """
 
 from __future__ import annotations
@@ -287,8 +296,58 @@ async def _chat_run(loaded, router: Router, cold: list[bytes], warm_bodies: list
             await plugin.stop()
 
 
+def grpc_rows(args: argparse.Namespace) -> None:
+    """The shipped configuration over gRPC next to the trivial ext_proc (module docstring)."""
+    import contextlib
+
+    from _grpc_extproc import measure_grpc
+
+    from ppc_extproc_lab.localcluster import LocalCluster
+    from ppc_extproc_lab.localcluster.ports import free_port
+
+    with contextlib.ExitStack() as stack:
+        addresses: dict[str, str] = {}
+        variants: list[tuple[str, str | None]] = [("ppc-extproc", None)]
+        if args.baseline_src:
+            variants.append(("before", args.baseline_src))
+        for name, src in variants:
+            # 16 live mock engines: their KV-event subscribers connect, so the index's entries are
+            # trusted (with unreachable engines every endpoint would be suspended).
+            cluster = stack.enter_context(LocalCluster(
+                num_engines=16, engines_per_process=16, block_size=16, num_blocks=32768, with_envoy=False,
+                service_args=["--log-level", "warning"], env={"PYTHONPATH": src} if src else None,
+                startup_timeout=180,
+            ))  # fmt: skip
+            addresses[name] = f"127.0.0.1:{cluster.grpc_ports[0]}"
+        port = free_port()
+        trivial = subprocess.Popen([sys.executable, str(Path(__file__).parent / "_grpc_extproc.py"), "trivial", str(port)],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+        stack.callback(lambda: (trivial.terminate(), trivial.wait(10)))
+        addresses["trivial ext_proc"] = f"127.0.0.1:{port}"
+        rng = random.Random(1)
+        names = list(addresses)
+        print("ms from sending the body message to its reply, client side; sequential requests")
+        print(f"{'tokens':>7}  {'body KB':>7}  " + "  ".join(f"{n + ' p50':>22} {'p99':>7}" for n in names)
+              + f"  {'ours − trivial p50':>18}")  # fmt: skip
+        for n_tokens in args.grpc_sizes:
+            prompts = [[rng.randrange(150_000) for _ in range(n_tokens)] for _ in range(4)]
+            bodies = [orjson.dumps({"model": "mock-model", "prompt": p, "max_tokens": 16}) for p in prompts]
+            requests = args.requests if n_tokens < 100_000 else max(40, args.requests // 2)
+            results: dict[str, list[float]] = {}
+            for _ in range(2):  # interleaved rounds: the shared machine's load drifts
+                for name, address in addresses.items():
+                    results.setdefault(name, []).extend(measure_grpc(address, bodies, requests // 2))
+            cells = [f"{statistics.median(results[n]) * 1e3:22.3f} {percentile(results[n], 99) * 1e3:7.3f}" for n in names]
+            extra = statistics.median(results["ppc-extproc"]) - statistics.median(results["trivial ext_proc"])
+            print(f"{n_tokens:>7}  {len(bodies[0]) / 1024:>7.0f}  " + "  ".join(cells) + f"  {extra * 1e3:+18.3f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
+    parser.add_argument("--part", choices=["grpc", "inproc"], default="grpc")
+    parser.add_argument("--baseline-src", help="grpc part: also serve this checkout's src (e.g. before a change)")
+    parser.add_argument("--grpc-sizes", type=lambda t: [int(x) for x in t.split(",")],
+                        default=[1_000, 8_000, 32_000, 100_000, 200_000])  # fmt: skip
     parser.add_argument("--block-size", type=int, default=64)
     parser.add_argument("--requests", type=int, default=200)
     parser.add_argument("--skip-tokens", action="store_true", help="only the chat rows")
@@ -303,6 +362,11 @@ def main() -> None:
                         help="how Envoy sends the body: chunks as they arrive, or whole (envoy.yaml)")  # fmt: skip
     args = parser.parse_args()
     configure_logging("console", "warning")
+    if args.part == "grpc":
+        header("Decision latency over gRPC, shipped configuration (serve, no config file: block size 16; "
+               "16 endpoints; BUFFERED body)")
+        grpc_rows(args)
+        return
     header(f"Decision latency, in-process (block size {args.block_size}, 16 endpoints, {args.body_mode} body, "
            f"{args.config} config for token ids)")
     if not args.skip_tokens:

@@ -5,6 +5,7 @@ in one run on this machine.
     python benchmarks/bench_scale.py                       # every part (~10 min on 2 cores)
     python benchmarks/bench_scale.py --parts streamed      # one part: streamed, small, idle
     python benchmarks/bench_scale.py --parts small --workers 1,2 --peers vllm-router,sglang-router
+    python benchmarks/bench_scale.py --parts streamed --variants buffered --pace-ms 20 --peers ''   # paced
 
 Parts:
 
@@ -15,7 +16,10 @@ Parts:
   tokens), chat at 8K tokens (64 streamed), 2K-token prompts with 32 streamed tokens (also through
   the peer routers: token ids to vllm-router, text to sglang-router, which rejects ids with 422);
   per process CPU-seconds per request from /proc, decision p50/p99 (the service's histogram), RSS.
-  The engines stream one SSE event per token (``--stream-interval-ms 0``), as vLLM does.
+  The engines stream one SSE event per token (``--stream-interval-ms 0``), as vLLM does, one every
+  2 ms; ``--pace-ms 20`` writes one every 20 ms, as a real decode of a large model streams them
+  (each 1K-token answer then keeps its stream open 20 s), for the agentic 100K/1K and chat 8K
+  workloads only (``--paced``: both, with the "Envoy alone" rows).
 * ``chat``: the 2K/32 workload as OpenAI chat messages (``/v1/chat/completions``): the engines
   tokenise with a byte-level BPE built at run time, our local ``token-producer`` with the same
   files; the peers get the same chats.
@@ -72,7 +76,10 @@ from ppc_extproc_lab.workload.policies import policy
 from ppc_extproc_lab.workload.probes import tree_cpu_seconds, tree_rss_bytes
 
 MODEL = "mock-model"
-BLOCK = 64
+#: Block size of the engines and of the service (``--block-size``; the shipped configuration's 16).
+BLOCK = 16
+#: Engine KV blocks: the same token capacity at every block size.
+NUM_BLOCKS = 8192 * 64 // BLOCK
 ENGINE_ARGS = [
     "--prefill-tokens-per-s", "2000000", "--decode-ms-per-token", "2", "--stream-interval-ms", "0",
     "--max-num-seqs", "64", "--log-level", "warning",
@@ -248,7 +255,7 @@ def part_chat(args: argparse.Namespace, work: Path) -> None:
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
     bodies = chat_bodies(400, 4_700, 1_550, 32, 1)
     warm = chat_bodies(8, 4_700, 1_550, 32, 99)
-    with LocalCluster(num_engines=16, engines_per_process=16, model=MODEL, block_size=BLOCK, num_blocks=8192,
+    with LocalCluster(num_engines=16, engines_per_process=16, model=MODEL, block_size=BLOCK, num_blocks=NUM_BLOCKS,
                       engine_args=ENGINE_ARGS, envoy_variant=args.variants[0], envoy_args=["--concurrency", "1"],
                       service_args=["--log-level", "warning"], tokenizer=tokenizer, log_dir=work / "chat",
                       keep_logs=True) as cluster:  # fmt: skip
@@ -312,9 +319,11 @@ def part_streamed(args: argparse.Namespace, work: Path) -> None:
           "decision p50 / p99 ms (≤) | RSS MB service / Envoy | req/s | errors |")
     print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     workloads = [w for w in STREAMED if not args.quick or w.name != "chat 8K/64"]
+    if args.pace_ms >= 10 or args.long_only:  # answers that take seconds: the long-stream workloads only
+        workloads = [w for w in workloads if w.name in ("agentic 100K/1K", "chat 8K/64")]
     for variant in args.variants:
         with LocalCluster(num_engines=args.engines, engines_per_process=args.engines, model=MODEL, block_size=BLOCK,
-                          num_blocks=8192, engine_args=ENGINE_ARGS, envoy_variant=variant, startup_timeout=180, envoy_args=["--concurrency", "1"],
+                          num_blocks=NUM_BLOCKS, engine_args=ENGINE_ARGS, envoy_variant=variant, startup_timeout=180, envoy_args=["--concurrency", "1"],
                           service_args=["--log-level", "warning"], log_dir=work / f"streamed-{variant}",
                           keep_logs=True) as cluster:  # fmt: skip
             assert cluster.service_process is not None and cluster.envoy_process is not None
@@ -357,8 +366,10 @@ def part_streamed(args: argparse.Namespace, work: Path) -> None:
     if not args.peers:
         return
     peer_workloads = [x for x in STREAMED if x.name in ("2K/32", "agentic 100K/1K")]
+    if args.pace_ms >= 10:
+        peer_workloads = [x for x in peer_workloads if x.name == "agentic 100K/1K"]
     with LocalCluster(num_engines=args.engines, engines_per_process=args.engines, model=MODEL, block_size=BLOCK,
-                      num_blocks=8192, engine_args=ENGINE_ARGS, with_service=False, startup_timeout=180, log_dir=work / "streamed-peers",
+                      num_blocks=NUM_BLOCKS, engine_args=ENGINE_ARGS, with_service=False, startup_timeout=180, log_dir=work / "streamed-peers",
                       keep_logs=True) as cluster:  # fmt: skip
         for name in args.peers:
             router = PEERS[name]
@@ -553,7 +564,15 @@ def main() -> None:
     parser.add_argument("--idle-seconds", type=float, default=20.0)
     parser.add_argument("--quick", action="store_true", help="skip the 8K workload")
     parser.add_argument("--engines", type=int, default=16, help="mock engines in the streamed part")
+    parser.add_argument("--block-size", type=int, default=16, help="engines' and service's block size")
+    parser.add_argument("--long-only", action="store_true",
+                        help="streamed part: only agentic 100K/1K and chat 8K/64 (what --pace-ms 20 runs)")
+    parser.add_argument("--pace-ms", type=float, default=2.0,
+                        help="ms between a stream's SSE events (the engines' decode step); 20 = paced")  # fmt: skip
     args = parser.parse_args()
+    global BLOCK, NUM_BLOCKS
+    BLOCK, NUM_BLOCKS = args.block_size, 8192 * 64 // args.block_size
+    ENGINE_ARGS[ENGINE_ARGS.index("--decode-ms-per-token") + 1] = f"{args.pace_ms:g}"
     args.variants = [v for v in args.variants.split(",") if v]
     args.peers = [p for p in args.peers.split(",") if p and PEERS[p].available()]
     args.workers = [int(w) for w in args.workers.split(",") if w]

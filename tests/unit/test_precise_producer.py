@@ -136,6 +136,27 @@ def test_speculative_entries_for_the_pick_expire_after_ttl() -> None:
     assert len(p.index) == 0
 
 
+def test_a_prompt_sent_again_seeds_only_the_blocks_its_target_lacks() -> None:
+    clock = FakeClock()
+    p = producer({"speculativeIndexing": True, "speculativeTTL": "2s"}, clock)
+    first = produce(p, request(list(range(48))))
+    p.pre_request(first, SchedulingResult.of([B]))
+    clock.now += 1.0
+    again = produce(p, request(list(range(48))))
+    p.pre_request(again, SchedulingResult.of([B]))
+    assert p.speculative.pending() == 1  # nothing new to seed: the first seeding keeps its expiry
+    longer = produce(p, request(list(range(80))))
+    p.pre_request(longer, SchedulingResult.of([B]))
+    assert [len(keys) for keys in longer.plugin_data["precise/speculative"].keys] == [2]  # the 2 new blocks
+    elsewhere = produce(p, request(list(range(48))))
+    p.pre_request(elsewhere, SchedulingResult.of([A]))  # another target gets every block
+    assert [len(keys) for keys in elsewhere.plugin_data["precise/speculative"].keys] == [3]
+    clock.now += 1.5  # the first seeding (blocks 0-2 on B) has expired, the tail has not
+    p.tick(clock.now)
+    assert info(produce(p, request(list(range(80)))), B).match_blocks == 0
+    assert info(produce(p, request(list(range(48)))), A).match_blocks == 3
+
+
 def test_confirmed_entries_survive_speculative_expiry() -> None:
     clock = FakeClock()
     p = producer({"speculativeIndexing": True}, clock)

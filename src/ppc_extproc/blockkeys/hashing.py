@@ -6,7 +6,7 @@
 
 Both take the tokens of a prompt as little-endian uint32 bytes, so the request path never has to
 turn token ids into Python ints (the cbor-fnv chain does, per block: it is the slow interoperability
-option). Follows ``llm-d/llm-d-router: pkg/kvcache/kvblock/token_processor.go``; the test vectors in
+option, unless the C extension is built). Follows ``llm-d/llm-d-router: pkg/kvcache/kvblock/token_processor.go``; the test vectors in
 ``tests/fixtures/vectors/llmd_hash_vectors.json`` pin both chains.
 """
 
@@ -18,6 +18,7 @@ from typing import Protocol
 
 import xxhash
 
+from ppc_extproc import native
 from ppc_extproc.tokens.le32 import le32_to_array
 
 __all__ = [
@@ -84,15 +85,12 @@ class XXH64Hasher:
         n_blocks: int,
         extras: Sequence[BlockExtras] | None,
     ) -> list[int]:
+        if extras is None:
+            return native.xxh64_chain(parent, tokens_le32, block_size, n_blocks)
         view = memoryview(tokens_le32)
         step = block_size * 4
         keys: list[int] = []
         append = keys.append
-        if extras is None:
-            for start in range(0, n_blocks * step, step):
-                parent = _xxh64(_LE64(parent) + view[start : start + step])
-                append(parent)
-            return keys
         for i in range(n_blocks):
             start = i * step
             tail = _encode_extras_xxh64(extras[i]) if i < len(extras) else b""
@@ -166,6 +164,8 @@ class CborFnvHasher:
         n_blocks: int,
         extras: Sequence[BlockExtras] | None,
     ) -> list[int]:
+        if extras is None:
+            return native.cbor_fnv_chain(parent, tokens_le32, block_size, n_blocks)
         ids = le32_to_array(memoryview(tokens_le32)[: n_blocks * block_size * 4])
         heads = [_cbor_head(0, t) for t in range(24)]
         block_head = _cbor_head(4, block_size)

@@ -19,6 +19,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Generic, TypeVar
 
+from ppc_extproc import native
+
 __all__ = ["TwoGenerationLRU"]
 
 K = TypeVar("K")
@@ -58,23 +60,14 @@ class TwoGenerationLRU(Generic[K, V]):
 
     def get_prefix(self, keys: Iterable[K]) -> list[V]:
         """Values of the leading run of present keys (stops at the first absent one), each marked
-        recently used. The bulk form of ``get`` for a prompt's chain of block keys."""
-        values: list[V] = []
-        append = values.append
-        young = self._young
-        young_get = young.get
-        old_pop = self._old.pop
-        for key in keys:
-            value = young_get(key)
-            if value is None:
-                value = old_pop(key, None)
-                if value is None:
-                    break
-                young[key] = value
-                if len(young) >= self._generation_size:
-                    self._maybe_rotate()
-                    young, young_get, old_pop = self._young, self._young.get, self._old.pop
-            append(value)
+        recently used. The bulk form of ``get`` for a prompt's chain of block keys (one C call
+        per generation rotation: ``native.dict_prefix``)."""
+        pending = keys if isinstance(keys, list) else list(keys)
+        values, done = native.dict_prefix(self._young, self._old, pending, self._generation_size)
+        while not done:  # young filled up: rotate exactly where single gets would, then go on
+            self._maybe_rotate()
+            more, done = native.dict_prefix(self._young, self._old, pending[len(values) :], self._generation_size)
+            values.extend(more)
         return values
 
     def peek(self, key: K) -> V | None:
@@ -144,15 +137,18 @@ class TwoGenerationLRU(Generic[K, V]):
             current: list[V | None] = list(map(young.get, chunk))
             self._promote_from_old(chunk, current)
             if any(value is not None for value in current):
-                updates = {}
-                for key, value in zip(chunk, current):
+                # A prompt's keys hold few distinct masks: compute each new mask once, and touch
+                # the dict only for keys whose mask changes (none when the prefix already has it).
+                changed: dict[V | None, V] = {}
+                for value in set(current):
                     new = bits if value is None else value | bits  # type: ignore[operator]
                     if new == value:
                         continue
                     if new.bit_count() > limit:
                         new = trim(new, bits)
-                    updates[key] = new
-                young.update(updates)  # type: ignore[arg-type]
+                    changed[value] = new  # type: ignore[assignment]
+                if changed:
+                    native.remap(young, list(chunk), current, changed)
             else:  # every key is new: one C-level insert
                 young.update(dict.fromkeys(chunk, bits))  # type: ignore[arg-type]
             self._after_write(hi - lo)
@@ -184,6 +180,20 @@ class TwoGenerationLRU(Generic[K, V]):
             self._maybe_rotate()
         if self._retired:
             self._release_some(written)
+
+    def and_not_bits(self, keys: Sequence[K], bits: int) -> None:
+        """For int-mask values: ``value &= ~bits`` on every present key without touching recency,
+        dropping keys left empty. Each distinct mask is computed once."""
+        for generation in (self._young, self._old):
+            if not generation:
+                continue
+            current = list(map(generation.get, keys))
+            changed: dict[V, V | None] = {}
+            for value in set(current):
+                if value is not None and value & bits:  # type: ignore[operator]
+                    changed[value] = value & ~bits or None  # type: ignore[operator,assignment]  # None: drop the key
+            if changed:
+                native.remap(generation, keys if isinstance(keys, list) else list(keys), current, changed)
 
     def replace(self, key: K, value: V) -> None:
         """Replace the value of a present key in place, without changing its recency."""

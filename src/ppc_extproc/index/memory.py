@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import xxhash
 
+from ppc_extproc import native
 from ppc_extproc.ids import MASK64, EndpointId, EngineKey, RequestKey
 from ppc_extproc.index.entries import EntryRegistry, MaskInfo, PodEntry
 from ppc_extproc.index.lru import TwoGenerationLRU
@@ -161,8 +162,8 @@ class InMemoryIndex:
         with self._lock:
             bits = self.registry.known_mask(entries)
             if bits:
-                for key in request_keys:
-                    self._remove_bits(key, bits)
+                keys = request_keys if isinstance(request_keys, (list, tuple)) else list(request_keys)
+                self._keys.and_not_bits(keys, bits)
 
     def clear(self, endpoint: str) -> int:
         """Remove every entry of ``endpoint`` (all tiers, groups, speculative). Engine mappings stay
@@ -233,18 +234,20 @@ class InMemoryIndex:
             filt = registry.endpoints_mask(endpoints) if endpoints is not None else -1
             current = 0
             count = 0
-            for mask in self._keys.get_prefix(request_keys):
-                mask &= filt
+            # Equal raw masks stay equal under the narrowed filter (it keeps whole endpoints of
+            # the mask), so the walk goes run by run.
+            for raw, n in native.runs(self._keys.get_prefix(request_keys)):
+                mask = raw & filt
                 if not mask:
                     break
                 if mask == current:
-                    count += 1
+                    count += n
                     continue
                 if count:
                     runs.append(PrefixRun(registry.info(current), count))
                 # An endpoint missing here can never extend its prefix again: narrow the filter.
                 filt &= registry.endpoints_mask(registry.info(mask).weights)
-                current, count = mask, 1
+                current, count = mask, n
             if count:
                 runs.append(PrefixRun(registry.info(current), count))
         return runs

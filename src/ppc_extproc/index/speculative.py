@@ -2,8 +2,8 @@
 
 Right after a request is routed to endpoint E, every block key of its prompts gets the entry
 ``(E, tier "", speculative)`` so that the next request with the same prefix follows it, even though
-E's BlockStored arrives only later. Entries expire after ``ttl`` seconds; expiry removes only the
-speculative entries (confirmed gpu/cpu entries stay).
+E's BlockStored arrives only later. Entries expire after ``ttl`` seconds, at the next periodic
+``expire`` call; expiry removes only the speculative entries (confirmed gpu/cpu entries stay).
 """
 
 from __future__ import annotations
@@ -73,7 +73,8 @@ class SpeculativeIndexer:
         if overflow > 0:
             self.expired_early += overflow
             self._expire(lambda item: True, limit=overflow)
-        self.expire(now)
+        # Due entries are expired by the owner's periodic ``expire`` (the producer's tick), not
+        # here: a long prompt's expiry touches every key, and the request being routed would wait.
         return seeded
 
     def undo(self, seeded: Seeded) -> None:

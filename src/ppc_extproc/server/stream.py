@@ -150,6 +150,8 @@ class ExtProcStream:
         self.request_id = ""
         self.generated_request_id = False
         self.body = bytearray()
+        #: The body when it came in one message (BUFFERED): used as is, never copied.
+        self._whole: bytes | None = None
         self.metadata: Any = None
         self.prompt: StreamingPrompt | None = None
         self.decision: Decision | None = None
@@ -274,7 +276,10 @@ class ExtProcStream:
             raise PayloadTooLargeError(
                 f"request body exceeds the limit of {self.options.max_body_bytes} bytes"
             )
-        self.body += chunk
+        if body.end_of_stream and not self.body:
+            self._whole = chunk
+        else:
+            self.body += chunk
         if not body.end_of_stream and len(self.body) >= STREAMING_THRESHOLD_BYTES:
             if self.prompt is None:
                 field = token_field_for_path(self.path)
@@ -301,7 +306,7 @@ class ExtProcStream:
         parsers = self.router.pipeline.parsers
         if parsers is not None and not claims_path(parsers, self.path):
             raise BadRequestError(f"no configured parser handles the request path {self.path.split('?', 1)[0]}")
-        body = bytes(self.body)
+        body = self._whole if self._whole is not None else bytes(self.body)
         rewrite = next((self.headers[h] for h in _REWRITE_HEADERS if self.headers.get(h)), None)
         parsed = None
         streamed_keys: StreamedKeys | None = None

@@ -9,8 +9,12 @@ Where tokens come from (the request types of vLLM's OpenAI-compatible server,
 * ``…/v1/embeddings``: ``input`` as an int array.
 * chat, messages, responses: no token ids.
 
-The fast path parses with simdjson and turns token arrays into little-endian uint32 bytes with
-numpy, never creating a Python int per token. It only ever *accepts*: anything it does not handle
+The fast path finds the token array (``"prompt": [``), reads it as little-endian uint32 bytes in one
+call (``ppc_extproc.native``: C when built), replaces it by a sentinel string and lets orjson parse
+the (small) rest; the result is used only if the sentinel is the top-level field's value, so orjson
+decides the grammar and duplicate keys. Batches and anything the array reader refuses take the
+simdjson path, which turns token arrays into little-endian uint32 bytes with numpy. Neither ever
+creates a Python int per token. The fast paths only ever *accept*: anything it does not handle
 itself (floats, bools, nesting, bad values, duplicate keys, documents simdjson refuses) falls back
 to the plain orjson parse, whose validation produces the precise error. So orjson's grammar
 (RFC 8259: no NaN/Infinity, no BOM, valid UTF-8 without lone surrogates, depth ≤ 1024) and one
@@ -21,6 +25,8 @@ parses with) and orjson resolve them: the last one wins.
 
 from __future__ import annotations
 
+import os
+import re
 import sys
 import threading
 from array import array
@@ -31,6 +37,7 @@ import numpy as np
 import orjson
 import simdjson
 
+from ppc_extproc import native
 from ppc_extproc.errors import BadRequestError
 from ppc_extproc.tokens.le32 import tokens_to_le32
 from ppc_extproc.tokens.prompt import MultimodalFeature, TokenizedPrompt
@@ -42,6 +49,7 @@ __all__ = [
     "parse_body",
     "parse_body_reference",
     "parsed_from_object",
+    "sentinel_parse",
     "token_field_for_path",
 ]
 
@@ -53,6 +61,18 @@ _BIG_ENDIAN_HOST = sys.byteorder == "big"
 _BOM = b"\xef\xbb\xbf"
 #: The top-level fields every path reads besides the token field.
 _SCALAR_KEYS = ("model", "stream", "cache_salt")
+#: Stands for the token array while orjson parses the rest of a body (unguessable: random per process).
+SENTINEL = "\u0000ppc-extproc-token-array-" + os.urandom(8).hex()
+SENTINEL_JSON = orjson.dumps(SENTINEL)
+_KEY_PATTERNS: dict[str, re.Pattern[bytes]] = {}
+
+
+def key_pattern(name: str) -> re.Pattern[bytes]:
+    """``"<name>": [`` (the start of a token array) as a compiled pattern."""
+    pattern = _KEY_PATTERNS.get(name)
+    if pattern is None:
+        pattern = _KEY_PATTERNS[name] = re.compile(rb'"' + re.escape(name.encode()) + rb'"\s*:\s*\[')
+    return pattern
 
 
 @dataclass(frozen=True, slots=True)
@@ -318,10 +338,42 @@ def parsed_from_object(
     return _parsed({k: obj[k] for k in _SCALAR_KEYS if k in obj}, prompts, features, model_override)
 
 
+def sentinel_rest(body: bytes | bytearray, start: int, end: int, field: TokenField) -> dict[str, Any] | None:
+    """The body with ``body[start:end + 1]`` (the token array) replaced by the sentinel, parsed by
+    orjson; None unless that is valid JSON whose top-level ``field`` is the sentinel."""
+    try:
+        obj = orjson.loads(body[:start] + SENTINEL_JSON + body[end + 1 :])
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(obj, dict) or obj.get(field.name) != SENTINEL:
+        return None
+    return obj
+
+
+def sentinel_parse(body: bytes, field: TokenField, model_override: str | None = None) -> ParsedBody | None:
+    """The fast path for one flat token array (module docstring), or None for the other paths."""
+    match = key_pattern(field.name).search(body)
+    if match is None:
+        return None
+    start = match.end() - 1
+    found = native.json_uint32_array(body, start)
+    if found is None:
+        return None
+    tokens, end = found
+    obj = sentinel_rest(body, start, end, field)
+    if obj is None:
+        return None
+    return parsed_from_object(obj, field, (tokens,), model_override)
+
+
 def parse_body(path: str, body: bytes, *, model_override: str | None = None) -> ParsedBody:
     """Parse a request body. Raises ``BadRequestError`` naming the offending field."""
     if len(body) >= _SMALL_BODY_BYTES:  # small bodies: orjson + array('I') beat simdjson's fixed costs
         field = token_field_for_path(path)
+        if field is not None:  # orjson refuses a BOM: such a body falls through to the same 400
+            parsed = sentinel_parse(body, field, model_override)
+            if parsed is not None:
+                return parsed
         try:
             scalars, prompts = _fast_parse(body, field)
         except _SlowPath:

@@ -4,8 +4,8 @@ A 100K-token body is ~600 KB of JSON; parsing it and hashing its blocks after th
 arrives costs milliseconds that the routing decision then waits for. Instead, as chunks arrive:
 
 1. find ``"<field>": [`` (``prompt`` or ``token_ids``) in the bytes seen so far;
-2. convert each run of complete numbers (up to the last comma) to little-endian uint32 with
-   simdjson + numpy, never creating Python ints;
+2. convert each run of complete numbers (up to the last comma) to little-endian uint32 in one
+   call (``ppc_extproc.native``), never creating Python ints;
 3. hash the full blocks with the producer's token processor, chaining from the previous block.
 
 At the end of the body, ``finish`` validates the whole document cheaply: the array's text is
@@ -21,45 +21,21 @@ The rest is validated by ``parsed_from_object``, in the order ``parse_body`` use
 
 from __future__ import annotations
 
-import os
 import re
-import threading
-from typing import Any, Protocol
+from typing import Protocol
 
-import numpy as np
 import orjson
-import simdjson
 
+from ppc_extproc import native
 from ppc_extproc.ids import RequestKey
-from ppc_extproc.tokens.body import ParsedBody, TokenField, parsed_from_object
+from ppc_extproc.tokens.body import ParsedBody, TokenField, key_pattern, parsed_from_object, sentinel_rest
 
 __all__ = ["BlockHasher", "StreamingPrompt"]
 
-_UINT32_MAX = 0xFFFFFFFF
 #: Give up looking for the token array once this much body has gone by without it.
 _SEARCH_LIMIT = 1 << 20
-_SENTINEL = "\u0000ppc-extproc-token-array-" + os.urandom(8).hex()
-_SENTINEL_JSON = orjson.dumps(_SENTINEL)
 _MODEL = re.compile(rb'"model"\s*:\s*("(?:[^"\\]|\\.)*")')
 
-
-_KEY_PATTERNS: dict[str, re.Pattern[bytes]] = {}
-_local = threading.local()
-
-
-def _key_pattern(name: str) -> re.Pattern[bytes]:
-    pattern = _KEY_PATTERNS.get(name)
-    if pattern is None:
-        pattern = _KEY_PATTERNS[name] = re.compile(rb'"' + re.escape(name.encode()) + rb'"\s*:\s*\[')
-    return pattern
-
-
-def _parser() -> simdjson.Parser:
-    """One parser per thread (a parser cannot be shared, and creating one per request costs)."""
-    parser = getattr(_local, "parser", None)
-    if parser is None:
-        parser = _local.parser = simdjson.Parser()
-    return parser
 
 
 class BlockHasher(Protocol):
@@ -76,7 +52,7 @@ class StreamingPrompt:
 
     def __init__(self, field: TokenField, hasher: BlockHasher | None = None) -> None:
         self.field = field
-        self._key = _key_pattern(field.name)
+        self._key = key_pattern(field.name)
         self._hasher = hasher
         self._search_from = 0
         self._array_start: int | None = None  # index of the '['
@@ -98,6 +74,15 @@ class StreamingPrompt:
             return
         if self._array_start is None and not self._find_array(body):
             return
+        start = self._array_start
+        assert start is not None
+        if self._scan == start + 1:  # nothing converted yet: try the whole array at once
+            whole = native.json_uint32_array(body, start)
+            if whole is not None:
+                self._tokens += whole[0]
+                self._array_end = whole[1]
+                self._hash_full_blocks()
+                return
         end = body.find(b"]", self._scan)
         if end >= 0:
             self._convert(body[self._scan : end], final=True)
@@ -117,12 +102,8 @@ class StreamingPrompt:
         self.feed(body)
         if self._abandoned or self._array_start is None or self._array_end is None:
             return None
-        rest = body[: self._array_start] + _SENTINEL_JSON + body[self._array_end + 1 :]
-        try:
-            obj = orjson.loads(rest)
-        except orjson.JSONDecodeError:
-            return None
-        if not isinstance(obj, dict) or obj.get(self.field.name) != _SENTINEL:
+        obj = sentinel_rest(body, self._array_start, self._array_end, self.field)
+        if obj is None:
             return None
         # Raises BadRequestError exactly as parse_body would for this body.
         parsed = parsed_from_object(obj, self.field, (bytes(self._tokens),), model_override)
@@ -162,19 +143,11 @@ class StreamingPrompt:
         if b"[" in segment:
             self._abandoned = True  # nested arrays: a batch of prompts, or invalid
             return
-        doc: Any = None
-        try:
-            doc = _parser().parse(b"[" + bytes(segment) + b"]")
-            values = np.frombuffer(doc.as_buffer(of_type="u"), dtype=np.uint64)
-        except (ValueError, TypeError, RuntimeError):
+        converted = native.json_uint32_array(b"[" + segment + b"]", 0)
+        if converted is None:  # floats, signs, exponents, out of range, ...
             self._abandoned = True
             return
-        finally:
-            del doc
-        if values.size and int(values.max()) > _UINT32_MAX:
-            self._abandoned = True
-            return
-        self._tokens += values.astype("<u4").tobytes()
+        self._tokens += converted[0]
 
     def _hash_full_blocks(self) -> None:
         hasher = self._hasher

@@ -72,7 +72,8 @@ from ppc_extproc.framework import (
 )
 from ppc_extproc.framework.params import Section
 from ppc_extproc.ids import EndpointId, RequestKey
-from ppc_extproc.index import InMemoryIndex, SpeculativeIndexer
+from ppc_extproc.index import InMemoryIndex, PrefixRun, SpeculativeIndexer
+from ppc_extproc.index.entries import PodEntry
 from ppc_extproc.matchinfo import (
     PrefixCacheMatchInfo,
     PrefixScore,
@@ -141,6 +142,8 @@ class PrecisePrefixCacheProducer(
         self.health = services.health
         #: ``plugin_data`` key of the speculative entries a request was given.
         self._seeded_key = f"{name}/speculative"
+        #: ``plugin_data`` key of the prefix runs the lookup found (which blocks are already seeded).
+        self._runs_key = f"{name}/runs"
         #: The KV-event transport (ZMQ subscribers); created in ``start``.
         self.transport: EventTransport | None = None
 
@@ -247,9 +250,10 @@ class PrecisePrefixCacheProducer(
         # A subscriber that lost its engine suspends the entries until a message proves them.
         suspended = self.stats.suspended
         trusted = [c for c in candidates if c not in suspended] if suspended else candidates
-        per_prompt = [
-            score_prefix_runs(self.index.prefix_runs(keys, trusted)) if keys else {} for keys in keys_per_prompt
-        ]
+        runs_per_prompt = [self.index.prefix_runs(keys, trusted) if keys else [] for keys in keys_per_prompt]
+        if self.config.speculative_indexing:
+            ctx.plugin_data[self._runs_key] = runs_per_prompt
+        per_prompt = [score_prefix_runs(runs) for runs in runs_per_prompt]
         scores = per_prompt[0] if len(per_prompt) == 1 else _summed(per_prompt)
         mm_blocks = self._multimodal_blocks(tokenized)
         block = self.processor.block_size
@@ -286,12 +290,17 @@ class PrecisePrefixCacheProducer(
     # --- after the pick ------------------------------------------------------------------------
 
     def pre_request(self, ctx: SchedulingContext, result: SchedulingResult) -> None:
-        """Seed speculative entries for the primary target (all keys of every prompt)."""
+        """Seed speculative entries for the primary target: every key of every prompt beyond the
+        leading blocks the lookup found it already has them for (a long prompt sent again)."""
         if not self.config.speculative_indexing or not result.targets:
             return
         keys_per_prompt = ctx.plugin_data.get(self.name)
         if keys_per_prompt:
-            ctx.plugin_data[self._seeded_key] = self.speculative.seed(result.targets[0].id, keys_per_prompt)
+            target = result.targets[0].id
+            runs_per_prompt = ctx.plugin_data.get(self._runs_key)
+            if runs_per_prompt is not None:  # the blocks already seeded for the target keep their expiry
+                keys_per_prompt = [keys[_seeded_blocks(runs, target):] for keys, runs in zip(keys_per_prompt, runs_per_prompt)]
+            ctx.plugin_data[self._seeded_key] = self.speculative.seed(target, keys_per_prompt)
 
     def response_complete(self, ctx: SchedulingContext, info: ResponseInfo) -> None:
         """An engine that rejected the request (4xx/5xx), or a stream that ended before any
@@ -317,3 +326,16 @@ class PrecisePrefixCacheProducer(
             if event.kind is EndpointEventKind.UPDATED and previous is not None and previous.id != endpoint.id:
                 self.transport.remove_endpoint(previous)
             self.transport.add_endpoint(endpoint)
+
+
+_SPECULATIVE_LABEL = PodEntry(EndpointId(""), speculative=True).tier_label
+
+
+def _seeded_blocks(runs: list[PrefixRun], endpoint: EndpointId) -> int:
+    """Leading blocks of a prompt that already hold ``endpoint``'s speculative entry."""
+    blocks = 0
+    for run in runs:
+        if (endpoint, _SPECULATIVE_LABEL) not in run.info.tiers:
+            break
+        blocks += run.count
+    return blocks

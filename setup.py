@@ -1,0 +1,16 @@
+"""The optional C extension (``ppc_extproc._native``): built with the machine's C compiler by
+``pip install``; without a compiler the install still succeeds and ``ppc_extproc.native`` falls
+back to its pure-Python equivalents."""
+
+from setuptools import Extension, setup
+
+setup(
+    ext_modules=[
+        Extension(
+            "ppc_extproc._native",
+            sources=["src/ppc_extproc/_native.c"],
+            extra_compile_args=["-O2"],
+            optional=True,
+        )
+    ]
+)

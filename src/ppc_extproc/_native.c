@@ -1,0 +1,413 @@
+/* Hot loops of the request path, one call per prompt (pure-Python equivalents in
+ * ppc_extproc/native.py, which tests hold to the same results):
+ *
+ *   json_uint32_array(buf, pos) -> (le32 bytes, index of ']') | None
+ *       a JSON array of plain integers in [0, 2^32) starting at buf[pos] == '['; None for
+ *       anything else (floats, exponents, signs, leading zeros, nesting, bad separators), which the
+ *       caller hands to the reference parser.
+ *   xxh64_chain(parent, tokens_le32, block_size, n_blocks) -> list[int]
+ *       key_i = XXH64(LE64(key_{i-1}) || 4*block_size token bytes, seed 0), key_{-1} = parent.
+ *   cbor_fnv_chain(parent, tokens_le32, block_size, n_blocks) -> list[int]
+ *       key_i = FNV-1a-64(canonical CBOR [key_{i-1}, [t...], null]).
+ *
+ * Written from the public definitions: XXH64 (Cyan4973/xxHash doc/xxhash_spec.md), FNV-1a 64
+ * (draft-eastlake-fnv), CBOR heads (RFC 8949 section 3, shortest form). */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+/* ---- XXH64 ------------------------------------------------------------------------------- */
+
+#define P1 0x9E3779B185EBCA87ULL
+#define P2 0xC2B2AE3D27D4EB4FULL
+#define P3 0x165667B19E3779F9ULL
+#define P4 0x85EBCA77C2B2AE63ULL
+#define P5 0x27D4EB2F165667C5ULL
+
+static inline uint64_t rotl64(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
+
+static inline uint64_t read64(const unsigned char *p) {
+    return (uint64_t)p[0] | (uint64_t)p[1] << 8 | (uint64_t)p[2] << 16 | (uint64_t)p[3] << 24 |
+           (uint64_t)p[4] << 32 | (uint64_t)p[5] << 40 | (uint64_t)p[6] << 48 | (uint64_t)p[7] << 56;
+}
+
+static inline uint32_t read32(const unsigned char *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static inline uint64_t xround(uint64_t acc, uint64_t lane) {
+    acc += lane * P2;
+    acc = rotl64(acc, 31);
+    return acc * P1;
+}
+
+static inline uint64_t xmerge(uint64_t acc, uint64_t val) {
+    acc ^= xround(0, val);
+    return acc * P1 + P4;
+}
+
+static uint64_t xxh64(const unsigned char *p, size_t len, uint64_t seed) {
+    const unsigned char *end = p + len;
+    uint64_t acc;
+    if (len >= 32) {
+        uint64_t v1 = seed + P1 + P2, v2 = seed + P2, v3 = seed, v4 = seed - P1;
+        const unsigned char *limit = end - 32;
+        do {
+            v1 = xround(v1, read64(p));
+            v2 = xround(v2, read64(p + 8));
+            v3 = xround(v3, read64(p + 16));
+            v4 = xround(v4, read64(p + 24));
+            p += 32;
+        } while (p <= limit);
+        acc = rotl64(v1, 1) + rotl64(v2, 7) + rotl64(v3, 12) + rotl64(v4, 18);
+        acc = xmerge(acc, v1);
+        acc = xmerge(acc, v2);
+        acc = xmerge(acc, v3);
+        acc = xmerge(acc, v4);
+    } else {
+        acc = seed + P5;
+    }
+    acc += (uint64_t)len;
+    while (end - p >= 8) {
+        acc ^= xround(0, read64(p));
+        acc = rotl64(acc, 27) * P1 + P4;
+        p += 8;
+    }
+    if (end - p >= 4) {
+        acc ^= (uint64_t)read32(p) * P1;
+        acc = rotl64(acc, 23) * P2 + P3;
+        p += 4;
+    }
+    while (p < end) {
+        acc ^= (uint64_t)(*p) * P5;
+        acc = rotl64(acc, 11) * P1;
+        p++;
+    }
+    acc ^= acc >> 33;
+    acc *= P2;
+    acc ^= acc >> 29;
+    acc *= P3;
+    acc ^= acc >> 32;
+    return acc;
+}
+
+/* ---- FNV-1a 64 over canonical CBOR --------------------------------------------------------- */
+
+#define FNV_OFFSET 0xCBF29CE484222325ULL
+#define FNV_PRIME 0x100000001B3ULL
+
+static inline uint64_t fnv_byte(uint64_t h, unsigned char b) { return (h ^ b) * FNV_PRIME; }
+
+/* The shortest CBOR head of a major type and argument, fed to the hash. */
+static inline uint64_t fnv_head(uint64_t h, unsigned major, uint64_t value) {
+    unsigned char mt = (unsigned char)(major << 5);
+    if (value < 24) return fnv_byte(h, mt | (unsigned char)value);
+    int bytes;
+    if (value < 0x100) {
+        h = fnv_byte(h, mt | 24);
+        bytes = 1;
+    } else if (value < 0x10000) {
+        h = fnv_byte(h, mt | 25);
+        bytes = 2;
+    } else if (value < 0x100000000ULL) {
+        h = fnv_byte(h, mt | 26);
+        bytes = 4;
+    } else {
+        h = fnv_byte(h, mt | 27);
+        bytes = 8;
+    }
+    for (int i = bytes - 1; i >= 0; i--) h = fnv_byte(h, (unsigned char)(value >> (8 * i)));
+    return h;
+}
+
+/* ---- argument handling --------------------------------------------------------------------- */
+
+typedef uint64_t (*chain_step)(uint64_t parent, const unsigned char *block, Py_ssize_t block_size,
+                               unsigned char *scratch);
+
+static uint64_t xxh64_step(uint64_t parent, const unsigned char *block, Py_ssize_t block_size,
+                           unsigned char *scratch) {
+    for (int i = 0; i < 8; i++) scratch[i] = (unsigned char)(parent >> (8 * i));
+    memcpy(scratch + 8, block, (size_t)block_size * 4);
+    return xxh64(scratch, 8 + (size_t)block_size * 4, 0);
+}
+
+static uint64_t cbor_fnv_step(uint64_t parent, const unsigned char *block, Py_ssize_t block_size,
+                              unsigned char *scratch) {
+    (void)scratch;
+    uint64_t h = fnv_byte(FNV_OFFSET, 0x83);
+    h = fnv_head(h, 0, parent);
+    h = fnv_head(h, 4, (uint64_t)block_size);
+    for (Py_ssize_t i = 0; i < block_size; i++) h = fnv_head(h, 0, read32(block + 4 * i));
+    return fnv_byte(h, 0xf6);
+}
+
+static PyObject *run_chain(PyObject *args, chain_step step) {
+    PyObject *parent_obj;
+    Py_buffer view;
+    Py_ssize_t block_size, n_blocks;
+    if (!PyArg_ParseTuple(args, "Oy*nn", &parent_obj, &view, &block_size, &n_blocks)) return NULL;
+    uint64_t parent = PyLong_AsUnsignedLongLong(parent_obj);
+    if (parent == (uint64_t)-1 && PyErr_Occurred()) goto fail;
+    if (block_size <= 0 || n_blocks < 0 || n_blocks > view.len / (4 * block_size)) {
+        PyErr_SetString(PyExc_ValueError, "n_blocks full blocks of block_size tokens exceed the buffer");
+        goto fail;
+    }
+    uint64_t *keys = PyMem_RawMalloc(sizeof(uint64_t) * (size_t)(n_blocks ? n_blocks : 1));
+    unsigned char *scratch = PyMem_RawMalloc(8 + (size_t)block_size * 4);
+    if (keys == NULL || scratch == NULL) {
+        PyMem_RawFree(keys);
+        PyMem_RawFree(scratch);
+        PyErr_NoMemory();
+        goto fail;
+    }
+    const unsigned char *data = view.buf;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n_blocks; i++) {
+        parent = step(parent, data + i * block_size * 4, block_size, scratch);
+        keys[i] = parent;
+    }
+    Py_END_ALLOW_THREADS
+    PyMem_RawFree(scratch);
+    PyBuffer_Release(&view);
+    PyObject *out = PyList_New(n_blocks);
+    if (out == NULL) {
+        PyMem_RawFree(keys);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n_blocks; i++) {
+        PyObject *key = PyLong_FromUnsignedLongLong(keys[i]);
+        if (key == NULL) {
+            PyMem_RawFree(keys);
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, i, key);
+    }
+    PyMem_RawFree(keys);
+    return out;
+fail:
+    PyBuffer_Release(&view);
+    return NULL;
+}
+
+static PyObject *xxh64_chain(PyObject *self, PyObject *args) {
+    (void)self;
+    return run_chain(args, xxh64_step);
+}
+
+static PyObject *cbor_fnv_chain(PyObject *self, PyObject *args) {
+    (void)self;
+    return run_chain(args, cbor_fnv_step);
+}
+
+/* ---- JSON array of uint32 ------------------------------------------------------------------ */
+
+static inline int is_ws(unsigned char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
+/* Parses s[pos..close] as '[' ws (uint (ws ',' ws uint)*)? ws ']' where s[close] is the first ']'
+ * after pos (so every loop below stops there without a bounds check). Returns close and the
+ * values in out (count in *count), or -1 when the text is anything else. */
+static Py_ssize_t scan_uint32_array(const unsigned char *s, Py_ssize_t close, Py_ssize_t pos, uint32_t *out,
+                                    Py_ssize_t *count) {
+    Py_ssize_t n = 0;
+    const unsigned char *p = s + pos, *end = s + close;
+    if (*p != '[') return -1;
+    p++;
+    while (is_ws(*p)) p++;
+    if (p == end) {
+        *count = 0;
+        return close;
+    }
+    for (;;) {
+        unsigned d = (unsigned)*p - '0';
+        if (d > 9) return -1;
+        uint64_t value = d;
+        p++;
+        if (d != 0) { /* no leading zeros: a '0' must stand alone */
+            while ((d = (unsigned)*p - '0') <= 9) {
+                value = value * 10 + d;
+                if (value > 0xFFFFFFFFULL) return -1;
+                p++;
+            }
+        }
+        out[n++] = (uint32_t)value;
+        if (*p == ',') {
+            p++;
+        } else {
+            while (is_ws(*p)) p++;
+            if (p == end) break;
+            if (*p != ',') return -1; /* '.', 'e', a digit after a leading 0, or anything else */
+            p++;
+        }
+        while (is_ws(*p)) p++;
+    }
+    *count = n;
+    return close;
+}
+
+static PyObject *json_uint32_array(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer view;
+    Py_ssize_t pos;
+    if (!PyArg_ParseTuple(args, "y*n", &view, &pos)) return NULL;
+    const unsigned char *s = view.buf;
+    const unsigned char *close = NULL;
+    if (pos >= 0 && pos < view.len) close = memchr(s + pos, ']', (size_t)(view.len - pos));
+    if (close == NULL) {
+        PyBuffer_Release(&view);
+        Py_RETURN_NONE;
+    }
+    /* A flat array ends at the first ']'; each value takes at least two bytes ("d," or "d]"). Only
+     * the pages written are touched, and shrinking the result afterwards does not copy it. */
+    Py_ssize_t capacity = (close - (s + pos)) / 2 + 1;
+    PyObject *packed = PyBytes_FromStringAndSize(NULL, capacity * 4);
+    if (packed == NULL) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    uint32_t *values = (uint32_t *)PyBytes_AS_STRING(packed); /* ob_sval is 8-byte aligned */
+    Py_ssize_t count = 0, end;
+    Py_BEGIN_ALLOW_THREADS
+    end = scan_uint32_array(s, close - s, pos, values, &count);
+#if PY_BIG_ENDIAN
+    for (Py_ssize_t i = 0; i < count; i++) values[i] = __builtin_bswap32(values[i]);
+#endif
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view);
+    if (end < 0) {
+        Py_DECREF(packed);
+        Py_RETURN_NONE;
+    }
+    if (count != capacity && _PyBytes_Resize(&packed, count * 4) < 0) return NULL;
+    return Py_BuildValue("(Nn)", packed, end);
+}
+
+/* ---- the index's leading run of present keys ---------------------------------------------- */
+
+/* dict_prefix(young, old, keys, limit) -> (values, done): values of keys[0..] while present, a key
+ * found in ``old`` moving to ``young``; stops at the first absent key or the end (done = True) or
+ * once a promotion makes len(young) reach ``limit`` (done = False, even at the last key: the caller
+ * rotates, then continues after the values). */
+static PyObject *dict_prefix(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *young, *old, *keys;
+    Py_ssize_t limit;
+    if (!PyArg_ParseTuple(args, "O!O!O!n", &PyDict_Type, &young, &PyDict_Type, &old, &PyList_Type, &keys,
+                          &limit))
+        return NULL;
+    PyObject *values = PyList_New(0);
+    if (values == NULL) return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(keys);
+    int done = 1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *key = PyList_GET_ITEM(keys, i);
+        PyObject *value = PyDict_GetItemWithError(young, key); /* borrowed */
+        if (value == NULL) {
+            if (PyErr_Occurred()) goto fail;
+            value = PyDict_GetItemWithError(old, key);
+            if (value == NULL) {
+                if (PyErr_Occurred()) goto fail;
+                break;
+            }
+            Py_INCREF(value);
+            if (PyDict_SetItem(young, key, value) < 0 || PyDict_DelItem(old, key) < 0 ||
+                PyList_Append(values, value) < 0) {
+                Py_DECREF(value);
+                goto fail;
+            }
+            Py_DECREF(value);
+            if (PyDict_GET_SIZE(young) >= limit) {
+                done = 0; /* even after the last key: the caller rotates */
+                break;
+            }
+            continue;
+        }
+        if (PyList_Append(values, value) < 0) goto fail;
+    }
+    return Py_BuildValue("(NO)", values, done ? Py_True : Py_False);
+fail:
+    Py_DECREF(values);
+    return NULL;
+}
+
+/* remap(target, keys, values, mapping): for each key with mapping[value] present, target[key] =
+ * mapping[value], or del target[key] when that is None. Returns how many keys were touched. */
+static PyObject *remap(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *target, *keys, *values, *mapping;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!", &PyDict_Type, &target, &PyList_Type, &keys, &PyList_Type, &values,
+                          &PyDict_Type, &mapping))
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(keys), touched = 0;
+    if (PyList_GET_SIZE(values) != n) {
+        PyErr_SetString(PyExc_ValueError, "keys and values differ in length");
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *new = PyDict_GetItemWithError(mapping, PyList_GET_ITEM(values, i)); /* borrowed */
+        if (new == NULL) {
+            if (PyErr_Occurred()) return NULL;
+            continue;
+        }
+        PyObject *key = PyList_GET_ITEM(keys, i);
+        if (new == Py_None) {
+            if (PyDict_DelItem(target, key) < 0) {
+                if (!PyErr_ExceptionMatches(PyExc_KeyError)) return NULL;
+                PyErr_Clear();
+            }
+        } else if (PyDict_SetItem(target, key, new) < 0) {
+            return NULL;
+        }
+        touched++;
+    }
+    return PyLong_FromSsize_t(touched);
+}
+
+/* runs(values) -> [(value, count), ...]: consecutive equal values, run-length encoded. */
+static PyObject *runs(PyObject *self, PyObject *arg) {
+    (void)self;
+    if (!PyList_Check(arg)) {
+        PyErr_SetString(PyExc_TypeError, "runs expects a list");
+        return NULL;
+    }
+    PyObject *out = PyList_New(0);
+    if (out == NULL) return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(arg), start = 0;
+    for (Py_ssize_t i = 1; i <= n; i++) {
+        if (i < n) {
+            int same = PyObject_RichCompareBool(PyList_GET_ITEM(arg, i), PyList_GET_ITEM(arg, start), Py_EQ);
+            if (same < 0) goto fail;
+            if (same) continue;
+        }
+        PyObject *run = Py_BuildValue("(On)", PyList_GET_ITEM(arg, start), i - start);
+        if (run == NULL || PyList_Append(out, run) < 0) {
+            Py_XDECREF(run);
+            goto fail;
+        }
+        Py_DECREF(run);
+        start = i;
+    }
+    return out;
+fail:
+    Py_DECREF(out);
+    return NULL;
+}
+
+static PyMethodDef methods[] = {
+    {"remap", remap, METH_VARARGS,
+     "target[key] = mapping[value] (del when None) for each key whose value the mapping holds."},
+    {"runs", runs, METH_O, "[(value, count), ...] of consecutive equal values of a list."},
+    {"dict_prefix", dict_prefix, METH_VARARGS,
+     "(values, done) of the leading run of keys present in young or old (old hits move to young)."},
+    {"json_uint32_array", json_uint32_array, METH_VARARGS,
+     "(le32 bytes, index of ']') of a JSON array of integers in [0, 2^32) at buf[pos], or None."},
+    {"xxh64_chain", xxh64_chain, METH_VARARGS, "llm-d's xxh64 request-key chain (no extras)."},
+    {"cbor_fnv_chain", cbor_fnv_chain, METH_VARARGS, "llm-d's cbor-fnv request-key chain (no extras)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_native", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__native(void) { return PyModule_Create(&module); }

@@ -1,0 +1,152 @@
+"""The C extension and its pure-Python fallbacks give the same keys and the same token arrays:
+llm-d's hash vectors, independent encodings (cbor2, xxhash), and hypothesis."""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+
+import cbor2
+import pytest
+import xxhash
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from vectors import load_vectors, token_range
+
+from ppc_extproc import native
+from ppc_extproc.blockkeys import TokenProcessor, TokenProcessorConfig
+from ppc_extproc.blockkeys.hashing import fnv1a64
+from ppc_extproc.tokens.le32 import tokens_to_le32
+
+VECTORS = [v for v in load_vectors("llmd_hash_vectors.json")["hash_vectors"] if not v.get("extraPerBlock")]
+CHAINS = {"xxh64": (native.xxh64_chain, native.py_xxh64_chain), "cbor-fnv": (native.cbor_fnv_chain, native.py_cbor_fnv_chain)}
+ARRAYS = [native.json_uint32_array, native.py_json_uint32_array]
+
+
+
+@pytest.mark.skipif(bool(os.environ.get("PPC_EXTPROC_PURE_PYTHON")), reason="fallbacks forced")
+def test_extension_is_built_here() -> None:
+    # `pip install -e .` on this machine builds it; a missing build would silently test Python twice.
+    assert native.NATIVE
+
+
+@pytest.mark.parametrize("vector", VECTORS, ids=[v["name"] for v in VECTORS])
+@pytest.mark.parametrize("which", [0, 1], ids=["native", "python"])
+def test_chains_reproduce_llmd_vectors(vector: dict, which: int) -> None:
+    processor = TokenProcessor(TokenProcessorConfig(vector["blockSize"], vector["hashSeed"], vector["algorithm"]))
+    tokens = tokens_to_le32(token_range(vector["tokens"]))
+    parent = int(vector["parent"]) or processor.root(vector["model"])
+    n_blocks = len(tokens) // (4 * vector["blockSize"])
+    chain = CHAINS["xxh64" if vector["algorithm"] in ("xxh64", "xxhash") else "cbor-fnv"][which]
+    assert [str(k) for k in chain(parent, tokens, vector["blockSize"], n_blocks)] == vector["keys"]
+
+
+def _reference_xxh64(parent: int, tokens: list[int], block_size: int) -> list[int]:
+    keys = []
+    for i in range(len(tokens) // block_size):
+        block = tokens[i * block_size : (i + 1) * block_size]
+        parent = xxhash.xxh64_intdigest(struct.pack(f"<Q{len(block)}I", parent, *block))
+        keys.append(parent)
+    return keys
+
+
+def _reference_cbor_fnv(parent: int, tokens: list[int], block_size: int) -> list[int]:
+    keys = []
+    for i in range(len(tokens) // block_size):
+        block = tokens[i * block_size : (i + 1) * block_size]
+        parent = fnv1a64(cbor2.dumps([parent, block, None], canonical=True))
+        keys.append(parent)
+    return keys
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    parent=st.integers(0, 2**64 - 1),
+    tokens=st.lists(st.integers(0, 2**32 - 1), max_size=200),
+    block_size=st.integers(1, 40),
+)
+def test_chains_match_independent_encodings(parent: int, tokens: list[int], block_size: int) -> None:
+    data = tokens_to_le32(tokens)
+    n_blocks = len(tokens) // block_size
+    expected = {"xxh64": _reference_xxh64(parent, tokens, block_size),
+                "cbor-fnv": _reference_cbor_fnv(parent, tokens, block_size)}
+    for name, chains in CHAINS.items():
+        for chain in chains:
+            assert chain(parent, data, block_size, n_blocks) == expected[name]
+            assert chain(parent, memoryview(data), block_size, n_blocks) == expected[name]
+
+
+@pytest.mark.parametrize("chain", [c for pair in CHAINS.values() for c in pair])
+def test_chain_refuses_more_blocks_than_the_buffer_holds(chain) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(ValueError, match="exceed"):
+        chain(0, b"\x00" * 60, 16, 1)
+    assert chain(0, b"", 16, 0) == []
+
+
+@settings(max_examples=200, deadline=None)
+@given(values=st.lists(st.integers(0, 2**32 - 1), max_size=300), spaces=st.sampled_from(["", " ", "\n\t ", "\r\n"]))
+def test_uint32_arrays_parse_to_le32(values: list[int], spaces: str) -> None:
+    text = b'{"prompt": [' + (spaces + "," + spaces).join(map(str, values)).encode() + spaces.encode() + b'], "x": 1}'
+    pos = text.index(b"[")
+    for parse in ARRAYS:
+        assert parse(text, pos) == (tokens_to_le32(values), text.index(b"]"))
+        assert parse(bytearray(text), pos) == (tokens_to_le32(values), text.index(b"]"))
+
+
+@pytest.mark.parametrize("text", [
+    b"[1.0]", b"[1e3]", b"[-1]", b"[01]", b"[4294967296]", b"[99999999999999999999]", b"[1,]", b"[,1]",
+    b"[1 2]", b"[[1]]", b'["1"]', b"[true]", b"[1", b"[", b"x[1]", b"[1,,2]", b"[null]", b"[1\x0b]",
+])  # fmt: skip
+@pytest.mark.parametrize("parse", ARRAYS, ids=["native", "python"])
+def test_anything_but_plain_uint32_arrays_is_refused(text: bytes, parse) -> None:  # type: ignore[no-untyped-def]
+    assert parse(text, 0) is None
+
+
+@pytest.mark.parametrize("parse", ARRAYS, ids=["native", "python"])
+def test_edges_of_the_uint32_range_and_empty_arrays(parse) -> None:  # type: ignore[no-untyped-def]
+    assert parse(b"[ ]", 0) == (b"", 2)
+    assert parse(b"[0, 4294967295]", 0) == (tokens_to_le32([0, 2**32 - 1]), 14)
+    assert parse(b"ab[7]", 2) == (tokens_to_le32([7]), 4)
+    assert parse(b"[7]", 5) is None
+    assert json.loads(b"[0, 4294967295]") == [0, 2**32 - 1]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    young=st.dictionaries(st.integers(0, 30), st.integers(1, 5), max_size=15),
+    old=st.dictionaries(st.integers(0, 30), st.integers(1, 5), max_size=15),
+    keys=st.lists(st.integers(0, 30), max_size=20, unique=True),
+    limit=st.integers(1, 40),
+)
+def test_dict_prefix_versions_agree(young: dict, old: dict, keys: list, limit: int) -> None:
+    old = {k: v for k, v in old.items() if k not in young}
+    results = []
+    for prefix in (native.dict_prefix, native.py_dict_prefix):
+        y, o = dict(young), dict(old)
+        results.append((prefix(y, o, list(keys), limit), y, o))
+    assert results[0] == results[1]
+    (values, done), y, o = results[1]
+    assert values == [young.get(k, old.get(k)) for k in keys[: len(values)]]
+    assert done == (len(y) < limit or len(y) == len(young))  # not done: a promotion reached the limit
+
+
+@given(values=st.lists(st.sampled_from([1, 2, 3, 2**70]), max_size=40))
+def test_runs_versions_agree(values: list) -> None:
+    encoded = native.runs(values)
+    assert encoded == native.py_runs(values)
+    assert [v for v, n in encoded for _ in range(n)] == values
+
+
+@given(
+    target=st.dictionaries(st.integers(0, 20), st.integers(0, 4), max_size=15),
+    keys=st.lists(st.integers(0, 20), max_size=20),
+    mapping=st.dictionaries(st.one_of(st.none(), st.integers(0, 4)), st.one_of(st.none(), st.integers(5, 9)), max_size=4),
+)
+def test_remap_versions_agree(target: dict, keys: list, mapping: dict) -> None:
+    values = [target.get(k) for k in keys]
+    results = []
+    for remap in (native.remap, native.py_remap):
+        t = dict(target)
+        results.append((remap(t, list(keys), list(values), mapping), t))
+    assert results[0] == results[1]
