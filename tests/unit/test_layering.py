@@ -33,6 +33,7 @@ LAYERS: tuple[str, ...] = (
     "ids",            # NewType keys
     "errors",         # the error tree
     "__init__",       # the root package: version, the errors
+    "native",         # per-prompt loops: the optional C extension or its pure-Python twins
     "tokens",         # request body → token ids
     "blockkeys",      # token ids → llm-d block keys
     "index",          # block keys → endpoints
