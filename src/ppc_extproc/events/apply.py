@@ -113,6 +113,38 @@ class EventApplier:
         self._group_counts.pop(endpoint, None)
         return self.index.forget_endpoint(endpoint)
 
+    # --- warm restart ----------------------------------------------------------------------------
+
+    def export_tables(
+        self, endpoint: str
+    ) -> tuple[
+        list[tuple[str, int | None, int]],
+        list[tuple[int, str, int, int | None]],
+        list[tuple[str, int | None, int, int, int]],
+    ]:
+        """The endpoint's entry, group and duplicate tables (a warm-restart snapshot)."""
+        groups = [(g, i.kind, i.block_size, i.sliding_window) for (e, g), i in self._groups.items() if e == endpoint]
+        duplicates = [(*k, n) for k, n in self._duplicates.get(endpoint, {}).items()]
+        return self.entries.export(endpoint), groups, duplicates
+
+    def import_tables(
+        self,
+        endpoint: str,
+        entries: list[tuple[str, int | None, int]],
+        groups: list[tuple[int, str, int, int | None]],
+        duplicates: list[tuple[str, int | None, int, int, int]],
+    ) -> None:
+        """Restore tables exported by ``export_tables`` (bounds still apply)."""
+        for tier, group, uses in entries:
+            self.entries.restore(endpoint, tier, group, uses)
+        for group, kind, block_size, window in groups[:MAX_GROUPS_PER_ENDPOINT]:
+            self._groups[(endpoint, group)] = _GroupInfo(kind, block_size, window)
+        self._group_counts[endpoint] = min(len(groups), MAX_GROUPS_PER_ENDPOINT)
+        if duplicates:
+            counts = self._duplicates.setdefault(endpoint, {})
+            for tier, group, rank, key, n in duplicates[:MAX_DUPLICATES_PER_ENDPOINT]:
+                counts[(tier, group, rank, key)] = n
+
     # --- batches -------------------------------------------------------------------------------
 
     def apply_batch(self, endpoint: str, model: str, batch: EventBatch) -> None:

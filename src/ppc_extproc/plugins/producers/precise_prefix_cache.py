@@ -43,6 +43,7 @@ and the indexer in ``pkg/kvcache/``.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import structlog
@@ -88,7 +89,9 @@ from ppc_extproc.plugins.registry import Services, register
 from ppc_extproc.tokens import TokenizedPrompt
 
 if TYPE_CHECKING:
-    from ppc_extproc.events.transport import EventTransport
+    from ppc_extproc.events.snapshot_format import IndexState
+    from ppc_extproc.events.transport import EventTransport, ZmqTransport
+    from ppc_extproc.events.warm_restart import SnapshotWriter
 
 __all__ = ["PrecisePrefixCacheProducer"]
 
@@ -143,6 +146,8 @@ class PrecisePrefixCacheProducer(
         self._seeded_key = f"{name}/speculative"
         #: The KV-event transport (ZMQ subscribers); created in ``start``.
         self.transport: EventTransport | None = None
+        #: Periodic warm-restart snapshots (``warmRestart.stateDir`` set, per-endpoint or central ZMQ).
+        self.snapshots: SnapshotWriter | None = None
 
     @classmethod
     def from_parameters(
@@ -171,16 +176,48 @@ class PrecisePrefixCacheProducer(
         self.start_transport()
 
     def start_transport(self) -> None:
-        from ppc_extproc.events.transport import create_transport  # ZMQ is loaded only when used
+        from ppc_extproc.events.transport import ZmqTransport, create_transport  # ZMQ loads when used
 
         if self.transport is None:
             self.transport = create_transport(self.config.kv_events, self.applier, self.stats)
+            if isinstance(self.transport, ZmqTransport) and self.config.warm_restart.state_dir:
+                self._warm_start(self.transport)
             self.transport.start()
+            if self.snapshots is not None:
+                self.snapshots.start()
+
+    def _warm_start(self, transport: ZmqTransport) -> None:
+        """Load the snapshot (if any) before the first endpoint is subscribed, then keep one."""
+        from ppc_extproc.events.warm_restart import (
+            SNAPSHOT_FILE,
+            SnapshotWriter,
+            config_hash,
+            load_snapshot,
+            take_snapshot,
+        )
+
+        warm = self.config.warm_restart
+        path = Path(warm.state_dir) / SNAPSHOT_FILE
+        hash_ = config_hash(self.config.token_processor)
+        load_snapshot(
+            path, warm.max_bytes, hash_, self.applier, self.stats, transport.restored,
+            warm.restore_ttl_seconds,
+        )
+
+        def build() -> IndexState | None:
+            if not transport.running:
+                return None
+            return transport.on_thread(lambda sources: take_snapshot(self.applier, sources, hash_)).result(60.0)  # type: ignore[no-any-return]
+
+        self.snapshots = SnapshotWriter(path, warm.interval_seconds, warm.max_bytes, build)
 
     async def stop(self) -> None:
         self.stop_transport()
 
     def stop_transport(self, timeout: float = 5.0) -> None:
+        if self.snapshots is not None:
+            self.snapshots.stop(final=True)  # on SIGTERM: the last cut, before the thread ends
+            self.snapshots = None
         if self.transport is not None:
             self.transport.stop(timeout)
             self.transport = None
