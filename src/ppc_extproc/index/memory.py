@@ -13,6 +13,7 @@ writes while the request path reads.
 
 from __future__ import annotations
 
+import itertools
 import threading
 from array import array
 from collections.abc import Iterable, Mapping, Sequence
@@ -289,40 +290,44 @@ class InMemoryIndex:
 
     def export_blocks(self) -> IndexBlocks:
         """The non-speculative contents in a compact form for a warm-restart snapshot, oldest
-        first (O(keys), under the lock)."""
+        first. The lock is held only to copy the two maps (C-level list copies); the O(keys)
+        encoding runs after, so the request path waits milliseconds, not the whole export."""
         with self._lock:
             entries = [e for e in self.registry.known() if not e.speculative]
             position = {self.registry.bit(e): i for i, e in enumerate(entries)}
             keep = ~self._speculative_bits
-            masks: dict[int, int] = {}
-            keys = array("Q")
-            ids = array("I")
-            for key, mask in self._keys.items():
-                mask &= keep
-                if not mask:
-                    continue
-                mask_id = masks.get(mask)
-                if mask_id is None:
-                    mask_id = masks[mask] = len(masks)
-                keys.append(key)
-                ids.append(mask_id)
-            engine_keys = array("Q")
-            engine_values = array("Q")
-            multi: list[tuple[int, list[int]]] = []
-            for engine_key, value in self._engine.items():
-                if isinstance(value, int):
-                    engine_keys.append(engine_key)
-                    engine_values.append(value)
-                else:
-                    multi.append((engine_key, list(value)))
-            mask_lists = []
-            for mask in masks:
-                members = []
-                while mask:
-                    low = mask & -mask
-                    members.append(position[low.bit_length() - 1])
-                    mask ^= low
-                mask_lists.append(members)
+            key_maps = self._keys.copy_items()
+            engine_maps = self._engine.copy_items()
+        masks: dict[int, int] = {}
+        keys = array("Q")
+        ids = array("I")
+        for key, mask in itertools.chain.from_iterable(m.items() for m in key_maps):
+            mask &= keep
+            if not mask:
+                continue
+            mask_id = masks.get(mask)
+            if mask_id is None:
+                mask_id = masks[mask] = len(masks)
+            keys.append(key)
+            ids.append(mask_id)
+        del key_maps
+        engine_keys = array("Q")
+        engine_values = array("Q")
+        multi: list[tuple[int, list[int]]] = []
+        for engine_key, value in itertools.chain.from_iterable(m.items() for m in engine_maps):
+            if isinstance(value, int):
+                engine_keys.append(engine_key)
+                engine_values.append(value)
+            else:
+                multi.append((engine_key, list(value)))
+        mask_lists = []
+        for mask in masks:
+            members = []
+            while mask:
+                low = mask & -mask
+                members.append(position[low.bit_length() - 1])
+                mask ^= low
+            mask_lists.append(members)
         return IndexBlocks(entries, mask_lists, keys, ids, engine_keys, engine_values, multi)
 
     def import_blocks(self, blocks: IndexBlocks) -> None:
@@ -330,10 +335,10 @@ class InMemoryIndex:
         with self._lock:
             bits = [1 << self.registry.bit(e) for e in blocks.entries]
             masks = [sum(bits[i] for i in set(members)) for members in blocks.masks]
-            self._keys.set_many(blocks.request_keys, [masks[i] for i in blocks.mask_ids])
-            self._engine.set_many(blocks.engine_keys, blocks.engine_values)
+            self._keys.update_many(blocks.request_keys, [masks[i] for i in blocks.mask_ids])
+            self._engine.update_many(blocks.engine_keys, blocks.engine_values)
             if blocks.engine_multi:
-                self._engine.set_many(
+                self._engine.update_many(
                     [k for k, _ in blocks.engine_multi], [tuple(v) for _, v in blocks.engine_multi]
                 )
 
