@@ -111,6 +111,7 @@ class EventApplier:
         for group_key in [k for k in self._groups if k[0] == endpoint]:
             del self._groups[group_key]
         self._group_counts.pop(endpoint, None)
+        self.stats.block_sizes.pop(endpoint, None)  # a restarted engine may use another size
         return self.index.forget_endpoint(endpoint)
 
     # --- warm restart ----------------------------------------------------------------------------
@@ -259,6 +260,8 @@ class EventApplier:
             # spans, else these blocks could be indexed but never removed.
             stats.drop(endpoint, "tokens_not_divisible")
             return 0
+        if stats.block_sizes.get(endpoint) != engine_block:
+            stats.block_sizes[endpoint] = engine_block  # the engine's own block (inflated on hybrids)
         engine_keys = event.block_hashes
         if engine_block < block:
             # Map only engine blocks whose tokens lie inside full canonical blocks.

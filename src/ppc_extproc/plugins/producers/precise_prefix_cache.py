@@ -291,13 +291,15 @@ class PrecisePrefixCacheProducer(
         mm_blocks = self._multimodal_blocks(tokenized)
         block = self.processor.block_size
         prompt_tokens = [len(p) // 4 for p in tokenized.prompts]
+        engine_blocks = self.stats.block_sizes
         for endpoint in candidates:
             score = scores.get(endpoint)
             if score is None:
                 info = PrefixCacheMatchInfo(0, total_blocks, block, 0, {}, None if mm_blocks is None else 0)
             else:
+                engine_block = engine_blocks.get(endpoint)
                 cached = tuple(
-                    engine_cached_tokens(s.blocks if (s := prompt.get(endpoint)) else 0, block, n)
+                    engine_cached_tokens(s.blocks if (s := prompt.get(endpoint)) else 0, block, n, engine_block)
                     for prompt, n in zip(per_prompt, prompt_tokens)
                 )
                 info = PrefixCacheMatchInfo(
@@ -328,7 +330,16 @@ class PrecisePrefixCacheProducer(
             return
         keys_per_prompt = ctx.plugin_data.get(self.name)
         if keys_per_prompt:
-            ctx.plugin_data[self._seeded_key] = self.speculative.seed(result.targets[0].id, keys_per_prompt)
+            target = result.targets[0].id
+            engine_block = self.stats.block_sizes.get(target)
+            block = self.processor.block_size
+            if engine_block and engine_block != block and ctx.request.tokenized is not None:
+                # The engine will store only its own whole blocks of each prompt.
+                keys_per_prompt = [
+                    keys[: len(p) // 4 // engine_block * engine_block // block]
+                    for keys, p in zip(keys_per_prompt, ctx.request.tokenized.prompts)
+                ]
+            ctx.plugin_data[self._seeded_key] = self.speculative.seed(target, keys_per_prompt)
 
     def response_complete(self, ctx: SchedulingContext, info: ResponseInfo) -> None:
         """An engine that rejected the request (4xx/5xx), or a stream that ended before any
