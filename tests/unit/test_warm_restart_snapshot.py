@@ -70,6 +70,7 @@ def test_round_trip_rebuilds_the_index_and_tables_exactly(tmp_path: Path) -> Non
     for src in sources:
         assert loaded.export_tables(src.endpoint) == applier.export_tables(src.endpoint)
         assert restored.parts[src.endpoint].last_seq == src.last_seq
+        assert loaded.stats.block_sizes[src.endpoint] == 16
     assert loaded.stats.suspended == {s.endpoint for s in sources}
     # The duplicate count came back: removing block 1 once leaves it held.
     loaded.apply_batch("10.0.0.1:8000", "m", EventBatch(2.0, [BlockRemoved([1], "GPU", group_idx=0)]))

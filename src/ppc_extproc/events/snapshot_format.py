@@ -60,6 +60,8 @@ class EndpointPart(msgspec.Struct, frozen=True, array_like=True):
     groups: list[tuple[int, str, int, int | None]]
     #: (tier, group, dp rank, engine key, extra copies) reference counts of duplicate stores.
     duplicates: list[tuple[str, int | None, int, int, int]]
+    #: Tokens per block of the engine's indexed group, as learned from its events (0: unknown).
+    block_size: int = 0
 
 
 class IndexState(msgspec.Struct, frozen=True):

@@ -63,7 +63,7 @@ def take_snapshot(applier: EventApplier, sources: list[Source], hash_: str) -> I
         parts.append(
             EndpointPart(
                 src.endpoint, src.address, src.replay_address, src.topic or b"", src.last_seq,
-                src.last_payload, entries, groups, duplicates,
+                src.last_payload, entries, groups, duplicates, applier.stats.block_sizes.get(src.endpoint, 0),
             )
         )
     blocks = applier.index.export_blocks()
@@ -118,6 +118,8 @@ def load_snapshot(
     for part in state.parts:
         applier.import_tables(part.endpoint, part.entries, part.groups, part.duplicates)
         stats.suspend(stats.source(part.endpoint), True)
+        if part.block_size > 0:
+            stats.block_sizes[part.endpoint] = part.block_size
         restored.parts[part.endpoint] = part
     restored.deadline = clock() + ttl_seconds
     result = LoadResult(len(state.parts), len(blocks.request_keys), time.perf_counter() - started)
