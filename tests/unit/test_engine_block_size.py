@@ -60,3 +60,22 @@ def test_speculative_entries_cover_only_the_engines_whole_blocks() -> None:
     p.pre_request(ctx, SchedulingResult.of([B]))
     follow_up = produce(p, request(list(range(100))), A, B)
     assert info(follow_up, B).cached_block_count == 4  # tokens 0-63: what B will store
+
+
+def test_the_polled_cache_config_block_size_is_used_until_events_teach_one() -> None:
+    from ppc_extproc.enginemetrics import EngineMetrics
+    from ppc_extproc.enginemetrics.types import EngineMetricsStore
+    from ppc_extproc.framework.params import Section
+    from ppc_extproc.plugins.registry import Services
+
+    store = EngineMetricsStore()
+    p = PrecisePrefixCacheProducer.from_parameters(
+        "precise", Section({"tokenProcessorConfig": {"blockSizeTokens": 16}}, "parameters"),
+        Services(clock=FakeClock(), engine_metrics=store),
+    )
+    _store(p, A.id, list(range(128)), 16)  # events say 16 …
+    p.stats.block_sizes.clear()  # … but pretend they have not taught it yet
+    store.set(A.id, EngineMetrics(0, 0, 0.0, 64, 100, 0.0))
+    assert info(produce(p, request(list(range(100))), A), A).cached_tokens == 64
+    _store(p, A.id, list(range(128)), 16)
+    assert info(produce(p, request(list(range(100))), A), A).cached_tokens == 96  # the events win

@@ -142,6 +142,8 @@ class PrecisePrefixCacheProducer(
         )
         #: Told whether each endpoint's KV-event subscriber is connected (per-endpoint mode).
         self.health = services.health
+        #: Polled engine metrics: ``vllm:cache_config_info{block_size}`` until events teach it.
+        self.engine_metrics = services.engine_metrics
         #: ``plugin_data`` key of the speculative entries a request was given.
         self._seeded_key = f"{name}/speculative"
         #: The KV-event transport (ZMQ subscribers); created in ``start``.
@@ -297,7 +299,7 @@ class PrecisePrefixCacheProducer(
             if score is None:
                 info = PrefixCacheMatchInfo(0, total_blocks, block, 0, {}, None if mm_blocks is None else 0)
             else:
-                engine_block = engine_blocks.get(endpoint)
+                engine_block = engine_blocks.get(endpoint) or self._polled_block_size(endpoint)
                 cached = tuple(
                     engine_cached_tokens(s.blocks if (s := prompt.get(endpoint)) else 0, block, n, engine_block)
                     for prompt, n in zip(per_prompt, prompt_tokens)
@@ -313,6 +315,12 @@ class PrecisePrefixCacheProducer(
                 )
             ctx.set_attribute(endpoint, self.attribute_key, info)
         ctx.timings["lookup"] = ctx.timings.get("lookup", 0.0) + time.perf_counter() - keyed
+
+    def _polled_block_size(self, endpoint: str) -> int | None:
+        """The block size the engine's metrics report; its events win when they have taught one
+        (for hybrid models the metric is the smallest group's, vllm#51163)."""
+        metrics = self.engine_metrics.snapshot(endpoint)
+        return metrics.block_size if metrics is not None else None
 
     def _multimodal_blocks(self, tokenized: TokenizedPrompt) -> list[int] | None:
         if not tokenized.features or len(tokenized.prompts) != 1:
