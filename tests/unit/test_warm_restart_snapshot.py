@@ -136,3 +136,19 @@ def test_a_snapshot_over_the_cap_is_not_written_and_the_old_file_stays(tmp_path:
         write_snapshot(path, take_snapshot(applier, sources, HASH), 100)
     assert path.read_bytes() == before
     assert [p.name for p in tmp_path.iterdir()] == ["snap"]  # no temporary file left
+
+
+def test_warm_restart_config_is_off_by_default_and_parsed_strictly() -> None:
+    from ppc_extproc.errors import ConfigError
+    from ppc_extproc.framework.params import Section
+    from ppc_extproc.plugins.producers.precise_prefix_cache_config import parse_producer_config
+
+    assert parse_producer_config(Section({}, "parameters")).warm_restart.state_dir == ""
+    warm = parse_producer_config(Section({"warmRestart": {
+        "stateDir": "/var/lib/x", "snapshotInterval": "10s", "restoreTTL": "1m", "maxSnapshotBytes": 4096,
+    }}, "parameters")).warm_restart  # fmt: skip
+    assert (warm.state_dir, warm.interval_seconds, warm.restore_ttl_seconds, warm.max_bytes) == (
+        "/var/lib/x", 10.0, 60.0, 4096,
+    )
+    with pytest.raises(ConfigError, match="stateDirectory"):
+        parse_producer_config(Section({"warmRestart": {"stateDirectory": "/x"}}, "parameters"))

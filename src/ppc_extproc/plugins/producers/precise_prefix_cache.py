@@ -201,6 +201,8 @@ class PrecisePrefixCacheProducer(
         warm = self.config.warm_restart
         path = Path(warm.state_dir) / SNAPSHOT_FILE
         hash_ = config_hash(self.config.token_processor)
+        for leftover in path.parent.glob(f".{SNAPSHOT_FILE}.*.tmp"):  # a write cut short by kill -9
+            leftover.unlink(missing_ok=True)
         load_snapshot(
             path, warm.max_bytes, hash_, self.applier, self.stats, transport.restored,
             warm.restore_ttl_seconds,
