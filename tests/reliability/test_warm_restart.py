@@ -91,13 +91,13 @@ class Rig:
             ])  # fmt: skip
             wait_for_http(f"http://{ip}:{self.http}/health", process=proc)
 
-    def start_service(self, name: str) -> None:
+    def start_service(self, name: str, interval: str = "300ms") -> None:
         config = patch_service_config(default_service_config(block_size=16), socket_port=self.kv,
                                       replay_socket_port=self.replay)  # fmt: skip
         for plugin in config["plugins"]:
             if plugin.get("type") == "precise-prefix-cache-producer":
                 plugin["parameters"]["warmRestart"] = {
-                    "stateDir": str(self.tmp / name), "snapshotInterval": "300ms", "restoreTTL": "1m",
+                    "stateDir": str(self.tmp / name), "snapshotInterval": interval, "restoreTTL": "1m",
                 }
         path = self.tmp / f"{name}.yaml"
         path.write_text(yaml.safe_dump(config))
@@ -168,3 +168,23 @@ def test_kill_9_then_restart_restores_the_index_exactly_where_replay_covers_the_
     ref_b, warm_b = _keys_of(ref[-1], b), _keys_of(warm[-1], b)
     assert warm_b <= ref_b, f"{len(warm_b - ref_b)} stale entries for engine B"
     assert len(warm_b) < len(ref_b), "engine B's part should have been dropped and rebuilt from its buffer"
+
+
+def test_sigterm_writes_a_last_snapshot_at_the_engines_position(rig: Rig) -> None:
+    rig.start_engines()
+    rig.start_service("warm", interval="0s")  # no periodic snapshot: only the one on shutdown
+    rig.traffic(10)
+    path = rig.tmp / "warm" / SNAPSHOT_FILE
+    assert _snapshot(path) is None
+    admin = f"http://127.0.0.1:{rig.admin['warm']}/metrics"
+
+    def applied() -> bool:
+        text = urllib.request.urlopen(admin, timeout=10).read().decode()
+        return all(f'ppc_extproc_kv_source_last_seq{{endpoint="{e}"}} {rig.engine_seq(e)}.0' in text for e in rig.endpoints)
+
+    wait_for(applied, what="events applied", timeout=30)
+    assert rig.services["warm"].stop(sig=signal.SIGTERM) == 0
+    state = _snapshot(path)
+    assert state is not None
+    assert {p.endpoint: p.last_seq for p in state.parts} == {e: rig.engine_seq(e) for e in rig.endpoints}
+    assert all(_keys_of(state, e) for e in rig.endpoints)
