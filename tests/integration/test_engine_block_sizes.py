@@ -66,6 +66,7 @@ def test_predicted_cached_tokens_equal_the_engines_own_on_every_block_size(clust
     bucket = "ppc_extproc_cached_tokens_error_tokens_bucket"
     exact = samples[(bucket, (("le", "0.0"),))] - samples[(bucket, (("le", "-1.0"),))]
     total = samples[("ppc_extproc_cached_tokens_error_tokens_count", ())]
+    print(f"predicted == reported on {exact:.0f}/{total:.0f} probes; served by {served}")
     sizes = {k[1][0][1]: v for k, v in samples.items() if k[0] == "ppc_extproc_engine_block_size"}
     assert sorted(sizes.values()) == [16, 32, 64, 64], sizes
     assert reported_total > 0 and len(served) >= 3, served
