@@ -111,7 +111,40 @@ class EventApplier:
         for group_key in [k for k in self._groups if k[0] == endpoint]:
             del self._groups[group_key]
         self._group_counts.pop(endpoint, None)
+        self.stats.block_sizes.pop(endpoint, None)  # a restarted engine may use another size
         return self.index.forget_endpoint(endpoint)
+
+    # --- warm restart ----------------------------------------------------------------------------
+
+    def export_tables(
+        self, endpoint: str
+    ) -> tuple[
+        list[tuple[str, int | None, int]],
+        list[tuple[int, str, int, int | None]],
+        list[tuple[str, int | None, int, int, int]],
+    ]:
+        """The endpoint's entry, group and duplicate tables (a warm-restart snapshot)."""
+        groups = [(g, i.kind, i.block_size, i.sliding_window) for (e, g), i in self._groups.items() if e == endpoint]
+        duplicates = [(*k, n) for k, n in self._duplicates.get(endpoint, {}).items()]
+        return self.entries.export(endpoint), groups, duplicates
+
+    def import_tables(
+        self,
+        endpoint: str,
+        entries: list[tuple[str, int | None, int]],
+        groups: list[tuple[int, str, int, int | None]],
+        duplicates: list[tuple[str, int | None, int, int, int]],
+    ) -> None:
+        """Restore tables exported by ``export_tables`` (bounds still apply)."""
+        for tier, group, uses in entries:
+            self.entries.restore(endpoint, tier, group, uses)
+        for group, kind, block_size, window in groups[:MAX_GROUPS_PER_ENDPOINT]:
+            self._groups[(endpoint, group)] = _GroupInfo(kind, block_size, window)
+        self._group_counts[endpoint] = min(len(groups), MAX_GROUPS_PER_ENDPOINT)
+        if duplicates:
+            counts = self._duplicates.setdefault(endpoint, {})
+            for tier, group, rank, key, n in duplicates[:MAX_DUPLICATES_PER_ENDPOINT]:
+                counts[(tier, group, rank, key)] = n
 
     # --- batches -------------------------------------------------------------------------------
 
@@ -227,6 +260,8 @@ class EventApplier:
             # spans, else these blocks could be indexed but never removed.
             stats.drop(endpoint, "tokens_not_divisible")
             return 0
+        if stats.block_sizes.get(endpoint) != engine_block:
+            stats.block_sizes[endpoint] = engine_block  # the engine's own block (inflated on hybrids)
         engine_keys = event.block_hashes
         if engine_block < block:
             # Map only engine blocks whose tokens lie inside full canonical blocks.

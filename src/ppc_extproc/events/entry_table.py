@@ -63,6 +63,19 @@ class EntryTable:
         table[(tier, group)] = _Slot(entry, 1)
         return entry, evicted
 
+    def export(self, endpoint: str) -> list[tuple[str, int | None, int]]:
+        """(tier, group, uses) of each entry the endpoint owns (a warm-restart snapshot)."""
+        return [(tier, group, slot.uses) for (tier, group), slot in self._table.get(endpoint, {}).items()]
+
+    def restore(self, endpoint: str, tier: str, group: int | None, uses: int) -> PodEntry | None:
+        """Own an entry again from a snapshot (None when the table is full)."""
+        table = self._table.setdefault(endpoint, {})
+        if (tier, group) not in table and len(table) >= self.bound:
+            return None
+        entry = PodEntry(EndpointId(endpoint), tier, group=group)
+        table[(tier, group)] = _Slot(entry, uses)
+        return entry
+
     def reset(self, endpoint: str) -> None:
         """Forget what the endpoint owns (its index entries are gone)."""
         self._table.pop(endpoint, None)

@@ -56,6 +56,9 @@ class IngestStats:
     #: Endpoints whose index entries must not be trusted right now (see ``Ingestor``); the
     #: request path reads this set, the ingestion thread replaces it.
     suspended: frozenset[str] = frozenset()
+    #: Tokens per block of each endpoint's indexed (full-attention) KV-cache group, learned from
+    #: its BlockStored events; the request path reads it (one int per endpoint).
+    block_sizes: dict[str, int] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def event(self, endpoint: str, kind: str, n: int = 1) -> None:
@@ -78,6 +81,7 @@ class IngestStats:
         """Drop a deleted endpoint's live state (counters stay: they are monotonic)."""
         with self._lock:
             self.sources.pop(endpoint, None)
+            self.block_sizes.pop(endpoint, None)
             self.suspended = self.suspended - {endpoint}
 
     def suspend(self, state: SourceState, suspended: bool) -> None:

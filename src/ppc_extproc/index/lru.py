@@ -195,6 +195,22 @@ class TwoGenerationLRU(Generic[K, V]):
             if changed:
                 native.remap(generation, keys if isinstance(keys, list) else list(keys), current, changed)
 
+    def copy_items(self) -> list[dict[K, V]]:
+        """Shallow copies of both generations, old first (a consistent view, at C speed)."""
+        return [self._old.copy(), self._young.copy()]
+
+    def update_many(self, keys: Sequence[K], values: Sequence[V]) -> None:
+        """``set`` for many keys when their previous values do not matter (a bulk load): C-level
+        dict updates, in slices that rotate where single writes would."""
+        for lo, hi in self._slices(len(keys)):
+            chunk = keys[lo:hi]
+            if self._old:
+                old_pop = self._old.pop
+                for key in chunk:
+                    old_pop(key, None)
+            self._young.update(zip(chunk, values[lo:hi]))
+            self._after_write(hi - lo)
+
     def replace(self, key: K, value: V) -> None:
         """Replace the value of a present key in place, without changing its recency."""
         if key in self._young:

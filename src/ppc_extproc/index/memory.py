@@ -13,7 +13,9 @@ writes while the request path reads.
 
 from __future__ import annotations
 
+import itertools
 import threading
+from array import array
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -25,7 +27,7 @@ from ppc_extproc.index.entries import EntryRegistry, MaskInfo, PodEntry
 from ppc_extproc.index.lru import TwoGenerationLRU
 from ppc_extproc.index.mapping import engine_to_request_mapping
 
-__all__ = ["DEFAULT_INDEX_SIZE", "EngineScope", "InMemoryIndex", "IndexSnapshot", "IndexStats", "PrefixRun"]
+__all__ = ["DEFAULT_INDEX_SIZE", "EngineScope", "InMemoryIndex", "IndexBlocks", "IndexSnapshot", "IndexStats", "PrefixRun"]
 
 #: Default bound on request keys (and on engine mappings). llm-d's default is 1e8, which in a
 #: Python process would mean ~15 GB before anything is evicted.
@@ -57,6 +59,21 @@ class IndexSnapshot:
     request_keys: dict[int, frozenset[str]]
     engine_keys: dict[int, int | tuple[int, ...]]
     entries: frozenset[str]
+
+
+@dataclass(frozen=True, slots=True)
+class IndexBlocks:
+    """The index's non-speculative contents, compact: ``entries``; distinct entry sets as
+    positions in ``entries``; request keys with the position of their set; scoped engine keys
+    with their request key (``engine_multi``: those mapping to several)."""
+
+    entries: list[PodEntry]
+    masks: list[list[int]]
+    request_keys: Sequence[int]
+    mask_ids: Sequence[int]
+    engine_keys: Sequence[int]
+    engine_values: Sequence[int]
+    engine_multi: list[tuple[int, list[int]]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,6 +290,60 @@ class InMemoryIndex:
                 engine_keys=dict(self._engine.items()),
                 entries=frozenset(map(str, self.registry.known())),
             )
+
+    def export_blocks(self) -> IndexBlocks:
+        """The non-speculative contents in a compact form for a warm-restart snapshot, oldest
+        first. The lock is held only to copy the two maps (C-level list copies); the O(keys)
+        encoding runs after, so the request path waits milliseconds, not the whole export."""
+        with self._lock:
+            entries = [e for e in self.registry.known() if not e.speculative]
+            position = {self.registry.bit(e): i for i, e in enumerate(entries)}
+            keep = ~self._speculative_bits
+            key_maps = self._keys.copy_items()
+            engine_maps = self._engine.copy_items()
+        masks: dict[int, int] = {}
+        keys = array("Q")
+        ids = array("I")
+        for key, mask in itertools.chain.from_iterable(m.items() for m in key_maps):
+            mask &= keep
+            if not mask:
+                continue
+            mask_id = masks.get(mask)
+            if mask_id is None:
+                mask_id = masks[mask] = len(masks)
+            keys.append(key)
+            ids.append(mask_id)
+        del key_maps
+        engine_keys = array("Q")
+        engine_values = array("Q")
+        multi: list[tuple[int, list[int]]] = []
+        for engine_key, value in itertools.chain.from_iterable(m.items() for m in engine_maps):
+            if isinstance(value, int):
+                engine_keys.append(engine_key)
+                engine_values.append(value)
+            else:
+                multi.append((engine_key, list(value)))
+        mask_lists = []
+        for mask in masks:
+            members = []
+            while mask:
+                low = mask & -mask
+                members.append(position[low.bit_length() - 1])
+                mask ^= low
+            mask_lists.append(members)
+        return IndexBlocks(entries, mask_lists, keys, ids, engine_keys, engine_values, multi)
+
+    def import_blocks(self, blocks: IndexBlocks) -> None:
+        """Add an ``export_blocks`` result (a snapshot being loaded) to this index."""
+        with self._lock:
+            bits = [1 << self.registry.bit(e) for e in blocks.entries]
+            masks = [sum(bits[i] for i in set(members)) for members in blocks.masks]
+            self._keys.update_many(blocks.request_keys, [masks[i] for i in blocks.mask_ids])
+            self._engine.update_many(blocks.engine_keys, blocks.engine_values)
+            if blocks.engine_multi:
+                self._engine.update_many(
+                    [k for k, _ in blocks.engine_multi], [tuple(v) for _, v in blocks.engine_multi]
+                )
 
     def stats(self) -> IndexStats:
         with self._lock:

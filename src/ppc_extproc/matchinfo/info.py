@@ -15,13 +15,20 @@ def match_info_key(producer_name: str) -> str:
     return f"{PREFIX_MATCH_INFO_KEY}/{producer_name}"
 
 
-def engine_cached_tokens(cached_blocks: int, block_size: int, prompt_tokens: int) -> int:
+def engine_cached_tokens(
+    cached_blocks: int, block_size: int, prompt_tokens: int, engine_block_size: int | None = None
+) -> int:
     """Tokens of a prompt the engine takes from its cache: whole blocks, and never the last
     prompt token, which vLLM always recomputes (a 512-token prompt of 16 cached 32-token blocks
-    gets 480: ``vllm-project/vllm: vllm/v1/core/kv_cache_manager.py`` ``get_computed_blocks``)."""
+    gets 480: ``vllm-project/vllm: vllm/v1/core/kv_cache_manager.py`` ``get_computed_blocks``).
+
+    ``cached_blocks`` counts blocks of ``block_size`` (the hashing unit); the engine hits whole
+    blocks of its own ``engine_block_size`` (default: the same), so a 100-token cached prefix on a
+    64-token-block engine is 64 tokens."""
     if prompt_tokens <= 0 or cached_blocks <= 0:
         return 0
-    return min(cached_blocks * block_size, (prompt_tokens - 1) // block_size * block_size)
+    unit = engine_block_size if engine_block_size and engine_block_size > 0 else block_size
+    return min(cached_blocks * block_size // unit * unit, (prompt_tokens - 1) // unit * unit)
 
 
 @dataclass(slots=True)

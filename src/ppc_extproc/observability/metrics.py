@@ -16,6 +16,7 @@ Read at scrape time (``StateCollector``):
     ppc_extproc_kv_events_total{endpoint,kind}, ppc_extproc_kv_events_dropped_total{endpoint,reason}
     ppc_extproc_kv_transport_total{endpoint,name}, ppc_extproc_kv_source_last_seq{endpoint}
     ppc_extproc_kv_source_lag_seconds{endpoint}, ppc_extproc_kv_source_queue_depth{endpoint}
+    ppc_extproc_engine_block_size{endpoint}                    the engine's own block, from its BlockStored events
     ppc_extproc_endpoints, ppc_extproc_endpoint_routable{endpoint}, ppc_extproc_endpoint_down_total{endpoint,reason}
     ppc_extproc_health_panic_total                             requests routed among held-down candidates
     ppc_extproc_tokenize_total{producer,backend,outcome}       token producers: ok / passthrough / why not
@@ -246,3 +247,10 @@ class StateCollector(Collector):
         yield last_seq
         yield lag
         yield depth
+        block_size = GaugeMetricFamily(
+            "ppc_extproc_engine_block_size", "Tokens per KV block of each engine's indexed KV-cache group, "
+            "learned from its BlockStored events.", labels=["endpoint"],
+        )
+        for endpoint, size in list(stats.block_sizes.items()):
+            block_size.add_metric([endpoint], size)
+        yield block_size

@@ -22,6 +22,8 @@ from collections import OrderedDict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import msgspec
+
 from ppc_extproc_lab.mock_vllm.hashing import BlockHasher, block_extra_keys, event_extra_keys, wire_hash
 from ppc_extproc_lab.mock_vllm.kv_events import (
     MEDIUM_GPU,
@@ -34,6 +36,10 @@ from ppc_extproc_lab.mock_vllm.kv_events import (
 __all__ = ["Allocation", "CacheEvent", "CacheStats", "CapacityError", "PrefixCache"]
 
 CacheEvent = BlockStored | BlockRemoved | AllBlocksCleared
+
+
+#: (group, kind, sliding window in blocks or 0) of the extra groups of a hybrid engine.
+_HYBRID_GROUPS = ((1, "sliding_window", 4), (2, "mamba", 0))
 
 
 class CapacityError(ValueError):
@@ -90,12 +96,16 @@ class CacheStats:
 class PrefixCache:
     """The block pool of one engine; events accumulate until :meth:`take_events`."""
 
-    def __init__(self, num_blocks: int, block_size: int, hasher: BlockHasher | None = None) -> None:
+    def __init__(
+        self, num_blocks: int, block_size: int, hasher: BlockHasher | None = None, *, hybrid: bool = False
+    ) -> None:
         if num_blocks <= 0 or block_size <= 0:
             raise ValueError("num_blocks and block_size must be positive")
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.hasher = hasher or BlockHasher(block_size)
+        #: Also publish the events of a sliding-window group (1) and a Mamba group (2).
+        self.hybrid = hybrid
         if self.hasher.block_size != block_size:
             raise ValueError("hasher block size differs from the cache's")
         self._init_pool()
@@ -254,6 +264,20 @@ class PrefixCache:
                 kv_cache_spec_kind=SPEC_KIND_FULL_ATTENTION,
             )
         )
+        if self.hybrid:
+            stored = self._events[-1]
+            assert isinstance(stored, BlockStored)
+            for group, kind, window in _HYBRID_GROUPS:
+                self._events.append(
+                    msgspec.structs.replace(
+                        stored,
+                        block_hashes=[h ^ group for h in stored.block_hashes],
+                        parent_block_hash=None if stored.parent_block_hash is None else stored.parent_block_hash ^ group,
+                        group_idx=group,
+                        kv_cache_spec_kind=kind,
+                        kv_cache_spec_sliding_window=window * bs if window else None,
+                    )
+                )
 
     def free(self, alloc: Allocation) -> None:
         """Release a finished (or aborted) request's blocks and unused reservation."""
@@ -326,3 +350,8 @@ class PrefixCache:
         self._events.append(
             BlockRemoved(block_hashes=[wire_hash(digest)], medium=MEDIUM_GPU, group_idx=0)
         )
+        if self.hybrid:
+            for group, _, _ in _HYBRID_GROUPS:
+                self._events.append(
+                    BlockRemoved(block_hashes=[wire_hash(digest) ^ group], medium=MEDIUM_GPU, group_idx=group)
+                )

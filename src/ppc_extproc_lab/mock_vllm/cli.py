@@ -71,6 +71,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="tokens per KV block (default %(default)s)",
     )
     parser.add_argument(
+        "--kv-groups",
+        choices=("full", "hybrid"),
+        default=d.kv_groups,
+        help="KV-cache groups: one full-attention group, or hybrid (plus sliding-window and Mamba "
+        "groups at the same block size) (default %(default)s)",
+    )
+    parser.add_argument(
         "--num-blocks",
         type=positive_int,
         default=d.num_blocks,
@@ -178,6 +185,7 @@ def options_from_args(args: argparse.Namespace) -> MockVllmOptions:
         advertise_host=args.advertise_host,
         model=args.model,
         block_size=args.block_size,
+        kv_groups=args.kv_groups,
         num_blocks=args.num_blocks,
         max_num_seqs=args.max_num_seqs,
         prefill_tokens_per_s=args.prefill_tokens_per_s,

@@ -69,8 +69,13 @@ class EngineConfig:
     prefill_tokens_per_s: float = 20_000.0
     decode_ms_per_token: float = 5.0
     seed: int = 0
+    #: "full": one full-attention KV-cache group; "hybrid": plus a sliding-window group and a
+    #: Mamba group publishing at the same (inflated) block size, as vLLM's hybrid models do.
+    kv_groups: str = "full"
 
     def __post_init__(self) -> None:
+        if self.kv_groups not in ("full", "hybrid"):
+            raise ValueError("kv_groups must be 'full' or 'hybrid'")
         if self.block_size <= 0 or self.num_blocks <= 0 or self.max_num_seqs <= 0:
             raise ValueError("block_size, num_blocks and max_num_seqs must be positive")
         if self.prefill_tokens_per_s <= 0 or self.decode_ms_per_token < 0:
@@ -102,7 +107,8 @@ class MockEngine:
         self.config = config
         self.publisher: EventPublisher = publisher or NullEventPublisher()
         self.cache = PrefixCache(
-            config.num_blocks, config.block_size, BlockHasher(config.block_size)
+            config.num_blocks, config.block_size, BlockHasher(config.block_size),
+            hybrid=config.kv_groups == "hybrid",
         )
         self.counters = EngineCounters()
         self._decode_s = config.decode_ms_per_token / 1000.0

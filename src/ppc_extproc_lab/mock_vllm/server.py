@@ -55,6 +55,8 @@ class MockVllmOptions:
     advertise_host: str | None = None
     model: str = "mock-model"
     block_size: int = 16
+    #: "full" or "hybrid" KV-cache groups (``EngineConfig.kv_groups``).
+    kv_groups: str = "full"
     num_blocks: int = 2048
     max_num_seqs: int = 16
     prefill_tokens_per_s: float = 20_000.0
@@ -235,6 +237,7 @@ async def _start_engine(options: MockVllmOptions, index: int, tokenizer: LocalTo
             EngineConfig(
                 model=options.model,
                 block_size=options.block_size,
+                kv_groups=options.kv_groups,
                 num_blocks=options.num_blocks,
                 max_num_seqs=options.max_num_seqs,
                 prefill_tokens_per_s=options.prefill_tokens_per_s,

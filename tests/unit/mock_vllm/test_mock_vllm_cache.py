@@ -242,3 +242,21 @@ def test_extend_hit_picks_up_blocks_cached_after_admission() -> None:
     cache.advance(b, [*A, 1], 9)  # only the partial block is new: no event
     assert cache.take_events() == []
     assert cache.stats().reserved == 0 and cache.stats().used == 3
+
+
+def test_a_hybrid_cache_publishes_sliding_window_and_mamba_groups_beside_full_attention() -> None:
+    cache = PrefixCache(2, BS, hybrid=True)
+    finish(cache, A)
+    stored = cache.take_events()
+    assert [(e.group_idx, e.kv_cache_spec_kind) for e in stored] == [
+        (0, "full_attention"), (1, "sliding_window"), (2, "mamba"),
+    ]
+    assert all(isinstance(e, BlockStored) and e.token_ids == A and e.block_size == BS for e in stored)
+    assert len({tuple(e.block_hashes) for e in stored if isinstance(e, BlockStored)}) == 3
+    assert stored[1].kv_cache_spec_sliding_window == 4 * BS and stored[2].kv_cache_spec_sliding_window is None
+    finish(cache, B)  # evicts A's two blocks: each group removes its own hashes
+    removed = [e for e in cache.take_events() if isinstance(e, BlockRemoved)]
+    assert sorted((e.group_idx, e.block_hashes[0]) for e in removed) == sorted(
+        (g, h ^ g) for g in (0, 1, 2) for h in hashes(A)
+    )
+    assert cache.match(A)[0] == 0 and cache.match(B + [1])[0] == 8

@@ -54,6 +54,7 @@ from ppc_extproc.events.stats import IngestStats
 from ppc_extproc.events.transport.frames import ReplayReply, parse_topic
 from ppc_extproc.events.transport.ratelimit import RateLimitedLog
 from ppc_extproc.events.transport.replay import Action, ReplayManager, ReplaySession
+from ppc_extproc.events.transport.restore import RestoreTable
 from ppc_extproc.events.transport.sequence import MAX_SEQ_JUMP, SequenceChecks
 from ppc_extproc.events.transport.source import ReplayKind, Source
 from ppc_extproc.events.wire import EventBatch
@@ -83,6 +84,8 @@ class Ingestor(SequenceChecks):
         self._queue_size = max(1, queue_size)
         self._warn = warn
         self._clock = clock
+        #: Positions of a loaded warm-restart snapshot, until their sources are added.
+        self.restored = RestoreTable()
 
     # --- live messages -------------------------------------------------------------------------
 
@@ -153,6 +156,33 @@ class Ingestor(SequenceChecks):
         src.recent.clear()
         src.verified = False
         src.state.last_seq = None
+
+    # --- warm restart ------------------------------------------------------------------------
+
+    def adopt(self, src: Source) -> None:
+        """A new source: continue from its restored position when the snapshot has one for the
+        same publisher (``restore.py``); drop the restored part when the addresses changed."""
+        part = self.restored.take(src.endpoint)
+        if part is None:
+            return
+        if (part.address, part.replay_address) != (src.address, src.replay_address):
+            log.info("warm_restart_part_dropped", endpoint=src.endpoint, reason="publisher_changed")
+            self._clear(src)
+            return
+        src.last_seq = part.last_seq
+        src.last_payload = part.last_payload
+        src.state.last_seq = part.last_seq
+        if part.topic:
+            self._learn_topic(src, part.topic)
+        src.connected_once = True  # the first handshake is then verified like a reconnect
+        self.stats.count(src.endpoint, "warm_restored")
+        self.stats.suspend(src.state, True)
+
+    def expire_restored(self, now: float) -> None:
+        """Drop the restored parts of endpoints that did not come back in time."""
+        for endpoint in self.restored.expired(now):
+            self.applier.forget_endpoint(endpoint)
+            self.stats.forget(endpoint)
 
     # --- connection events ---------------------------------------------------------------------
 

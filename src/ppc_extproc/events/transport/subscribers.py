@@ -141,6 +141,7 @@ class Subscribers:
         state.address, state.connected = address, False
         src = Source(endpoint.id, state, address, replay_address)
         self.sources[endpoint.id] = src
+        self._ingest.adopt(src)
         self._open_source(src)
 
     def remove(self, endpoint: EventEndpoint) -> None:
@@ -354,6 +355,7 @@ class Subscribers:
             state.address = self.config.zmq_endpoint
             state.connected = True
             src = self.sources[pod] = Source(pod, state)
+            self._ingest.adopt(src)
         if len(self._central_topics) < self.tuning.max_central_sources:
             self._central_topics[topic] = src
         return src

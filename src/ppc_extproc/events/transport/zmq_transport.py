@@ -25,9 +25,10 @@ import itertools
 import queue
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import structlog
 import zmq
@@ -45,7 +46,8 @@ from ppc_extproc.events.transport.sockets import close_socket
 from ppc_extproc.events.transport.subscribers import UNATTRIBUTED, Subscribers
 
 if TYPE_CHECKING:
-    from ppc_extproc.events.transport.source import EventEndpoint
+    from ppc_extproc.events.transport.restore import RestoreTable
+    from ppc_extproc.events.transport.source import EventEndpoint, Source
 
 __all__ = ["ZmqTransport"]
 
@@ -55,10 +57,12 @@ _wake_ids = itertools.count()
 
 @dataclass(frozen=True, slots=True)
 class _Command:
-    kind: str  # "add" | "remove" | "barrier"
+    kind: str  # "add" | "remove" | "barrier" | "call"
     endpoint: EventEndpoint | None = None
     done: Future[None] | None = None
     idle: threading.Event | None = None
+    call: Callable[[list[Source]], Any] | None = None
+    result: Future[Any] | None = None
 
 
 class ZmqTransport:
@@ -156,6 +160,23 @@ class ZmqTransport:
         self._commands.put(_Command("barrier", idle=idle))
         self._wake()
         return idle.wait(timeout) and not self._stopping.is_set()
+
+    def on_thread(self, call: Callable[[list[Source]], Any]) -> Future[Any]:
+        """Run ``call(sources)`` on the ingestion thread, between two messages (a consistent view
+        of the index and every source's position); cancelled when the thread is not running."""
+        result: Future[Any] = Future()
+        with self._wake_lock:
+            if self._closed or self._thread is None:
+                result.cancel()
+                return result
+            self._commands.put(_Command("call", call=call, result=result))
+        self._wake()
+        return result
+
+    @property
+    def restored(self) -> RestoreTable:
+        """Positions of a loaded warm-restart snapshot (fill before adding endpoints)."""
+        return self._ingest.restored
 
     def sources(self) -> list[SourceState]:
         """A snapshot of every source's state (for the debug API)."""
@@ -277,6 +298,7 @@ class ZmqTransport:
         return (replays is not None and replays.busy) or (subscribers is not None and subscribers.busy())
 
     def _tick(self, now: float) -> None:
+        self._ingest.expire_restored(now)
         if self._ingest.replays is not None:
             self._ingest.replays.tick(now)
         if self._subscribers is not None:
@@ -298,6 +320,15 @@ class ZmqTransport:
                 if command.kind == "barrier":
                     assert command.idle is not None
                     self._barriers.append(command.idle)
+                    continue
+                if command.kind == "call":
+                    assert command.call is not None and command.result is not None
+                    subs = self._subscribers
+                    sources = list(subs.sources.values()) if subs is not None else []
+                    try:
+                        command.result.set_result(command.call(sources))
+                    except Exception as exc:  # handed to the caller
+                        command.result.set_exception(exc)
                     continue
                 assert command.endpoint is not None and self._subscribers is not None
                 if command.kind == "add":
@@ -333,6 +364,8 @@ class ZmqTransport:
                     break
                 if command.idle is not None:
                     command.idle.set()
+                elif command.result is not None:
+                    command.result.cancel()
                 else:
                     self._run_closed(command)
             if self._wake_tx is not None:

@@ -43,6 +43,7 @@ and the indexer in ``pkg/kvcache/``.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import structlog
@@ -89,7 +90,9 @@ from ppc_extproc.plugins.registry import Services, register
 from ppc_extproc.tokens import TokenizedPrompt
 
 if TYPE_CHECKING:
-    from ppc_extproc.events.transport import EventTransport
+    from ppc_extproc.events.snapshot_format import IndexState
+    from ppc_extproc.events.transport import EventTransport, ZmqTransport
+    from ppc_extproc.events.warm_restart import SnapshotWriter
 
 __all__ = ["PrecisePrefixCacheProducer"]
 
@@ -140,12 +143,16 @@ class PrecisePrefixCacheProducer(
         )
         #: Told whether each endpoint's KV-event subscriber is connected (per-endpoint mode).
         self.health = services.health
+        #: Polled engine metrics: ``vllm:cache_config_info{block_size}`` until events teach it.
+        self.engine_metrics = services.engine_metrics
         #: ``plugin_data`` key of the speculative entries a request was given.
         self._seeded_key = f"{name}/speculative"
         #: ``plugin_data`` key of the prefix runs the lookup found (which blocks are already seeded).
         self._runs_key = f"{name}/runs"
         #: The KV-event transport (ZMQ subscribers); created in ``start``.
         self.transport: EventTransport | None = None
+        #: Periodic warm-restart snapshots (``warmRestart.stateDir`` set, per-endpoint or central ZMQ).
+        self.snapshots: SnapshotWriter | None = None
 
     @classmethod
     def from_parameters(
@@ -174,16 +181,50 @@ class PrecisePrefixCacheProducer(
         self.start_transport()
 
     def start_transport(self) -> None:
-        from ppc_extproc.events.transport import create_transport  # ZMQ is loaded only when used
+        from ppc_extproc.events.transport import ZmqTransport, create_transport  # ZMQ loads when used
 
         if self.transport is None:
             self.transport = create_transport(self.config.kv_events, self.applier, self.stats)
+            if isinstance(self.transport, ZmqTransport) and self.config.warm_restart.state_dir:
+                self._warm_start(self.transport)
             self.transport.start()
+            if self.snapshots is not None:
+                self.snapshots.start()
+
+    def _warm_start(self, transport: ZmqTransport) -> None:
+        """Load the snapshot (if any) before the first endpoint is subscribed, then keep one."""
+        from ppc_extproc.events.warm_restart import (
+            SNAPSHOT_FILE,
+            SnapshotWriter,
+            config_hash,
+            load_snapshot,
+            take_snapshot,
+        )
+
+        warm = self.config.warm_restart
+        path = Path(warm.state_dir) / SNAPSHOT_FILE
+        hash_ = config_hash(self.config.token_processor)
+        for leftover in path.parent.glob(f".{SNAPSHOT_FILE}.*.tmp"):  # a write cut short by kill -9
+            leftover.unlink(missing_ok=True)
+        load_snapshot(
+            path, warm.max_bytes, hash_, self.applier, self.stats, transport.restored,
+            warm.restore_ttl_seconds,
+        )
+
+        def build() -> IndexState | None:
+            if not transport.running:
+                return None
+            return transport.on_thread(lambda sources: take_snapshot(self.applier, sources, hash_)).result(60.0)  # type: ignore[no-any-return]
+
+        self.snapshots = SnapshotWriter(path, warm.interval_seconds, warm.max_bytes, build)
 
     async def stop(self) -> None:
         self.stop_transport()
 
     def stop_transport(self, timeout: float = 5.0) -> None:
+        if self.snapshots is not None:
+            self.snapshots.stop(final=True)  # on SIGTERM: the last cut, before the thread ends
+            self.snapshots = None
         if self.transport is not None:
             self.transport.stop(timeout)
             self.transport = None
@@ -258,13 +299,15 @@ class PrecisePrefixCacheProducer(
         mm_blocks = self._multimodal_blocks(tokenized)
         block = self.processor.block_size
         prompt_tokens = [len(p) // 4 for p in tokenized.prompts]
+        engine_blocks = self.stats.block_sizes
         for endpoint in candidates:
             score = scores.get(endpoint)
             if score is None:
                 info = PrefixCacheMatchInfo(0, total_blocks, block, 0, {}, None if mm_blocks is None else 0)
             else:
+                engine_block = engine_blocks.get(endpoint) or self._polled_block_size(endpoint)
                 cached = tuple(
-                    engine_cached_tokens(s.blocks if (s := prompt.get(endpoint)) else 0, block, n)
+                    engine_cached_tokens(s.blocks if (s := prompt.get(endpoint)) else 0, block, n, engine_block)
                     for prompt, n in zip(per_prompt, prompt_tokens)
                 )
                 info = PrefixCacheMatchInfo(
@@ -278,6 +321,12 @@ class PrecisePrefixCacheProducer(
                 )
             ctx.set_attribute(endpoint, self.attribute_key, info)
         ctx.timings["lookup"] = ctx.timings.get("lookup", 0.0) + time.perf_counter() - keyed
+
+    def _polled_block_size(self, endpoint: str) -> int | None:
+        """The block size the engine's metrics report; its events win when they have taught one
+        (for hybrid models the metric is the smallest group's, vllm#51163)."""
+        metrics = self.engine_metrics.snapshot(endpoint)
+        return metrics.block_size if metrics is not None else None
 
     def _multimodal_blocks(self, tokenized: TokenizedPrompt) -> list[int] | None:
         if not tokenized.features or len(tokenized.prompts) != 1:
@@ -297,6 +346,14 @@ class PrecisePrefixCacheProducer(
         keys_per_prompt = ctx.plugin_data.get(self.name)
         if keys_per_prompt:
             target = result.targets[0].id
+            engine_block = self.stats.block_sizes.get(target)
+            block = self.processor.block_size
+            if engine_block and engine_block != block and ctx.request.tokenized is not None:
+                # The engine will store only its own whole blocks of each prompt.
+                keys_per_prompt = [
+                    keys[: len(p) // 4 // engine_block * engine_block // block]
+                    for keys, p in zip(keys_per_prompt, ctx.request.tokenized.prompts)
+                ]
             runs_per_prompt = ctx.plugin_data.get(self._runs_key)
             if runs_per_prompt is not None:  # the blocks already seeded for the target keep their expiry
                 keys_per_prompt = [keys[_seeded_blocks(runs, target):] for keys, runs in zip(keys_per_prompt, runs_per_prompt)]

@@ -18,9 +18,22 @@ from ppc_extproc.index.config import IndexerConfig
 from ppc_extproc.index.entries import DEFAULT_TIER_WEIGHTS
 from ppc_extproc.index.memory import DEFAULT_INDEX_SIZE
 
-__all__ = ["PrecisePrefixCacheProducerConfig", "parse_producer_config"]
+__all__ = ["PrecisePrefixCacheProducerConfig", "WarmRestartConfig", "parse_producer_config"]
 
 _OWNER = "precise-prefix-cache-producer"
+
+
+@dataclass(frozen=True, slots=True)
+class WarmRestartConfig:
+    """``warmRestart``: snapshot the index to ``stateDir`` and load it on start ("" = off)."""
+
+    state_dir: str = ""
+    #: Seconds between periodic snapshots (``snapshotInterval``; 0 = only on shutdown).
+    interval_seconds: float = 60.0
+    #: Largest snapshot written or read (``maxSnapshotBytes``).
+    max_bytes: int = 2 << 30
+    #: Restored parts whose endpoint is not back in the pool by then are dropped (``restoreTTL``).
+    restore_ttl_seconds: float = 300.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +45,7 @@ class PrecisePrefixCacheProducerConfig:
     speculative_indexing: bool = False
     #: Lifetime of speculative entries in seconds (``speculativeTTL``, Go duration, default "2s").
     speculative_ttl_seconds: float = 2.0
+    warm_restart: WarmRestartConfig = field(default_factory=WarmRestartConfig)
 
 
 def _token_processor(s: Section) -> TokenProcessorConfig:
@@ -115,6 +129,17 @@ def _kv_events(s: Section) -> KVEventsConfig:
     return config
 
 
+def _warm_restart(s: Section) -> WarmRestartConfig:
+    config = WarmRestartConfig(
+        state_dir=s.string("stateDir", ""),
+        interval_seconds=s.duration("snapshotInterval", "60s"),
+        max_bytes=s.integer("maxSnapshotBytes", 2 << 30, minimum=1024),
+        restore_ttl_seconds=s.duration("restoreTTL", "5m"),
+    )
+    s.finish()
+    return config
+
+
 def parse_producer_config(params: Section) -> PrecisePrefixCacheProducerConfig:
     """Decode the producer's ``parameters`` (the caller runs ``params.finish()``)."""
     if "indexerConfig" in params.data and params.data["indexerConfig"] is None:
@@ -125,4 +150,5 @@ def parse_producer_config(params: Section) -> PrecisePrefixCacheProducerConfig:
         kv_events=_kv_events(params.section("kvEventsConfig")),
         speculative_indexing=params.boolean("speculativeIndexing", False),
         speculative_ttl_seconds=params.duration("speculativeTTL", "2s"),
+        warm_restart=_warm_restart(params.section("warmRestart")),
     )
