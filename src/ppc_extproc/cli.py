@@ -17,6 +17,8 @@ from ppc_extproc.cli_llmd import LlmdFlagError, OneLineErrorParser, add_llmd_fla
 from ppc_extproc.cli_llmd import resolve as resolve_llmd_flags
 
 if TYPE_CHECKING:
+    from ppc_extproc.discovery.kubernetes import KubernetesDiscovery
+    from ppc_extproc.discovery.kubernetes.lease import LeaderElector
     from ppc_extproc.framework import Discovery
 
 __all__ = ["main"]
@@ -138,6 +140,16 @@ def _kubernetes_discovery(args: argparse.Namespace) -> Discovery | None:
     return KubernetesDiscovery(config) if config is not None else None
 
 
+def _leader_elector(discovery: KubernetesDiscovery, pool_name: str | None) -> LeaderElector:
+    """llm-d's Lease for this pool, in the pool's namespace (selector mode: named by the selector's
+    namespace and ``standalone``)."""
+    from ppc_extproc.discovery.kubernetes.lease import LeaderElector, LeaseConfig, default_identity, lease_name
+
+    namespace = discovery.config.namespace
+    config = LeaseConfig(namespace, lease_name(namespace, pool_name or "standalone"), default_identity())
+    return LeaderElector(config, kubeconfig=discovery.config.kubeconfig)
+
+
 def _add_kubernetes_flags(p: argparse.ArgumentParser) -> None:
     k8s = p.add_argument_group("Kubernetes discovery (llm-d's EPP flags; excludes --endpoints)")
     k8s.add_argument("--pool-name", help="watch this InferencePool and the ready pods its selector matches")
@@ -198,6 +210,13 @@ def _serve(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"ppc-extproc serve: {exc}", file=sys.stderr)
         return 2
+    elector = None
+    if llmd.leader_election:
+        from ppc_extproc.discovery.kubernetes import KubernetesDiscovery
+
+        if not isinstance(discovery, KubernetesDiscovery):
+            return fail("--ha-enable-leader-election: needs Kubernetes discovery (--pool-name or --endpoint-selector)")
+        elector = _leader_elector(discovery, args.pool_name)
     admin_port = llmd.admin_port if llmd.admin_port is not None else args.admin_port
     options = ServeOptions(
         config_file=args.config_file,
@@ -218,6 +237,7 @@ def _serve(args: argparse.Namespace) -> int:
         worker_index=args.worker_index,
         pool_name=args.pool_name or "",
         pool_namespace=args.pool_namespace or os.environ.get("NAMESPACE", ""),
+        leader_elector=elector,
         **llmd.serve_options(),
     )
     try:

@@ -178,8 +178,8 @@ _FLAGS: tuple[_Flag, ...] = (
     _Flag("zap-devel", "bool", "development logging: console format, debug level"),
     _Flag("zap-stacktrace-level", "str", "zap stack trace level", no_effect="stack traces go with errors"),
     _Flag("zap-time-encoding", "str", "zap time encoding", no_effect="timestamps are ISO 8601 UTC"),
-    _Flag("ha-enable-leader-election", "bool", "leader election",
-          no_effect="leader election is not implemented: every replica is ready as if it led"),
+    _Flag("ha-enable-leader-election", "bool", "leader election on the Lease epp-<namespace>-<pool>.llm-d.ai: "
+          "only the leader is ready (health port readiness)"),
     _Flag("secure-serving", "bool", "TLS on the ext_proc port, with a self-signed certificate made at start "
           "unless --cert-path (llm-d default true; plain serve: false)"),
     _Flag("enable-cert-reload", "bool", "reload --cert-path on change", no_effect="certificates load at start only"),

@@ -37,7 +37,7 @@ from ppc_extproc.scheduling.pool import EndpointPool
 from ppc_extproc.scheduling.router import Router
 from ppc_extproc.server.admin import build_admin_app, plugin_state_json
 from ppc_extproc.server.extproc import ExternalProcessor
-from ppc_extproc.server.health import Health, ProbeHealthServicer
+from ppc_extproc.server.health import Health, LeaderElection, ProbeHealthServicer
 from ppc_extproc.server.stream import BodyMode, StreamOptions
 
 __all__ = ["ServeOptions", "Service", "configure_gc", "serve"]
@@ -83,6 +83,8 @@ class ServeOptions:
     health_address: str = "0.0.0.0"
     #: llm-d's probe semantics with leader election on (``ProbeHealthServicer``).
     leader_election: bool = False
+    #: The election deciding leadership (only the leader is ready); None: every replica leads.
+    leader_elector: LeaderElection | None = None
     #: After the stop signal: readiness NOT_SERVING while ext_proc keeps serving this long.
     drain_timeout_seconds: float = 0.0
     #: gRPC message limits (``--grpc-max-*-msg-size``); None: ``max_body_bytes`` + 1 MiB.
@@ -122,7 +124,10 @@ class Service:
             kv=lambda: kv_cache_families(self.plugin_states()),
         ))
         self.health = Health()
-        self.probe_health = ProbeHealthServicer(lambda: self.health.ready, leader_election=options.leader_election)
+        elector = options.leader_elector
+        self.probe_health = ProbeHealthServicer(
+            lambda: self.health.ready, leader_election=options.leader_election,
+            is_leader=(lambda: elector.is_leader) if elector is not None else (lambda: True))
         self.health_port = 0
         stream_options = StreamOptions(
             options.max_body_bytes, options.default_body_mode, options.json_errors, options.usage_sample_rate,
@@ -254,6 +259,8 @@ async def serve(
     started: list[Lifecycle] = []
     runner: web.AppRunner | None = None
     tasks: list[asyncio.Task[Any]] = []
+    lease_stop = asyncio.Event()
+    election: asyncio.Task[None] | None = None
     try:
         for plugin in loaded.roles.lifecycle:
             await plugin.start()
@@ -278,6 +285,8 @@ async def serve(
         discovery_stop = asyncio.Event()
         tasks.append(asyncio.create_task(service.discovery.run(service.pool, discovery_stop), name="discovery"))
         tasks.append(asyncio.create_task(_housekeeping(service), name="housekeeping"))
+        if options.leader_elector is not None:
+            election = asyncio.create_task(options.leader_elector.run(lease_stop), name="leader-election")
         await _wait_synced(service, tasks[0], stop)
         if not stop.is_set():
             await service.health.set_ready(True)
@@ -293,6 +302,10 @@ async def serve(
         discovery_stop.set()
     finally:
         await service.health.shutdown()
+        lease_stop.set()  # after the drain window: the lease is released for a successor
+        if election is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(election, 10.0)
         if health_server is not None:
             await health_server.stop(0)
         await server.stop(options.drain_seconds)

@@ -13,6 +13,9 @@ api-concepts.md``; ``kubernetes/apiserver: pkg/storage/cacher/cache_watcher.go``
   that stops matching as DELETED with its previous content;
 * versions at or below the compaction point are gone: a watch from one gets an ERROR event with a
   410 ``Status`` (or, ``gone_as="http"``, an HTTP 410 with the same body);
+* ``coordination.k8s.io/v1`` Leases by name: ``GET …/leases/{name}`` (404 when missing), ``POST
+  …/leases`` (409 AlreadyExists) and ``PUT …/leases/{name}`` whose ``metadata.resourceVersion`` must
+  be the stored one (409 Conflict otherwise), as optimistic concurrency works on a real server;
 * bearer-token authentication (401), and optional RBAC rules (403 with the apiserver's message).
 
 The test drives it: ``put``/``delete`` objects (``notify=False`` hides a change from open watches,
@@ -38,6 +41,7 @@ from aiohttp import web
 CORE = ""
 POOLS = ("inference.networking.k8s.io", "v1", "inferencepools")
 PODS = (CORE, "v1", "pods")
+LEASES = ("coordination.k8s.io", "v1", "leases")
 
 
 @dataclass(frozen=True)
@@ -174,6 +178,9 @@ class FakeApiServer:
         app = web.Application()
         app.router.add_get("/api/{version}/namespaces/{ns}/{plural}", self._collection)
         app.router.add_get("/apis/{group}/{version}/namespaces/{ns}/{plural}", self._collection)
+        app.router.add_get("/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/{name}", self._lease)
+        app.router.add_post("/apis/coordination.k8s.io/v1/namespaces/{ns}/leases", self._lease)
+        app.router.add_put("/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/{name}", self._lease)
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", port, ssl_context=self.ssl_context, reuse_address=True)
@@ -272,6 +279,49 @@ class FakeApiServer:
         if hold is not None:
             await hold.wait()
         return self._list(key, query)
+
+    def _denied(self, request: web.Request, group: str, plural: str, verb: str) -> web.Response | None:
+        """401/403 for a request, recording it; None when it may proceed."""
+        token = request.headers.get("Authorization", "").removeprefix("Bearer ")
+        namespace = request.match_info.get("ns", "")
+        self.requests.append(Recorded(verb, group, plural, dict(request.query), token))
+        if token not in self.tokens:
+            return self._json(status(401, "Unauthorized", "Unauthorized"), 401)
+        if self.rules is not None and not any(r.allows(group, plural, verb) for r in self.rules):
+            return self._json(status(403, "Forbidden", f'{plural}.{group} is forbidden: User '
+                                     f'"system:serviceaccount:{namespace}:ppc-extproc" cannot {verb} resource "{plural}" '
+                                     f'in API group "{group}" in the namespace "{namespace}"'), 403)
+        return None
+
+    def lease(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The stored Lease, or None."""
+        return self.store.get((*LEASES, namespace), {}).get(name)
+
+    async def _lease(self, request: web.Request) -> web.Response:
+        namespace = request.match_info["ns"]
+        verb = {"GET": "get", "POST": "create", "PUT": "update"}[request.method]
+        if (denied := self._denied(request, LEASES[0], "leases", verb)) is not None:
+            return denied
+        name = request.match_info.get("name", "")
+        current = self.lease(namespace, name) if name else None
+        if verb == "get":
+            if current is None:
+                return self._json(status(404, "NotFound", f'leases.coordination.k8s.io "{name}" not found'), 404)
+            return self._json(current)
+        body = await request.json()
+        name = name or body["metadata"]["name"]
+        current = self.lease(namespace, name)
+        if verb == "create":
+            if current is not None:
+                return self._json(status(409, "AlreadyExists", f'leases.coordination.k8s.io "{name}" already exists'), 409)
+            return self._json(self.put(LEASES, namespace, body), 201)
+        if current is None:
+            return self._json(status(404, "NotFound", f'leases.coordination.k8s.io "{name}" not found'), 404)
+        if body["metadata"].get("resourceVersion") != current["metadata"]["resourceVersion"]:
+            return self._json(status(409, "Conflict", f'Operation cannot be fulfilled on leases.coordination.k8s.io '
+                                     f'"{name}": the object has been modified; please apply your changes to the '
+                                     'latest version and try again'), 409)
+        return self._json(self.put(LEASES, namespace, body))
 
     def _selected(self, key: tuple[str, str, str, str], query: dict[str, str]) -> list[dict[str, Any]]:
         labels, fields = query.get("labelSelector", ""), query.get("fieldSelector", "")

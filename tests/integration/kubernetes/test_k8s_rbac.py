@@ -1,6 +1,7 @@
 """The Role in deploy/kubernetes/ grants exactly what the client calls: the real client runs against
 an API server fake that enforces that Role's rules (403 otherwise), through list, watch, a resumed
-watch and a 410 relist, and the calls it made are compared with the grants."""
+watch and a 410 relist, with leader election on its Lease (create, renew, release), and the calls
+it made are compared with the grants."""
 
 from __future__ import annotations
 
@@ -9,8 +10,11 @@ from pathlib import Path
 
 import pytest
 from fake_apiserver import PODS, POOLS, Rule, inference_pool, pod
-from k8s_harness import NAMESPACE, fake_api, served_pool
+from k8s_harness import NAMESPACE, fake_api, served_pool, write_kubeconfig
 from k8s_manifests import objects, render, role_grants
+
+from ppc_extproc.discovery.kubernetes.auth import kubeconfig_access
+from ppc_extproc.discovery.kubernetes.lease import LeaderElector, LeaseConfig
 
 pytestmark = pytest.mark.integration
 
@@ -25,6 +29,10 @@ def test_the_manifest_role_covers_exactly_the_calls_the_client_makes(tmp_path: P
         async with fake_api(rules=manifest_rules()) as fake:
             fake.put(POOLS, NAMESPACE, inference_pool("vllm-qwen", {"app": "vllm-qwen"}, [8000]))
             fake.put(PODS, NAMESPACE, pod("vllm-0", "127.0.30.1", labels={"app": "vllm-qwen"}))
+            elector = LeaderElector(LeaseConfig(NAMESPACE, "epp-llm-vllm-qwen.llm-d.ai", "me", retry_period_seconds=0.05),
+                                    access=await kubeconfig_access(write_kubeconfig(tmp_path, fake.url)))
+            lease_stop = asyncio.Event()
+            election = asyncio.create_task(elector.run(lease_stop))
             async with served_pool(tmp_path, fake, pool_name="vllm-qwen") as svc:
                 await svc.expect({"127.0.30.1:8000": 0}, {"127.0.30.1:8000": svc.sub("127.0.30.1")}, "the first list")
                 fake.end_watches()  # resumed watches
@@ -35,6 +43,11 @@ def test_the_manifest_role_covers_exactly_the_calls_the_client_makes(tmp_path: P
                                 "the relists")
                 fake.put(PODS, NAMESPACE, pod("vllm-1", "127.0.30.2", labels={"app": "vllm-qwen"}, ready=False))
                 await svc.expect({"127.0.30.1:8000": 0}, {"127.0.30.1:8000": svc.sub("127.0.30.1")}, "after the relist")
+                await svc.until(lambda s: elector.is_leader and len(fake.calls("leases", "update")) >= 2, "renewals")
+            lease_stop.set()
+            await asyncio.wait_for(election, 10)
+            lease = fake.lease(NAMESPACE, "epp-llm-vllm-qwen.llm-d.ai")
+            assert lease is not None and lease["spec"]["holderIdentity"] == ""  # released
         calls = {(r.group, r.resource, r.verb) for r in fake.requests}
         assert calls == role_grants()
 

@@ -275,8 +275,6 @@ def test_chart_argument_list_runs_as_llmd_epp(tmp_path: Path, replicas: int) -> 
                 warned = [json.loads(line)["flag"] for line in log.splitlines()
                           if line.startswith("{") and '"llmd_flag_no_effect"' in line]
                 expected = {"--metrics-endpoint-auth"}
-                if replicas > 1:
-                    expected.add("--ha-enable-leader-election")
                 assert sorted(warned) == sorted(expected)  # once each
 
                 if replicas > 1:  # the drain window: readiness goes, ext_proc stays, then a clean exit
