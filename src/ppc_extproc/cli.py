@@ -18,6 +18,7 @@ from ppc_extproc.cli_llmd import resolve as resolve_llmd_flags
 
 if TYPE_CHECKING:
     from ppc_extproc.discovery.kubernetes import KubernetesDiscovery
+    from ppc_extproc.discovery.kubernetes.crds import CrdWatcher
     from ppc_extproc.discovery.kubernetes.lease import LeaderElector
     from ppc_extproc.framework import Discovery
 
@@ -150,6 +151,18 @@ def _leader_elector(discovery: KubernetesDiscovery, pool_name: str | None) -> Le
     return LeaderElector(config, kubeconfig=discovery.config.kubeconfig)
 
 
+def _crd_watch(discovery: Discovery) -> CrdWatcher | None:
+    """In pool mode: the watch of the pool's InferenceModelRewrites and InferenceObjectives."""
+    from ppc_extproc.discovery.kubernetes import KubernetesDiscovery
+    from ppc_extproc.discovery.kubernetes.crds import CrdWatcher
+    from ppc_extproc.scheduling.objectives import ModelRewrites, Objectives
+
+    if not isinstance(discovery, KubernetesDiscovery) or not discovery.config.pool_name:
+        return None
+    config = discovery.config
+    return CrdWatcher(config.namespace, config.pool_name, ModelRewrites(), Objectives(), kubeconfig=config.kubeconfig)
+
+
 def _add_kubernetes_flags(p: argparse.ArgumentParser) -> None:
     k8s = p.add_argument_group("Kubernetes discovery (llm-d's EPP flags; excludes --endpoints)")
     k8s.add_argument("--pool-name", help="watch this InferencePool and the ready pods its selector matches")
@@ -217,6 +230,7 @@ def _serve(args: argparse.Namespace) -> int:
         if not isinstance(discovery, KubernetesDiscovery):
             return fail("--ha-enable-leader-election: needs Kubernetes discovery (--pool-name or --endpoint-selector)")
         elector = _leader_elector(discovery, args.pool_name)
+    crds = _crd_watch(discovery) if discovery is not None else None
     admin_port = llmd.admin_port if llmd.admin_port is not None else args.admin_port
     options = ServeOptions(
         config_file=args.config_file,
@@ -238,6 +252,8 @@ def _serve(args: argparse.Namespace) -> int:
         pool_name=args.pool_name or "",
         pool_namespace=args.pool_namespace or os.environ.get("NAMESPACE", ""),
         leader_elector=elector,
+        rewrites=crds.rewrites if crds is not None else None,
+        background=(crds,) if crds is not None else (),
         **llmd.serve_options(),
     )
     try:

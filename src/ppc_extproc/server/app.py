@@ -33,11 +33,12 @@ from ppc_extproc.framework import Discovery, Endpoint, Lifecycle, PluginState
 from ppc_extproc.observability.llmd_metrics import PoolCollector, PoolSnapshot, kv_cache_families
 from ppc_extproc.observability.metrics import Metrics, ServiceState, StateCollector
 from ppc_extproc.plugins.registry import Services
+from ppc_extproc.scheduling.objectives import ModelRewrites
 from ppc_extproc.scheduling.pool import EndpointPool
 from ppc_extproc.scheduling.router import Router
 from ppc_extproc.server.admin import build_admin_app, plugin_state_json
 from ppc_extproc.server.extproc import ExternalProcessor
-from ppc_extproc.server.health import Health, LeaderElection, ProbeHealthServicer
+from ppc_extproc.server.health import Background, Health, LeaderElection, ProbeHealthServicer
 from ppc_extproc.server.stream import BodyMode, StreamOptions
 
 __all__ = ["ServeOptions", "Service", "configure_gc", "serve"]
@@ -85,6 +86,9 @@ class ServeOptions:
     leader_election: bool = False
     #: The election deciding leadership (only the leader is ready); None: every replica leads.
     leader_elector: LeaderElection | None = None
+    #: InferenceModelRewrite rules the request path applies, and what keeps them current.
+    rewrites: ModelRewrites | None = None
+    background: tuple[Background, ...] = ()
     #: After the stop signal: readiness NOT_SERVING while ext_proc keeps serving this long.
     drain_timeout_seconds: float = 0.0
     #: gRPC message limits (``--grpc-max-*-msg-size``); None: ``max_body_bytes`` + 1 MiB.
@@ -131,7 +135,7 @@ class Service:
         self.health_port = 0
         stream_options = StreamOptions(
             options.max_body_bytes, options.default_body_mode, options.json_errors, options.usage_sample_rate,
-            honour_subset=options.honour_subset,
+            honour_subset=options.honour_subset, rewrites=options.rewrites,
         )
         self.extproc = ExternalProcessor(self.router, stream_options, self.metrics)
         self.grpc_port = 0
@@ -287,6 +291,7 @@ async def serve(
         tasks.append(asyncio.create_task(_housekeeping(service), name="housekeeping"))
         if options.leader_elector is not None:
             election = asyncio.create_task(options.leader_elector.run(lease_stop), name="leader-election")
+        tasks.extend(asyncio.create_task(job.run(discovery_stop), name=type(job).__name__) for job in options.background)
         await _wait_synced(service, tasks[0], stop)
         if not stop.is_set():
             await service.health.set_ready(True)

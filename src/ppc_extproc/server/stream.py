@@ -35,6 +35,7 @@ from ppc_extproc.ids import EndpointId, destination_host_port, endpoint_id
 from ppc_extproc.observability.llmd_metrics import RequestSeries, error_code_for_status
 from ppc_extproc.observability.metrics import Metrics
 from ppc_extproc.plugins.parsers import claims_path
+from ppc_extproc.scheduling.objectives import ModelRewrites
 from ppc_extproc.scheduling.router import Decision, Router
 from ppc_extproc.server import messages
 from ppc_extproc.server.upstream import upstream_reached
@@ -78,6 +79,8 @@ class StreamOptions:
     usage_sample_rate: float = 0.01
     #: Honour Envoy's ``envoy.lb.subset_hint`` (llm-d's ``--disable-endpoint-subset-filter`` clears it).
     honour_subset: bool = True
+    #: InferenceModelRewrite rules (a rewrite header, when present, wins over them).
+    rewrites: ModelRewrites | None = None
 
 
 class _Phase(enum.Enum):
@@ -313,6 +316,11 @@ class ExtProcStream:
                 parsed = parse_body(self.path, body, model_override=rewrite)
             else:  # an empty body is routed like a header-only request, then echoed (as llm-d does)
                 parsed = ParsedBody(rewrite or "", False, None, rewrite or "")
+        rewrites = self.options.rewrites
+        if rewrite is None and rewrites and body:
+            target = rewrites.target(parsed.body_model)
+            if target is not None and target != parsed.model:  # the index and tokenizer are the target's
+                parsed, streamed_keys = parse_body(self.path, body, model_override=target), None
         parse_done = time.perf_counter()
         self.stream_flag = parsed.stream
         forwarded = body

@@ -161,6 +161,8 @@ class FakeApiServer:
         self.history: list[tuple[int, tuple[str, str, str, str], str, dict[str, Any], dict[str, Any] | None]] = []
         self.watchers: list[_Watcher] = []
         self.requests: list[Recorded] = []
+        #: (group, resource) pairs the server does not serve (a CRD not installed): 404 after authorisation.
+        self.missing: set[tuple[str, str]] = set()
         #: When set, list requests of this (group, resource) wait for the event before answering.
         self.hold_lists: dict[tuple[str, str], asyncio.Event] = {}
         self.port = 0
@@ -272,6 +274,8 @@ class FakeApiServer:
             return self._json(status(403, "Forbidden", f'{plural}{"." + group if group else ""} is forbidden: User '
                                      f'"system:serviceaccount:{namespace}:ppc-extproc" cannot {verb} resource "{plural}" '
                                      f'in API group "{group}" in the namespace "{namespace}"'), 403)
+        if (group, plural) in self.missing:
+            return self._json(status(404, "NotFound", "the server could not find the requested resource"), 404)
         key = (group, version, plural, namespace)
         if verb == "watch":
             return await self._watch(request, key, query)

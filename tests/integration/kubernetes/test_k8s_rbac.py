@@ -1,7 +1,8 @@
 """The Role in deploy/kubernetes/ grants exactly what the client calls: the real client runs against
 an API server fake that enforces that Role's rules (403 otherwise), through list, watch, a resumed
-watch and a 410 relist, with leader election on its Lease (create, renew, release), and the calls
-it made are compared with the grants."""
+watch and a 410 relist, with leader election on its Lease (create, renew, release) and the CRD watch
+(InferenceModelRewrite, InferenceObjective: from llm-d.ai, then with that group not installed from
+the legacy inference.networking.x-k8s.io), and the calls it made are compared with the grants."""
 
 from __future__ import annotations
 
@@ -14,7 +15,9 @@ from k8s_harness import NAMESPACE, fake_api, served_pool, write_kubeconfig
 from k8s_manifests import objects, render, role_grants
 
 from ppc_extproc.discovery.kubernetes.auth import kubeconfig_access
+from ppc_extproc.discovery.kubernetes.crds import CrdWatcher
 from ppc_extproc.discovery.kubernetes.lease import LeaderElector, LeaseConfig
+from ppc_extproc.scheduling.objectives import ModelRewrites, Objectives
 
 pytestmark = pytest.mark.integration
 
@@ -48,6 +51,19 @@ def test_the_manifest_role_covers_exactly_the_calls_the_client_makes(tmp_path: P
             await asyncio.wait_for(election, 10)
             lease = fake.lease(NAMESPACE, "epp-llm-vllm-qwen.llm-d.ai")
             assert lease is not None and lease["spec"]["holderIdentity"] == ""  # released
+            for missing in (set(), {("llm-d.ai", "inferencemodelrewrites"), ("llm-d.ai", "inferenceobjectives")}):
+                fake.missing = missing
+                watches = len(fake.calls("inferenceobjectives", "watch"))
+                watcher = CrdWatcher(NAMESPACE, "vllm-qwen", ModelRewrites(), Objectives(),
+                                     access=await kubeconfig_access(write_kubeconfig(tmp_path, fake.url)))
+                crd_stop = asyncio.Event()
+                crd_task = asyncio.create_task(watcher.run(crd_stop))
+                while len(fake.calls("inferenceobjectives", "watch")) == watches or \
+                        len(fake.calls("inferencemodelrewrites", "watch")) == watches:
+                    assert not crd_task.done(), crd_task
+                    await asyncio.sleep(0.02)
+                crd_stop.set()
+                await asyncio.wait_for(crd_task, 10)
         calls = {(r.group, r.resource, r.verb) for r in fake.requests}
         assert calls == role_grants()
 

@@ -172,7 +172,10 @@ def test_rbac_binds_exactly_the_client_calls_to_the_service_account() -> None:
                                  ("inference.networking.k8s.io", "inferencepools", "list"),
                                  ("inference.networking.k8s.io", "inferencepools", "watch"),
                                  ("coordination.k8s.io", "leases", "get"), ("coordination.k8s.io", "leases", "create"),
-                                 ("coordination.k8s.io", "leases", "update")}
+                                 ("coordination.k8s.io", "leases", "update"),
+                                 *((group, plural, verb) for group in ("llm-d.ai", "inference.networking.x-k8s.io")
+                                   for plural in ("inferencemodelrewrites", "inferenceobjectives")
+                                   for verb in ("list", "watch"))}
 
 
 @pytest.mark.integration
