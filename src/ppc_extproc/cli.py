@@ -253,6 +253,7 @@ def _serve(args: argparse.Namespace) -> int:
         pool_namespace=args.pool_namespace or os.environ.get("NAMESPACE", ""),
         leader_elector=elector,
         rewrites=crds.rewrites if crds is not None else None,
+        objectives=crds.objectives if crds is not None else None,
         background=(crds,) if crds is not None else (),
         **llmd.serve_options(),
     )

@@ -33,9 +33,10 @@ from ppc_extproc.framework import Discovery, Endpoint, Lifecycle, PluginState
 from ppc_extproc.observability.llmd_metrics import PoolCollector, PoolSnapshot, kv_cache_families
 from ppc_extproc.observability.metrics import Metrics, ServiceState, StateCollector
 from ppc_extproc.plugins.registry import Services
-from ppc_extproc.scheduling.objectives import ModelRewrites
+from ppc_extproc.scheduling.objectives import ModelRewrites, Objectives
 from ppc_extproc.scheduling.pool import EndpointPool
 from ppc_extproc.scheduling.router import Router
+from ppc_extproc.scheduling.saturation import SaturationDetector
 from ppc_extproc.server.admin import build_admin_app, plugin_state_json
 from ppc_extproc.server.extproc import ExternalProcessor
 from ppc_extproc.server.health import Background, Health, LeaderElection, ProbeHealthServicer
@@ -88,6 +89,7 @@ class ServeOptions:
     leader_elector: LeaderElection | None = None
     #: InferenceModelRewrite rules the request path applies, and what keeps them current.
     rewrites: ModelRewrites | None = None
+    objectives: Objectives | None = None
     background: tuple[Background, ...] = ()
     #: After the stop signal: readiness NOT_SERVING while ext_proc keeps serving this long.
     drain_timeout_seconds: float = 0.0
@@ -135,7 +137,9 @@ class Service:
         self.health_port = 0
         stream_options = StreamOptions(
             options.max_body_bytes, options.default_body_mode, options.json_errors, options.usage_sample_rate,
-            honour_subset=options.honour_subset, rewrites=options.rewrites,
+            honour_subset=options.honour_subset, rewrites=options.rewrites, objectives=options.objectives,
+            saturation=SaturationDetector(lambda: [e.id for e in self.pool.endpoints()],
+                                          services.engine_metrics, self.router.inflight),
         )
         self.extproc = ExternalProcessor(self.router, stream_options, self.metrics)
         self.grpc_port = 0

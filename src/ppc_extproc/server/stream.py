@@ -29,14 +29,15 @@ import orjson
 import structlog
 from envoy.service.ext_proc.v3.external_processor_pb2 import ProcessingRequest, ProcessingResponse
 
-from ppc_extproc.errors import BadRequestError, PayloadTooLargeError, ProtocolConfigError, RequestError
+from ppc_extproc.errors import BadRequestError, PayloadTooLargeError, ProtocolConfigError, RequestError, SaturatedError
 from ppc_extproc.framework import LLMRequest, ResponseInfo, StreamedKeys
 from ppc_extproc.ids import EndpointId, destination_host_port, endpoint_id
 from ppc_extproc.observability.llmd_metrics import RequestSeries, error_code_for_status
 from ppc_extproc.observability.metrics import Metrics
 from ppc_extproc.plugins.parsers import claims_path
-from ppc_extproc.scheduling.objectives import ModelRewrites
+from ppc_extproc.scheduling.objectives import OBJECTIVE_HEADERS, ModelRewrites, Objectives
 from ppc_extproc.scheduling.router import Decision, Router
+from ppc_extproc.scheduling.saturation import SaturationDetector
 from ppc_extproc.server import messages
 from ppc_extproc.server.upstream import upstream_reached
 from ppc_extproc.server.usage import UsageParser, UsageSampler
@@ -81,6 +82,10 @@ class StreamOptions:
     honour_subset: bool = True
     #: InferenceModelRewrite rules (a rewrite header, when present, wins over them).
     rewrites: ModelRewrites | None = None
+    #: InferenceObjective priorities, and the saturation that sheds negative ones (llm-d's legacy
+    #: admission, ``pkg/epp/requestcontrol/admission.go``).
+    objectives: Objectives | None = None
+    saturation: SaturationDetector | None = None
 
 
 class _Phase(enum.Enum):
@@ -165,6 +170,8 @@ class ExtProcStream:
         self._mode_known = False
         #: llm-d's request families: this request's series, its arrival and its response size.
         self._series: RequestSeries | None = None
+        #: (model, target model, priority) once the body is parsed: the labels of an early rejection.
+        self._labels: tuple[str, str, int] | None = None
         self._received = 0.0
         self._response_bytes = 0
         self._sized = False
@@ -330,9 +337,14 @@ class ExtProcStream:
             self.request_id, parsed.model, parsed.tokenized, self.path, self.headers,
             body=forwarded, streamed_keys=streamed_keys,
         )
+        priority = self._priority()
+        self._labels = (parsed.body_model, parsed.model, priority)
+        saturation = self.options.saturation
+        if priority < 0 and saturation is not None and saturation.saturated():
+            raise SaturatedError("system saturated, sheddable request dropped")
         self.decision = await self.router.route(request, self._subset())
         self.phase = _Phase.ROUTED
-        self._series = self.metrics.llmd.series(parsed.body_model, parsed.model)
+        self._series = self.metrics.llmd.series(*self._labels)
         extra = [*self._id_header(), *self.decision.result.headers]
         if self._full_duplex:
             if forwarded:
@@ -346,6 +358,12 @@ class ExtProcStream:
             replies = [messages.buffered_route_response(self.decision.destination, extra, new_body)]
         self._observe(started, parse_done)
         return replies
+
+    def _priority(self) -> int:
+        objectives = self.options.objectives
+        if objectives is None:
+            return 0
+        return objectives.priority(next((self.headers[h] for h in OBJECTIVE_HEADERS if self.headers.get(h)), None))
 
     @staticmethod
     def _rewritten(body: bytes, model: str) -> bytes:
@@ -391,7 +409,7 @@ class ExtProcStream:
         self.phase = _Phase.DONE
         outcome = "error" if error.status >= 500 and error.dropped_reason is None else "rejected"
         self.metrics.count_request(outcome, error.status)
-        series = self._series or self.metrics.llmd.series("", "")
+        series = self._series or self.metrics.llmd.series(*(self._labels or ("", "", 0)))
         self.metrics.llmd.failed(series, error_code_for_status(error.status), running=self._series is not None)
         self._series = None  # counted: the stream's end records nothing more
         level = log.warning if error.status >= 500 else log.info

@@ -51,6 +51,9 @@ def test_the_manifest_role_covers_exactly_the_calls_the_client_makes(tmp_path: P
             await asyncio.wait_for(election, 10)
             lease = fake.lease(NAMESPACE, "epp-llm-vllm-qwen.llm-d.ai")
             assert lease is not None and lease["spec"]["holderIdentity"] == ""  # released
+            for group in ("llm-d.ai", "inference.networking.x-k8s.io"):
+                fake.put((group, "v1alpha2", "inferenceobjectives"), NAMESPACE, {
+                    "metadata": {"name": "batch"}, "spec": {"poolRef": {"name": "vllm-qwen"}, "priority": -1}})
             for missing in (set(), {("llm-d.ai", "inferencemodelrewrites"), ("llm-d.ai", "inferenceobjectives")}):
                 fake.missing = missing
                 watches = len(fake.calls("inferenceobjectives", "watch"))
@@ -61,6 +64,8 @@ def test_the_manifest_role_covers_exactly_the_calls_the_client_makes(tmp_path: P
                 while len(fake.calls("inferenceobjectives", "watch")) == watches or \
                         len(fake.calls("inferencemodelrewrites", "watch")) == watches:
                     assert not crd_task.done(), crd_task
+                    await asyncio.sleep(0.02)
+                while watcher.objectives.priority("batch") != -1:
                     await asyncio.sleep(0.02)
                 crd_stop.set()
                 await asyncio.wait_for(crd_task, 10)
