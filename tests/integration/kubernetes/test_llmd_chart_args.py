@@ -30,6 +30,7 @@ from typing import Any
 import aiohttp
 import grpc
 import pytest
+import yaml
 from fake_apiserver import PODS, POOLS, inference_pool, pod
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from k8s_harness import NAMESPACE, fake_api, write_kubeconfig
@@ -345,8 +346,12 @@ def test_image_swap_only_with_the_charts_default_plugins(tmp_path: Path) -> None
                     fake.put(PODS, NAMESPACE, pod(f"qwen-{i}", host))
                 env = {**os.environ, "KUBECONFIG": write_kubeconfig(tmp_path, fake.url), "NAMESPACE": NAMESPACE,
                        "POD_NAME": "qwen-epp-0"}
+                # deploy/llm-d-values.yaml's settings: its router.epp.flags (none today) rendered as the chart does.
+                values = yaml.safe_load((Path(__file__).resolve().parents[3] / "deploy" / "llm-d-values.yaml").read_text())
+                flags = {str(k): str(v).lower() if isinstance(v, bool) else str(v)
+                         for k, v in (values["router"]["epp"].get("flags") or {}).items()}
                 args = chart_args(replicas=1, config_file=config, grpc_port=grpc_port, health_port=health_port,
-                                  metrics_port=metrics_port)
+                                  metrics_port=metrics_port, extra_flags=flags)
                 epp = subprocess.Popen(["ppc-extproc", *args], env=env, stdout=subprocess.DEVNULL,
                                        stderr=subprocess.DEVNULL, start_new_session=True)
                 await until(lambda: _is(health_port, "inference-extension", SERVING), "inference-extension SERVING")
