@@ -231,6 +231,15 @@ def _serve(args: argparse.Namespace) -> int:
             return fail("--ha-enable-leader-election: needs Kubernetes discovery (--pool-name or --endpoint-selector)")
         elector = _leader_elector(discovery, args.pool_name)
     crds = _crd_watch(discovery) if discovery is not None else None
+    metrics_auth = None
+    if llmd.metrics_auth:
+        from ppc_extproc.discovery.kubernetes import KubernetesDiscovery
+        from ppc_extproc.discovery.kubernetes.reviews import MetricsAuthorizer
+
+        if not isinstance(discovery, KubernetesDiscovery):
+            return fail("--metrics-endpoint-auth: needs Kubernetes (--pool-name or --endpoint-selector); "
+                        "set --metrics-endpoint-auth=false")
+        metrics_auth = MetricsAuthorizer(kubeconfig=discovery.config.kubeconfig)
     admin_port = llmd.admin_port if llmd.admin_port is not None else args.admin_port
     options = ServeOptions(
         config_file=args.config_file,
@@ -255,6 +264,7 @@ def _serve(args: argparse.Namespace) -> int:
         rewrites=crds.rewrites if crds is not None else None,
         objectives=crds.objectives if crds is not None else None,
         background=(crds,) if crds is not None else (),
+        metrics_auth=metrics_auth,
         **llmd.serve_options(),
     )
     try:

@@ -184,8 +184,8 @@ _FLAGS: tuple[_Flag, ...] = (
           "unless --cert-path (llm-d default true; plain serve: false)"),
     _Flag("enable-cert-reload", "bool", "reload --cert-path on change", no_effect="certificates load at start only"),
     _Flag("tracing", "bool", "OpenTelemetry traces", no_effect="tracing is not implemented"),
-    _Flag("metrics-endpoint-auth", "bool", "TokenReview/SubjectAccessReview on /metrics (llm-d default true)",
-          no_effect="/metrics is not authenticated"),
+    _Flag("metrics-endpoint-auth", "bool", "TokenReview + SubjectAccessReview (get /metrics) of the bearer token "
+          "on /metrics (llm-d default true; plain serve: off)"),
     _Flag("metrics-client-ca-file", "str", "metrics mTLS client CA", no_effect="the metrics port is plain HTTP"),
     _Flag("metrics-cert-dir", "str", "metrics TLS certificates", no_effect="the metrics port is plain HTTP"),
     _Flag("enable-pprof", "bool", "pprof handlers", no_effect="no pprof in Python; see /debug/state on the admin port"),
@@ -212,7 +212,7 @@ _WARN_WHEN_TRUE = frozenset({
 })
 
 #: llm-d's defaults for flags whose absence a drop-in must still honour (options.go NewOptions).
-_LLMD_TRUE_DEFAULTS = ("metrics-endpoint-auth",)
+_LLMD_TRUE_DEFAULTS = ("tracing",)
 
 _TYPES: dict[str, Callable[[str], Any]] = {"bool": parse_go_bool, "int": int, "port": _port, "str": str, "duration": parse_duration,
           "quantity": parse_quantity}
@@ -257,6 +257,7 @@ class LlmdSettings:
     grpc_max_send_bytes: int | None = None
     honour_subset: bool = True
     leader_election: bool = False
+    metrics_auth: bool = False
     tls_cert_file: str | None = None
     tls_key_file: str | None = None
     tls_self_signed: bool = False
@@ -328,6 +329,8 @@ def resolve(args: argparse.Namespace, env: dict[str, str] | None = None) -> Llmd
     out.grpc_max_send_bytes = get("grpc-max-send-msg-size") or None
     out.honour_subset = not get("disable-endpoint-subset-filter")
     out.leader_election = bool(get("ha-enable-leader-election"))
+    auth = get("metrics-endpoint-auth")
+    out.metrics_auth = bool(chart if auth is None else auth)  # llm-d's default true in the chart form
     cert_path = get("cert-path")
     secure = get("secure-serving")
     if secure is None:

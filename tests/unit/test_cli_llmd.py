@@ -109,8 +109,10 @@ def test_chart_mode_takes_llmd_defaults() -> None:
     assert (settings.admin_address, settings.admin_debug) == ("0.0.0.0", False)
     assert settings.log_format == "json"
     assert settings.pod_name == "epp-0"
-    # llm-d's default-true feature we lack is reported even though the chart does not set it.
-    assert {name for name, _ in settings.no_effect} == {"metrics-endpoint-auth"}
+    assert settings.no_effect == []
+    assert settings.metrics_auth  # llm-d's default, though the chart does not render it
+    assert not resolve(parse([*CHART_ONE, "--metrics-endpoint-auth=false"]), env={}).metrics_auth
+    assert not resolve(parse(["serve"]), env={}).metrics_auth
     assert settings.tls_self_signed and settings.tls_cert_file is None  # llm-d's default: TLS, self-signed
 
 

@@ -37,7 +37,7 @@ from ppc_extproc.scheduling.objectives import ModelRewrites, Objectives
 from ppc_extproc.scheduling.pool import EndpointPool
 from ppc_extproc.scheduling.router import Router
 from ppc_extproc.scheduling.saturation import SaturationDetector
-from ppc_extproc.server.admin import build_admin_app, plugin_state_json
+from ppc_extproc.server.admin import MetricsAuth, build_admin_app, plugin_state_json
 from ppc_extproc.server.extproc import ExternalProcessor
 from ppc_extproc.server.health import Background, Health, LeaderElection, ProbeHealthServicer
 from ppc_extproc.server.stream import BodyMode, StreamOptions
@@ -91,6 +91,8 @@ class ServeOptions:
     rewrites: ModelRewrites | None = None
     objectives: Objectives | None = None
     background: tuple[Background, ...] = ()
+    #: Bearer-token review of ``/metrics`` (llm-d's ``--metrics-endpoint-auth``); None: open.
+    metrics_auth: MetricsAuth | None = None
     #: After the stop signal: readiness NOT_SERVING while ext_proc keeps serving this long.
     drain_timeout_seconds: float = 0.0
     #: gRPC message limits (``--grpc-max-*-msg-size``); None: ``max_body_bytes`` + 1 MiB.
@@ -281,7 +283,7 @@ async def serve(
             app = build_admin_app(
                 service.router, service.registry, lambda: service.ready, service.debug_state,
                 lambda: list(service.extproc.recent_decisions), max_body_bytes=options.max_body_bytes,
-                debug=options.admin_debug,
+                debug=options.admin_debug, metrics_auth=options.metrics_auth,
             )
             runner = web.AppRunner(app, access_log=None)
             await runner.setup()

@@ -16,6 +16,10 @@ api-concepts.md``; ``kubernetes/apiserver: pkg/storage/cacher/cache_watcher.go``
 * ``coordination.k8s.io/v1`` Leases by name: ``GET …/leases/{name}`` (404 when missing), ``POST
   …/leases`` (409 AlreadyExists) and ``PUT …/leases/{name}`` whose ``metadata.resourceVersion`` must
   be the stored one (409 Conflict otherwise), as optimistic concurrency works on a real server;
+* ``POST /apis/authentication.k8s.io/v1/tokenreviews`` (a token in ``reviewed_tokens`` is that
+  user) and ``POST /apis/authorization.k8s.io/v1/subjectaccessreviews`` (allowed when the user is in
+  ``metrics_readers`` and the non-resource request is ``get /metrics``), as a real API server answers
+  them for controller-runtime's metrics filter;
 * bearer-token authentication (401), and optional RBAC rules (403 with the apiserver's message).
 
 The test drives it: ``put``/``delete`` objects (``notify=False`` hides a change from open watches,
@@ -42,6 +46,7 @@ CORE = ""
 POOLS = ("inference.networking.k8s.io", "v1", "inferencepools")
 PODS = (CORE, "v1", "pods")
 LEASES = ("coordination.k8s.io", "v1", "leases")
+PROMETHEUS_USER = "system:serviceaccount:monitoring:prometheus"
 
 
 @dataclass(frozen=True)
@@ -161,6 +166,9 @@ class FakeApiServer:
         self.history: list[tuple[int, tuple[str, str, str, str], str, dict[str, Any], dict[str, Any] | None]] = []
         self.watchers: list[_Watcher] = []
         self.requests: list[Recorded] = []
+        #: TokenReview: token → username; SubjectAccessReview: users allowed ``get /metrics``.
+        self.reviewed_tokens: dict[str, str] = {"prometheus-token": PROMETHEUS_USER, "stranger-token": "system:anonymous-ish"}
+        self.metrics_readers: set[str] = {PROMETHEUS_USER}
         #: (group, resource) pairs the server does not serve (a CRD not installed): 404 after authorisation.
         self.missing: set[tuple[str, str]] = set()
         #: When set, list requests of this (group, resource) wait for the event before answering.
@@ -183,6 +191,8 @@ class FakeApiServer:
         app.router.add_get("/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/{name}", self._lease)
         app.router.add_post("/apis/coordination.k8s.io/v1/namespaces/{ns}/leases", self._lease)
         app.router.add_put("/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/{name}", self._lease)
+        app.router.add_post("/apis/authentication.k8s.io/v1/tokenreviews", self._token_review)
+        app.router.add_post("/apis/authorization.k8s.io/v1/subjectaccessreviews", self._access_review)
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", port, ssl_context=self.ssl_context, reuse_address=True)
@@ -296,6 +306,25 @@ class FakeApiServer:
                                      f'"system:serviceaccount:{namespace}:ppc-extproc" cannot {verb} resource "{plural}" '
                                      f'in API group "{group}" in the namespace "{namespace}"'), 403)
         return None
+
+    async def _token_review(self, request: web.Request) -> web.Response:
+        if (denied := self._denied(request, "authentication.k8s.io", "tokenreviews", "create")) is not None:
+            return denied
+        review = await request.json()
+        user = self.reviewed_tokens.get(review["spec"]["token"])
+        review["status"] = {"authenticated": True, "user": {"username": user, "uid": f"uid-{user}",
+                                                            "groups": ["system:authenticated"]}} if user else {}
+        return self._json(review, 201)
+
+    async def _access_review(self, request: web.Request) -> web.Response:
+        if (denied := self._denied(request, "authorization.k8s.io", "subjectaccessreviews", "create")) is not None:
+            return denied
+        review = await request.json()
+        spec = review["spec"]
+        allowed = spec.get("user") in self.metrics_readers and spec.get("nonResourceAttributes") == {
+            "path": "/metrics", "verb": "get"}
+        review["status"] = {"allowed": allowed}
+        return self._json(review, 201)
 
     def lease(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The stored Lease, or None."""

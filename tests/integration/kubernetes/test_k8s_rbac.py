@@ -17,14 +17,16 @@ from k8s_manifests import objects, render, role_grants
 from ppc_extproc.discovery.kubernetes.auth import kubeconfig_access
 from ppc_extproc.discovery.kubernetes.crds import CrdWatcher
 from ppc_extproc.discovery.kubernetes.lease import LeaderElector, LeaseConfig
+from ppc_extproc.discovery.kubernetes.reviews import MetricsAuthorizer
 from ppc_extproc.scheduling.objectives import ModelRewrites, Objectives
 
 pytestmark = pytest.mark.integration
 
 
 def manifest_rules() -> list[Rule]:
-    role = objects(render(), "Role")["ppc-extproc"]
-    return [Rule(frozenset(r["apiGroups"]), frozenset(r["resources"]), frozenset(r["verbs"])) for r in role["rules"]]
+    docs = render()
+    rules = objects(docs, "Role")["ppc-extproc"]["rules"] + objects(docs, "ClusterRole")["ppc-extproc-metrics-auth"]["rules"]
+    return [Rule(frozenset(r["apiGroups"]), frozenset(r["resources"]), frozenset(r["verbs"])) for r in rules]
 
 
 def test_the_manifest_role_covers_exactly_the_calls_the_client_makes(tmp_path: Path) -> None:
@@ -69,7 +71,15 @@ def test_the_manifest_role_covers_exactly_the_calls_the_client_makes(tmp_path: P
                     await asyncio.sleep(0.02)
                 crd_stop.set()
                 await asyncio.wait_for(crd_task, 10)
+            authorizer = MetricsAuthorizer(access=await kubeconfig_access(write_kubeconfig(tmp_path, fake.url)))
+            assert await authorizer.check("Bearer prometheus-token", "/metrics", "GET") == 200
+            await authorizer.close()
         calls = {(r.group, r.resource, r.verb) for r in fake.requests}
-        assert calls == role_grants()
+        assert calls == role_grants() | {rule for rule in _cluster_grants()}
 
     asyncio.run(asyncio.wait_for(scenario(), 120))
+
+
+def _cluster_grants() -> set[tuple[str, str, str]]:
+    role = objects(render(), "ClusterRole")["ppc-extproc-metrics-auth"]
+    return {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}

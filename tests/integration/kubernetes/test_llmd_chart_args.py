@@ -192,9 +192,18 @@ async def route_and_serve(grpc_port: int, prompt: list[int]) -> tuple[str, dict[
     return destination, json.loads(answer)
 
 
-async def scrape(port: int) -> dict[str, float]:
-    """``/metrics`` as {sample name with labels: value}."""
-    async with aiohttp.ClientSession() as http, http.get(f"http://127.0.0.1:{port}/metrics") as resp:
+async def metrics_status(port: int, token: str | None) -> int:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    async with aiohttp.ClientSession() as http, http.get(f"http://127.0.0.1:{port}/metrics", headers=headers) as resp:
+        return resp.status
+
+
+async def scrape(port: int, token: str = "prometheus-token") -> dict[str, float]:
+    """``/metrics`` as {sample name with labels: value}, with a bearer token the fake API server's
+    TokenReview and SubjectAccessReview admit (llm-d's ``--metrics-endpoint-auth`` is on)."""
+    async with aiohttp.ClientSession() as http, http.get(
+            f"http://127.0.0.1:{port}/metrics", headers={"Authorization": f"Bearer {token}"}) as resp:
+        assert resp.status == 200, resp.status
         text = await resp.text()
     samples: dict[str, float] = {}
     for line in text.splitlines():
@@ -275,7 +284,12 @@ def test_chart_argument_list_runs_as_llmd_epp(tmp_path: Path, replicas: int) -> 
                 log = (tmp_path / "epp.log").read_text()
                 warned = [json.loads(line)["flag"] for line in log.splitlines()
                           if line.startswith("{") and '"llmd_flag_no_effect"' in line]
-                expected = {"--metrics-endpoint-auth"}
+                # --metrics-endpoint-auth (llm-d's default true): no token 401, a token the
+                # SubjectAccessReview refuses 403, Prometheus's 200 (above).
+                assert await metrics_status(metrics_port, None) == 401
+                assert await metrics_status(metrics_port, "stranger-token") == 403
+                assert await metrics_status(metrics_port, "not-a-token") == 401
+                expected: set[str] = set()
                 assert sorted(warned) == sorted(expected)  # once each
 
                 if replicas > 1:  # the drain window: readiness goes, ext_proc stays, then a clean exit

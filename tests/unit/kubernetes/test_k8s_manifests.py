@@ -50,7 +50,7 @@ def test_every_file_is_part_of_the_kustomization() -> None:
     on_disk = {str(p.relative_to(DEPLOY)) for p in DEPLOY.rglob("*.yaml")} - {"kustomization.yaml"}
     assert listed == on_disk
     kinds = sorted({d["kind"] for d in DOCS})
-    assert kinds == ["ConfigMap", "Deployment", "Gateway", "HTTPRoute", "InferencePool", "Namespace", "Role",
+    assert kinds == ["ClusterRole", "ClusterRoleBinding", "ConfigMap", "Deployment", "Gateway", "HTTPRoute", "InferencePool", "Namespace", "Role",
                      "RoleBinding", "Service", "ServiceAccount"]
 
 
