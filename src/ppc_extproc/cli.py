@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from ppc_extproc.discovery.kubernetes.crds import CrdWatcher
     from ppc_extproc.discovery.kubernetes.lease import LeaderElector
     from ppc_extproc.framework import Discovery
+    from ppc_extproc.observability.tracing import RequestTracer
 
 __all__ = ["main"]
 
@@ -151,6 +152,12 @@ def _leader_elector(discovery: KubernetesDiscovery, pool_name: str | None) -> Le
     return LeaderElector(config, kubeconfig=discovery.config.kubeconfig)
 
 
+def _tracer() -> RequestTracer | None:
+    from ppc_extproc.observability.tracing import start_tracing
+
+    return start_tracing()
+
+
 def _crd_watch(discovery: Discovery) -> CrdWatcher | None:
     """In pool mode: the watch of the pool's InferenceModelRewrites and InferenceObjectives."""
     from ppc_extproc.discovery.kubernetes import KubernetesDiscovery
@@ -265,6 +272,7 @@ def _serve(args: argparse.Namespace) -> int:
         objectives=crds.objectives if crds is not None else None,
         background=(crds,) if crds is not None else (),
         metrics_auth=metrics_auth,
+        tracer=_tracer() if llmd.tracing else None,
         **llmd.serve_options(),
     )
     try:

@@ -183,7 +183,8 @@ _FLAGS: tuple[_Flag, ...] = (
     _Flag("secure-serving", "bool", "TLS on the ext_proc port, with a self-signed certificate made at start "
           "unless --cert-path (llm-d default true; plain serve: false)"),
     _Flag("enable-cert-reload", "bool", "reload --cert-path on change", no_effect="certificates load at start only"),
-    _Flag("tracing", "bool", "OpenTelemetry traces", no_effect="tracing is not implemented"),
+    _Flag("tracing", "bool", "OpenTelemetry spans of the request path, OTLP from OTEL_* (llm-d default true; "
+          "plain serve: off; needs ppc-extproc[tracing])"),
     _Flag("metrics-endpoint-auth", "bool", "TokenReview + SubjectAccessReview (get /metrics) of the bearer token "
           "on /metrics (llm-d default true; plain serve: off)"),
     _Flag("metrics-client-ca-file", "str", "metrics mTLS client CA", no_effect="the metrics port is plain HTTP"),
@@ -212,7 +213,7 @@ _WARN_WHEN_TRUE = frozenset({
 })
 
 #: llm-d's defaults for flags whose absence a drop-in must still honour (options.go NewOptions).
-_LLMD_TRUE_DEFAULTS = ("tracing",)
+_LLMD_TRUE_DEFAULTS: tuple[str, ...] = ()
 
 _TYPES: dict[str, Callable[[str], Any]] = {"bool": parse_go_bool, "int": int, "port": _port, "str": str, "duration": parse_duration,
           "quantity": parse_quantity}
@@ -258,6 +259,7 @@ class LlmdSettings:
     honour_subset: bool = True
     leader_election: bool = False
     metrics_auth: bool = False
+    tracing: bool = False
     tls_cert_file: str | None = None
     tls_key_file: str | None = None
     tls_self_signed: bool = False
@@ -331,6 +333,8 @@ def resolve(args: argparse.Namespace, env: dict[str, str] | None = None) -> Llmd
     out.leader_election = bool(get("ha-enable-leader-election"))
     auth = get("metrics-endpoint-auth")
     out.metrics_auth = bool(chart if auth is None else auth)  # llm-d's default true in the chart form
+    tracing = get("tracing")
+    out.tracing = bool(chart if tracing is None else tracing)
     cert_path = get("cert-path")
     secure = get("secure-serving")
     if secure is None:

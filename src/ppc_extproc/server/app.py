@@ -32,6 +32,7 @@ from ppc_extproc.errors import ConfigError
 from ppc_extproc.framework import Discovery, Endpoint, Lifecycle, PluginState
 from ppc_extproc.observability.llmd_metrics import PoolCollector, PoolSnapshot, kv_cache_families
 from ppc_extproc.observability.metrics import Metrics, ServiceState, StateCollector
+from ppc_extproc.observability.tracing import RequestTracer
 from ppc_extproc.plugins.registry import Services
 from ppc_extproc.scheduling.objectives import ModelRewrites, Objectives
 from ppc_extproc.scheduling.pool import EndpointPool
@@ -93,6 +94,8 @@ class ServeOptions:
     background: tuple[Background, ...] = ()
     #: Bearer-token review of ``/metrics`` (llm-d's ``--metrics-endpoint-auth``); None: open.
     metrics_auth: MetricsAuth | None = None
+    #: OpenTelemetry spans of the request path (llm-d's ``--tracing``); None: off.
+    tracer: RequestTracer | None = None
     #: After the stop signal: readiness NOT_SERVING while ext_proc keeps serving this long.
     drain_timeout_seconds: float = 0.0
     #: gRPC message limits (``--grpc-max-*-msg-size``); None: ``max_body_bytes`` + 1 MiB.
@@ -140,6 +143,7 @@ class Service:
         stream_options = StreamOptions(
             options.max_body_bytes, options.default_body_mode, options.json_errors, options.usage_sample_rate,
             honour_subset=options.honour_subset, rewrites=options.rewrites, objectives=options.objectives,
+            tracer=options.tracer,
             saturation=SaturationDetector(lambda: [e.id for e in self.pool.endpoints()],
                                           services.engine_metrics, self.router.inflight),
         )
@@ -332,6 +336,8 @@ async def serve(
                 await asyncio.wait_for(plugin.stop(), 10.0)
             except Exception:
                 log.exception("plugin_stop_failed", plugin=plugin.name)
+        if options.tracer is not None:
+            await asyncio.to_thread(options.tracer.shutdown)
         log.info("service_stopped")
 
 

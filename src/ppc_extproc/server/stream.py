@@ -34,6 +34,7 @@ from ppc_extproc.framework import LLMRequest, ResponseInfo, StreamedKeys
 from ppc_extproc.ids import EndpointId, destination_host_port, endpoint_id
 from ppc_extproc.observability.llmd_metrics import RequestSeries, error_code_for_status
 from ppc_extproc.observability.metrics import Metrics
+from ppc_extproc.observability.tracing import RequestTracer
 from ppc_extproc.plugins.parsers import claims_path
 from ppc_extproc.scheduling.objectives import OBJECTIVE_HEADERS, ModelRewrites, Objectives
 from ppc_extproc.scheduling.router import Decision, Router
@@ -86,6 +87,8 @@ class StreamOptions:
     #: admission, ``pkg/epp/requestcontrol/admission.go``).
     objectives: Objectives | None = None
     saturation: SaturationDetector | None = None
+    #: OpenTelemetry spans per request (``--tracing``); None: no per-request work.
+    tracer: RequestTracer | None = None
 
 
 class _Phase(enum.Enum):
@@ -346,6 +349,8 @@ class ExtProcStream:
         self.phase = _Phase.ROUTED
         self._series = self.metrics.llmd.series(*self._labels)
         extra = [*self._id_header(), *self.decision.result.headers]
+        if self.options.tracer is not None:
+            extra.extend(self._traced(started, parse_done))
         if self._full_duplex:
             if forwarded:
                 extra.append(("Content-Length", str(len(forwarded))))
@@ -358,6 +363,15 @@ class ExtProcStream:
             replies = [messages.buffered_route_response(self.decision.destination, extra, new_body)]
         self._observe(started, parse_done)
         return replies
+
+    def _traced(self, started: float, parse_done: float) -> list[tuple[str, str]]:
+        decision, tracer = self.decision, self.options.tracer
+        assert decision is not None and tracer is not None
+        stages = {"parse": parse_done - started, **decision.ctx.timings, **decision.timings}
+        attributes = {"gen_ai.request.model": decision.ctx.request.model, "ppc_extproc.request_id": self.request_id,
+                      "ppc_extproc.destination": decision.destination}
+        traceparent = tracer.record(self.headers, self._received, started, stages, attributes)
+        return [("traceparent", traceparent)] if traceparent else []
 
     def _priority(self) -> int:
         objectives = self.options.objectives
