@@ -181,6 +181,8 @@ def _add_kubernetes_flags(p: argparse.ArgumentParser) -> None:
                      "e.g. 'app=vllm,env in (prod,staging)'")
     k8s.add_argument("--endpoint-target-ports", help="with --endpoint-selector: the ranks' ports in order, e.g. 8000,8001")
     k8s.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, in-cluster, ~/.kube/config)")
+    k8s.add_argument("--crd-file", help="without Kubernetes: InferenceModelRewrite and InferenceObjective objects "
+                     "from this YAML file (read at start)")
 
 
 def _run_loop(main: Coroutine[Any, Any, None], event_loop: str) -> None:
@@ -238,6 +240,16 @@ def _serve(args: argparse.Namespace) -> int:
             return fail("--ha-enable-leader-election: needs Kubernetes discovery (--pool-name or --endpoint-selector)")
         elector = _leader_elector(discovery, args.pool_name)
     crds = _crd_watch(discovery) if discovery is not None else None
+    rewrites, objectives = (crds.rewrites, crds.objectives) if crds is not None else (None, None)
+    if args.crd_file is not None:
+        from ppc_extproc.scheduling.objectives import load_objects
+
+        if crds is not None:
+            return fail("--crd-file: in pool mode the cluster's InferenceModelRewrites and InferenceObjectives apply")
+        try:
+            rewrites, objectives = load_objects(args.crd_file)
+        except ConfigError as exc:
+            return fail(str(exc))
     metrics_auth = None
     if llmd.metrics_auth:
         from ppc_extproc.discovery.kubernetes import KubernetesDiscovery
@@ -268,8 +280,8 @@ def _serve(args: argparse.Namespace) -> int:
         pool_name=args.pool_name or "",
         pool_namespace=args.pool_namespace or os.environ.get("NAMESPACE", ""),
         leader_elector=elector,
-        rewrites=crds.rewrites if crds is not None else None,
-        objectives=crds.objectives if crds is not None else None,
+        rewrites=rewrites,
+        objectives=objectives,
         background=(crds,) if crds is not None else (),
         metrics_auth=metrics_auth,
         tracer=_tracer() if llmd.tracing else None,

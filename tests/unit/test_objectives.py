@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from ppc_extproc.errors import ConfigError
 from ppc_extproc.scheduling.objectives import (
     ModelRewrites,
     Objectives,
     ObjectParseError,
+    load_objects,
     parse_model_rewrite,
     parse_objective,
 )
@@ -80,3 +83,29 @@ def test_objective_priority_defaults_to_zero() -> None:
     assert [objectives.priority(n) for n in ("batch", "plain", "elsewhere", "", None)] == [-1, 0, 0, 0, 0]
     with pytest.raises(ObjectParseError, match="spec.priority"):
         parse_objective({"metadata": {"name": "x"}, "spec": {"priority": "high"}})
+
+
+def test_the_file_form_loads_both_kinds(tmp_path: Path) -> None:
+    path = tmp_path / "objects.yaml"
+    path.write_text("""
+kind: InferenceModelRewrite
+metadata: {name: alias}
+spec:
+  poolRef: {name: any-pool}
+  rules: [{matches: [{model: {value: assistant}}], targets: [{modelRewrite: qwen}]}]
+---
+kind: List
+items:
+- kind: InferenceObjective
+  metadata: {name: batch}
+  spec: {priority: -2}
+""")
+    rewrites, objectives = load_objects(str(path))
+    assert rewrites.target("assistant") == "qwen" and objectives.priority("batch") == -2
+
+
+def test_the_file_form_names_the_bad_object(tmp_path: Path) -> None:
+    path = tmp_path / "objects.yaml"
+    path.write_text("kind: InferenceObjective\nmetadata: {name: x}\nspec: {priority: high}\n---\nkind: Pod\n")
+    with pytest.raises(ConfigError, match=r"--crd-file: .*object 0: spec.priority"):
+        load_objects(str(path))

@@ -17,7 +17,12 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+import yaml
+
+from ppc_extproc.errors import ConfigError
 
 __all__ = [
     "OBJECTIVE_HEADERS",
@@ -25,6 +30,7 @@ __all__ = [
     "ObjectParseError",
     "Objectives",
     "RewriteRule",
+    "load_objects",
     "parse_model_rewrite",
     "parse_objective",
 ]
@@ -151,3 +157,37 @@ class Objectives:
 
     def priority(self, name: str | None) -> int:
         return self._priorities.get(name, 0) if name else 0
+
+
+def load_objects(path: str, flag: str = "--crd-file") -> tuple[ModelRewrites, Objectives]:
+    """InferenceModelRewrite and InferenceObjective objects from a YAML file (several documents,
+    or a ``kind: List``), for running without Kubernetes; every object applies (no pool filter)."""
+    try:
+        documents = [d for d in yaml.safe_load_all(Path(path).read_text()) if d is not None]
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(flag, f"cannot read {path}: {exc}") from None
+    items: list[Any] = []
+    for document in documents:
+        if isinstance(document, Mapping) and document.get("kind") == "List":
+            items.extend(document.get("items") or [])
+        else:
+            items.append(document)
+    rules: list[RewriteRule] = []
+    priorities: dict[str, int] = {}
+    for i, obj in enumerate(items):
+        kind = obj.get("kind") if isinstance(obj, Mapping) else None
+        try:
+            if kind == "InferenceModelRewrite":
+                rules.extend(parse_model_rewrite(obj))
+            elif kind == "InferenceObjective":
+                entry = parse_objective(obj)
+                if entry is not None:
+                    priorities[entry[0]] = entry[1]
+            else:
+                raise ObjectParseError(f"kind: expected InferenceModelRewrite or InferenceObjective, got {kind!r}")
+        except ObjectParseError as exc:
+            raise ConfigError(flag, f"{path}: object {i}: {exc}") from None
+    rewrites, objectives = ModelRewrites(), Objectives()
+    rewrites.replace(rules)
+    objectives.replace(priorities)
+    return rewrites, objectives
