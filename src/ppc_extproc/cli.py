@@ -17,9 +17,6 @@ from ppc_extproc.cli_llmd import LlmdFlagError, OneLineErrorParser, add_llmd_fla
 from ppc_extproc.cli_llmd import resolve as resolve_llmd_flags
 
 if TYPE_CHECKING:
-    from ppc_extproc.discovery.kubernetes import KubernetesDiscovery
-    from ppc_extproc.discovery.kubernetes.crds import CrdWatcher
-    from ppc_extproc.discovery.kubernetes.lease import LeaderElector
     from ppc_extproc.framework import Discovery
     from ppc_extproc.observability.tracing import RequestTracer
 
@@ -142,32 +139,10 @@ def _kubernetes_discovery(args: argparse.Namespace) -> Discovery | None:
     return KubernetesDiscovery(config) if config is not None else None
 
 
-def _leader_elector(discovery: KubernetesDiscovery, pool_name: str | None) -> LeaderElector:
-    """llm-d's Lease for this pool, in the pool's namespace (selector mode: named by the selector's
-    namespace and ``standalone``)."""
-    from ppc_extproc.discovery.kubernetes.lease import LeaderElector, LeaseConfig, default_identity, lease_name
-
-    namespace = discovery.config.namespace
-    config = LeaseConfig(namespace, lease_name(namespace, pool_name or "standalone"), default_identity())
-    return LeaderElector(config, kubeconfig=discovery.config.kubeconfig)
-
-
 def _tracer() -> RequestTracer | None:
     from ppc_extproc.observability.tracing import start_tracing
 
     return start_tracing()
-
-
-def _crd_watch(discovery: Discovery) -> CrdWatcher | None:
-    """In pool mode: the watch of the pool's InferenceModelRewrites and InferenceObjectives."""
-    from ppc_extproc.discovery.kubernetes import KubernetesDiscovery
-    from ppc_extproc.discovery.kubernetes.crds import CrdWatcher
-    from ppc_extproc.scheduling.objectives import ModelRewrites, Objectives
-
-    if not isinstance(discovery, KubernetesDiscovery) or not discovery.config.pool_name:
-        return None
-    config = discovery.config
-    return CrdWatcher(config.namespace, config.pool_name, ModelRewrites(), Objectives(), kubeconfig=config.kubeconfig)
 
 
 def _add_kubernetes_flags(p: argparse.ArgumentParser) -> None:
@@ -232,14 +207,13 @@ def _serve(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"ppc-extproc serve: {exc}", file=sys.stderr)
         return 2
-    elector = None
-    if llmd.leader_election:
-        from ppc_extproc.discovery.kubernetes import KubernetesDiscovery
+    from ppc_extproc.discovery.kubernetes.extras import kubernetes_extras
 
-        if not isinstance(discovery, KubernetesDiscovery):
-            return fail("--ha-enable-leader-election: needs Kubernetes discovery (--pool-name or --endpoint-selector)")
-        elector = _leader_elector(discovery, args.pool_name)
-    crds = _crd_watch(discovery) if discovery is not None else None
+    try:
+        extras = kubernetes_extras(discovery, leader_election=llmd.leader_election, metrics_auth=llmd.metrics_auth)
+    except ConfigError as exc:
+        return fail(str(exc))
+    crds = extras.crd_watch
     rewrites, objectives = (crds.rewrites, crds.objectives) if crds is not None else (None, None)
     if args.crd_file is not None:
         from ppc_extproc.scheduling.objectives import load_objects
@@ -250,15 +224,6 @@ def _serve(args: argparse.Namespace) -> int:
             rewrites, objectives = load_objects(args.crd_file)
         except ConfigError as exc:
             return fail(str(exc))
-    metrics_auth = None
-    if llmd.metrics_auth:
-        from ppc_extproc.discovery.kubernetes import KubernetesDiscovery
-        from ppc_extproc.discovery.kubernetes.reviews import MetricsAuthorizer
-
-        if not isinstance(discovery, KubernetesDiscovery):
-            return fail("--metrics-endpoint-auth: needs Kubernetes (--pool-name or --endpoint-selector); "
-                        "set --metrics-endpoint-auth=false")
-        metrics_auth = MetricsAuthorizer(kubeconfig=discovery.config.kubeconfig)
     admin_port = llmd.admin_port if llmd.admin_port is not None else args.admin_port
     options = ServeOptions(
         config_file=args.config_file,
@@ -279,11 +244,11 @@ def _serve(args: argparse.Namespace) -> int:
         worker_index=args.worker_index,
         pool_name=args.pool_name or "",
         pool_namespace=args.pool_namespace or os.environ.get("NAMESPACE", ""),
-        leader_elector=elector,
+        leader_elector=extras.leader_elector,
         rewrites=rewrites,
         objectives=objectives,
         background=(crds,) if crds is not None else (),
-        metrics_auth=metrics_auth,
+        metrics_auth=extras.metrics_auth,
         tracer=_tracer() if llmd.tracing else None,
         **llmd.serve_options(),
     )
