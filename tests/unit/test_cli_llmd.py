@@ -109,8 +109,10 @@ def test_chart_mode_takes_llmd_defaults() -> None:
     assert (settings.admin_address, settings.admin_debug) == ("0.0.0.0", False)
     assert settings.log_format == "json"
     assert settings.pod_name == "epp-0"
-    # llm-d's default-true feature we lack is reported even though the chart does not set it.
-    assert {name for name, _ in settings.no_effect} == {"metrics-endpoint-auth"}
+    assert settings.no_effect == []
+    assert settings.metrics_auth  # llm-d's default, though the chart does not render it
+    assert not resolve(parse([*CHART_ONE, "--metrics-endpoint-auth=false"]), env={}).metrics_auth
+    assert not resolve(parse(["serve"]), env={}).metrics_auth
     assert settings.tls_self_signed and settings.tls_cert_file is None  # llm-d's default: TLS, self-signed
 
 
@@ -131,8 +133,18 @@ def test_each_no_effect_flag_is_reported_once() -> None:
     argv = ["serve", "--tracing", "--ha-enable-leader-election", "--refresh-metrics-interval=50ms",
             "--kv-cache-usage-percentage-metric", "sglang:token_usage"]
     names = [name for name, _ in resolve(parse(argv), env={}).no_effect]
-    assert sorted(names) == sorted(["tracing", "ha-enable-leader-election", "refresh-metrics-interval",
-                                    "kv-cache-usage-percentage-metric"])
+    assert sorted(names) == sorted(["refresh-metrics-interval", "kv-cache-usage-percentage-metric"])
+
+
+def test_leader_election_without_kubernetes_is_one_line_naming_the_flag(capsys: pytest.CaptureFixture[str],
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    import ppc_extproc.observability.logging as logging_module
+
+    # Logging would bind to capsys's stream, closed after this test.
+    monkeypatch.setattr(logging_module, "configure_logging", lambda *a, **k: None)
+    assert main(["serve", "--endpoints", "127.0.0.1:8000", "--ha-enable-leader-election"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "--ha-enable-leader-election" in err and "Traceback" not in err
 
 
 def test_cert_path_serves_tls_from_its_files() -> None:

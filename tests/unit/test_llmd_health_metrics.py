@@ -76,7 +76,22 @@ def test_errors_use_llmds_codes_and_models_are_bounded() -> None:
         "model_name": "", "target_model_name": "", "error_code": "ResourceExhausted"}) == 1
     for i in range(1100):
         metrics.llmd.series(f"m{i}", f"m{i}")
-    assert ("other", "other") in metrics.llmd._series and len(metrics.llmd._series) <= 1002
+    assert ("other", "other", 0) in metrics.llmd._series and len(metrics.llmd._series) <= 1002
+
+
+def test_priority_labels_llmds_families_and_gies_histograms_merge_over_it() -> None:
+    registry = CollectorRegistry()
+    metrics = Metrics(registry)
+    for priority in (0, -1, -1):
+        series = metrics.llmd.series("chat", "qwen", priority)
+        metrics.llmd.scheduled(series, 100, "qwen", "qwen-0-rank-0", 8000, {})
+        metrics.llmd.completed(series, 0.5, 10, 5, 2, None)
+    get = registry.get_sample_value
+    pair = {"model_name": "chat", "target_model_name": "qwen"}
+    assert get("inference_objective_request_total", {**pair, "priority": "-1"}) == 2
+    assert get("inference_objective_request_total", {**pair, "priority": "0"}) == 1
+    assert get("llm_d_epp_request_total", {**pair, "fairness_id": "default-flow", "priority": "-1"}) == 2
+    assert get("inference_objective_request_duration_seconds_count", pair) == 3
 
 
 def test_pool_gauges_average_the_engines_with_metrics() -> None:

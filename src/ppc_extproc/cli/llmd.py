@@ -170,14 +170,15 @@ _FLAGS: tuple[_Flag, ...] = (
     _Flag("zap-devel", "bool", "development logging: console format, debug level"),
     _Flag("zap-stacktrace-level", "str", "zap stack trace level", no_effect="stack traces go with errors"),
     _Flag("zap-time-encoding", "str", "zap time encoding", no_effect="timestamps are ISO 8601 UTC"),
-    _Flag("ha-enable-leader-election", "bool", "leader election",
-          no_effect="leader election is not implemented: every replica is ready as if it led"),
+    _Flag("ha-enable-leader-election", "bool", "leader election on the Lease epp-<namespace>-<pool>.llm-d.ai: "
+          "only the leader is ready (health port readiness)"),
     _Flag("secure-serving", "bool", "TLS on the ext_proc port, with a self-signed certificate made at start "
           "unless --cert-path (llm-d default true; plain serve: false)"),
     _Flag("enable-cert-reload", "bool", "reload --cert-path on change", no_effect="certificates load at start only"),
-    _Flag("tracing", "bool", "OpenTelemetry traces", no_effect="tracing is not implemented"),
-    _Flag("metrics-endpoint-auth", "bool", "TokenReview/SubjectAccessReview on /metrics (llm-d default true)",
-          no_effect="/metrics is not authenticated"),
+    _Flag("tracing", "bool", "OpenTelemetry spans of the request path, OTLP from OTEL_* (llm-d default true; "
+          "plain serve: off; needs ppc-extproc[tracing])"),
+    _Flag("metrics-endpoint-auth", "bool", "TokenReview + SubjectAccessReview (get /metrics) of the bearer token "
+          "on /metrics (llm-d default true; plain serve: off)"),
     _Flag("metrics-client-ca-file", "str", "metrics mTLS client CA", no_effect="the metrics port is plain HTTP"),
     _Flag("metrics-cert-dir", "str", "metrics TLS certificates", no_effect="the metrics port is plain HTTP"),
     _Flag("enable-pprof", "bool", "pprof handlers", no_effect="no pprof in Python; see /debug/state on the admin port"),
@@ -204,7 +205,7 @@ _WARN_WHEN_TRUE = frozenset({
 })
 
 #: llm-d's defaults for flags whose absence a drop-in must still honour (options.go NewOptions).
-_LLMD_TRUE_DEFAULTS = ("metrics-endpoint-auth",)
+_LLMD_TRUE_DEFAULTS: tuple[str, ...] = ()
 
 _TYPES: dict[str, Callable[[str], Any]] = {"bool": parse_go_bool, "int": int, "port": _port, "str": str, "duration": parse_duration,
           "quantity": parse_quantity}
@@ -249,6 +250,8 @@ class LlmdSettings:
     grpc_max_send_bytes: int | None = None
     honour_subset: bool = True
     leader_election: bool = False
+    metrics_auth: bool = False
+    tracing: bool = False
     tls_cert_file: str | None = None
     tls_key_file: str | None = None
     tls_self_signed: bool = False
@@ -320,6 +323,10 @@ def resolve(args: argparse.Namespace, env: dict[str, str] | None = None) -> Llmd
     out.grpc_max_send_bytes = get("grpc-max-send-msg-size") or None
     out.honour_subset = not get("disable-endpoint-subset-filter")
     out.leader_election = bool(get("ha-enable-leader-election"))
+    auth = get("metrics-endpoint-auth")
+    out.metrics_auth = bool(chart if auth is None else auth)  # llm-d's default true in the chart form
+    tracing = get("tracing")
+    out.tracing = bool(chart if tracing is None else tracing)
     cert_path = get("cert-path")
     secure = get("secure-serving")
     if secure is None:

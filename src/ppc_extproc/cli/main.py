@@ -26,6 +26,7 @@ from ppc_extproc.cli.llmd import resolve as resolve_llmd_flags
 
 if TYPE_CHECKING:
     from ppc_extproc.framework import Discovery
+    from ppc_extproc.observability.tracing import RequestTracer
 
 __all__ = ["main"]
 
@@ -146,6 +147,12 @@ def _kubernetes_discovery(args: argparse.Namespace) -> Discovery | None:
     return KubernetesDiscovery(config) if config is not None else None
 
 
+def _tracer() -> RequestTracer | None:
+    from ppc_extproc.observability.tracing import start_tracing
+
+    return start_tracing()
+
+
 def _add_kubernetes_flags(p: argparse.ArgumentParser) -> None:
     k8s = p.add_argument_group("Kubernetes discovery (llm-d's EPP flags; excludes --endpoints)")
     k8s.add_argument("--pool-name", help="watch this InferencePool and the ready pods its selector matches")
@@ -157,6 +164,8 @@ def _add_kubernetes_flags(p: argparse.ArgumentParser) -> None:
                      "e.g. 'app=vllm,env in (prod,staging)'")
     k8s.add_argument("--endpoint-target-ports", help="with --endpoint-selector: the ranks' ports in order, e.g. 8000,8001")
     k8s.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, in-cluster, ~/.kube/config)")
+    k8s.add_argument("--crd-file", help="without Kubernetes: InferenceModelRewrite and InferenceObjective objects "
+                     "from this YAML file (read at start)")
 
 
 def _run_loop(main: Coroutine[Any, Any, None], event_loop: str) -> None:
@@ -206,6 +215,23 @@ def _serve(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"ppc-extproc serve: {exc}", file=sys.stderr)
         return 2
+    from ppc_extproc.discovery.kubernetes.extras import kubernetes_extras
+
+    try:
+        extras = kubernetes_extras(discovery, leader_election=llmd.leader_election, metrics_auth=llmd.metrics_auth)
+    except ConfigError as exc:
+        return fail(str(exc))
+    crds = extras.crd_watch
+    rewrites, objectives = (crds.rewrites, crds.objectives) if crds is not None else (None, None)
+    if args.crd_file is not None:
+        from ppc_extproc.scheduling.objectives import load_objects
+
+        if crds is not None:
+            return fail("--crd-file: in pool mode the cluster's InferenceModelRewrites and InferenceObjectives apply")
+        try:
+            rewrites, objectives = load_objects(args.crd_file)
+        except ConfigError as exc:
+            return fail(str(exc))
     admin_port = llmd.admin_port if llmd.admin_port is not None else args.admin_port
     options = ServeOptions(
         config_file=args.config_file,
@@ -226,6 +252,12 @@ def _serve(args: argparse.Namespace) -> int:
         worker_index=args.worker_index,
         pool_name=args.pool_name or "",
         pool_namespace=args.pool_namespace or os.environ.get("NAMESPACE", ""),
+        leader_elector=extras.leader_elector,
+        rewrites=rewrites,
+        objectives=objectives,
+        background=(crds,) if crds is not None else (),
+        metrics_auth=extras.metrics_auth,
+        tracer=_tracer() if llmd.tracing else None,
         **llmd.serve_options(),
     )
     try:

@@ -36,7 +36,7 @@ NTPOT_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0,
 SCHEDULER_BUCKETS = (0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1)
 
 #: llm-d's request labels beyond the model pair: no flow control here, so every request is in
-#: llm-d's default flow (``pkg/epp/metadata/consts.go``) at priority 0.
+#: llm-d's default flow (``pkg/epp/metadata/consts.go``); priority is its InferenceObjective's (0 without one).
 DEFAULT_FAIRNESS_ID = "default-flow"
 DEFAULT_PRIORITY = "0"
 #: cardinality.go: distinct model names kept as label values before the rest become ``other``.
@@ -135,7 +135,7 @@ class LlmdRequestMetrics(Collector):
     """Request-path families of llm-d and GIE, recorded per request and collected at scrape time."""
 
     def __init__(self, namespace: str = "") -> None:
-        self._series: dict[tuple[str, str], RequestSeries] = {}
+        self._series: dict[tuple[str, str, int], RequestSeries] = {}
         self._models: set[str] = set()
         self.namespace = namespace
         self.scheduler_e2e = _Hist(SCHEDULER_BUCKETS)
@@ -151,12 +151,12 @@ class LlmdRequestMetrics(Collector):
         self._models.add(model)
         return model
 
-    def series(self, model: str, target: str) -> RequestSeries:
-        """The series of a (model, target model) pair, created on first use (bounded)."""
-        key = (model, target)
+    def series(self, model: str, target: str, priority: int = 0) -> RequestSeries:
+        """The series of a (model, target model, priority), created on first use (bounded)."""
+        key = (model, target, priority)
         found = self._series.get(key)
         if found is None:
-            key = (self._bound(model), self._bound(target))
+            key = (self._bound(model), self._bound(target), priority)
             found = self._series.get(key)
             if found is None:
                 found = self._series[key] = RequestSeries()
@@ -197,7 +197,6 @@ class LlmdRequestMetrics(Collector):
 
     def collect(self) -> Iterator[Any]:
         models = ["model_name", "target_model_name"]
-        flow = [DEFAULT_FAIRNESS_ID, DEFAULT_PRIORITY]
         gie_total = CounterMetricFamily("inference_objective_request", "Requests per model and target model.",
                                         labels=[*models, "priority"])
         llmd_total = CounterMetricFamily("llm_d_epp_request", "Requests per model and target model.",
@@ -214,21 +213,32 @@ class LlmdRequestMetrics(Collector):
         hists = [(HistogramMetricFamily(gie, text, labels=models),
                   HistogramMetricFamily(llmd, text, labels=[*models, "fairness_id", "priority"]), attr)
                  for gie, llmd, text, attr in _HISTOGRAMS]
-        for (model, target), s in list(self._series.items()):
+        # GIE's families carry no fairness/priority (histograms, errors): one sample per model pair.
+        gie_hists: dict[tuple[str, str, int], _Hist] = {}
+        gie_errors: dict[tuple[str, str, str], int] = {}
+        for (model, target, priority), s in list(self._series.items()):
             pair = [model, target]
-            gie_total.add_metric([*pair, DEFAULT_PRIORITY], s.requests)
+            flow = [DEFAULT_FAIRNESS_ID, str(priority)]
+            gie_total.add_metric([*pair, str(priority)], s.requests)
             llmd_total.add_metric([*pair, *flow], s.requests)
             for code, n in s.errors.items():
-                gie_err.add_metric([*pair, code], n)
+                gie_errors[(model, target, code)] = gie_errors.get((model, target, code), 0) + n
                 llmd_err.add_metric([*pair, *flow, code], n)
             llmd_running.add_metric([*pair, *flow], s.running)
             if model:
                 per_model[model] = per_model.get(model, 0) + s.running
-            for gie_family, llmd_family, attr in hists:
+            for i, (_, llmd_family, attr) in enumerate(hists):
                 h: _Hist = getattr(s, attr)
-                buckets = h.buckets()
-                gie_family.add_metric(pair, buckets, h.total)
-                llmd_family.add_metric([*pair, *flow], buckets, h.total)
+                llmd_family.add_metric([*pair, *flow], h.buckets(), h.total)
+                merged = gie_hists.get((model, target, i))
+                if merged is None:
+                    merged = gie_hists[(model, target, i)] = _Hist(h.bounds)
+                merged.counts = [a + b for a, b in zip(merged.counts, h.counts, strict=True)]
+                merged.total += h.total
+        for (model, target, code), n in gie_errors.items():
+            gie_err.add_metric([model, target, code], n)
+        for (model, target, i), merged in gie_hists.items():
+            hists[i][0].add_metric([model, target], merged.buckets(), merged.total)
         for model, n in per_model.items():
             gie_running.add_metric([model], n)
         yield from (gie_total, llmd_total, gie_err, llmd_err, gie_running, llmd_running)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 from aiohttp import web
@@ -27,7 +27,7 @@ from ppc_extproc.framework import LLMRequest, PluginState
 from ppc_extproc.scheduling.router import Router
 from ppc_extproc.tokens import parse_body
 
-__all__ = ["build_admin_app", "plugin_state_json"]
+__all__ = ["MetricsAuth", "build_admin_app", "plugin_state_json"]
 
 
 def plugin_state_json(state: PluginState) -> dict[str, Any]:
@@ -51,6 +51,16 @@ def _json(data: Any, status: int = 200) -> web.Response:
     return web.Response(body=orjson.dumps(data), status=status, content_type="application/json")
 
 
+_AUTH_TEXT = {401: "Unauthorized", 403: "Forbidden"}
+
+
+class MetricsAuth(Protocol):
+    """Decides a ``/metrics`` request from its Authorization header (``MetricsAuthorizer``)."""
+
+    async def check(self, authorization: str | None, path: str, method: str) -> int:
+        """200 to serve, else the status to answer."""
+
+
 def build_admin_app(
     router: Router,
     registry: CollectorRegistry,
@@ -60,8 +70,13 @@ def build_admin_app(
     *,
     max_body_bytes: int = 16 * 1024 * 1024,
     debug: bool = True,
+    metrics_auth: MetricsAuth | None = None,
 ) -> web.Application:
-    async def metrics(_: web.Request) -> web.Response:
+    async def metrics(request: web.Request) -> web.Response:
+        if metrics_auth is not None:
+            verdict = await metrics_auth.check(request.headers.get("Authorization"), request.path, request.method)
+            if verdict != 200:
+                return web.Response(status=verdict, text=_AUTH_TEXT.get(verdict, "Internal Server Error") + "\n")
         return web.Response(body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def healthz(_: web.Request) -> web.Response:

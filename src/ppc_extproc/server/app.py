@@ -33,12 +33,15 @@ from ppc_extproc.errors import BindError, ConfigError
 from ppc_extproc.framework import Discovery, Endpoint, Lifecycle, PluginState
 from ppc_extproc.observability.llmd_metrics import PoolCollector, PoolSnapshot, kv_cache_families
 from ppc_extproc.observability.metrics import Metrics, ServiceState, StateCollector
+from ppc_extproc.observability.tracing import RequestTracer
 from ppc_extproc.plugins.registry import Services
+from ppc_extproc.scheduling.objectives import ModelRewrites, Objectives
 from ppc_extproc.scheduling.pool import EndpointPool
 from ppc_extproc.scheduling.router import Router
-from ppc_extproc.server.admin import build_admin_app, plugin_state_json
+from ppc_extproc.scheduling.saturation import SaturationDetector
+from ppc_extproc.server.admin import MetricsAuth, build_admin_app, plugin_state_json
 from ppc_extproc.server.extproc import ExternalProcessor
-from ppc_extproc.server.health import Health, ProbeHealthServicer
+from ppc_extproc.server.health import Background, Health, LeaderElection, ProbeHealthServicer
 from ppc_extproc.server.stream import BodyMode, StreamOptions
 
 __all__ = ["ServeOptions", "Service", "configure_gc", "serve"]
@@ -84,6 +87,16 @@ class ServeOptions:
     health_address: str = "0.0.0.0"
     #: llm-d's probe semantics with leader election on (``ProbeHealthServicer``).
     leader_election: bool = False
+    #: The election deciding leadership (only the leader is ready); None: every replica leads.
+    leader_elector: LeaderElection | None = None
+    #: InferenceModelRewrite rules the request path applies, and what keeps them current.
+    rewrites: ModelRewrites | None = None
+    objectives: Objectives | None = None
+    background: tuple[Background, ...] = ()
+    #: Bearer-token review of ``/metrics`` (llm-d's ``--metrics-endpoint-auth``); None: open.
+    metrics_auth: MetricsAuth | None = None
+    #: OpenTelemetry spans of the request path (llm-d's ``--tracing``); None: off.
+    tracer: RequestTracer | None = None
     #: After the stop signal: readiness NOT_SERVING while ext_proc keeps serving this long.
     drain_timeout_seconds: float = 0.0
     #: gRPC message limits (``--grpc-max-*-msg-size``); None: ``max_body_bytes`` + 1 MiB.
@@ -123,11 +136,17 @@ class Service:
             kv=lambda: kv_cache_families(self.plugin_states()),
         ))
         self.health = Health()
-        self.probe_health = ProbeHealthServicer(lambda: self.health.ready, leader_election=options.leader_election)
+        elector = options.leader_elector
+        self.probe_health = ProbeHealthServicer(
+            lambda: self.health.ready, leader_election=options.leader_election,
+            is_leader=(lambda: elector.is_leader) if elector is not None else (lambda: True))
         self.health_port = 0
         stream_options = StreamOptions(
             options.max_body_bytes, options.default_body_mode, options.json_errors, options.usage_sample_rate,
-            honour_subset=options.honour_subset,
+            honour_subset=options.honour_subset, rewrites=options.rewrites, objectives=options.objectives,
+            tracer=options.tracer,
+            saturation=SaturationDetector(lambda: [e.id for e in self.pool.endpoints()],
+                                          services.engine_metrics, self.router.inflight),
         )
         self.extproc = ExternalProcessor(self.router, stream_options, self.metrics)
         self.grpc_port = 0
@@ -261,6 +280,8 @@ async def serve(
     started: list[Lifecycle] = []
     runner: web.AppRunner | None = None
     tasks: list[asyncio.Task[Any]] = []
+    lease_stop = asyncio.Event()
+    election: asyncio.Task[None] | None = None
     try:
         for plugin in loaded.roles.lifecycle:
             await plugin.start()
@@ -273,7 +294,7 @@ async def serve(
             app = build_admin_app(
                 service.router, service.registry, lambda: service.ready, service.debug_state,
                 lambda: list(service.extproc.recent_decisions), max_body_bytes=options.max_body_bytes,
-                debug=options.admin_debug,
+                debug=options.admin_debug, metrics_auth=options.metrics_auth,
             )
             runner = web.AppRunner(app, access_log=None)
             await runner.setup()
@@ -289,6 +310,9 @@ async def serve(
         discovery_stop = asyncio.Event()
         tasks.append(asyncio.create_task(service.discovery.run(service.pool, discovery_stop), name="discovery"))
         tasks.append(asyncio.create_task(_housekeeping(service), name="housekeeping"))
+        if options.leader_elector is not None:
+            election = asyncio.create_task(options.leader_elector.run(lease_stop), name="leader-election")
+        tasks.extend(asyncio.create_task(job.run(discovery_stop), name=type(job).__name__) for job in options.background)
         await _wait_synced(service, tasks[0], stop)
         if not stop.is_set():
             await service.health.set_ready(True)
@@ -304,6 +328,10 @@ async def serve(
         discovery_stop.set()
     finally:
         await service.health.shutdown()
+        lease_stop.set()  # after the drain window: the lease is released for a successor
+        if election is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(election, 10.0)
         if health_server is not None:
             await health_server.stop(0)
         await server.stop(options.drain_seconds)
@@ -319,6 +347,8 @@ async def serve(
                 await asyncio.wait_for(plugin.stop(), 10.0)
             except Exception:
                 log.exception("plugin_stop_failed", plugin=plugin.name)
+        if options.tracer is not None:
+            await asyncio.to_thread(options.tracer.shutdown)
         log.info("service_stopped")
 
 

@@ -5,19 +5,36 @@ Unknown names answer NOT_FOUND."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-__all__ = ["EXTPROC_SERVICE", "LIVENESS_SERVICE", "READINESS_SERVICE", "Health", "ProbeHealthServicer"]
+__all__ = ["EXTPROC_SERVICE", "LIVENESS_SERVICE", "READINESS_SERVICE", "Background", "Health", "LeaderElection", "ProbeHealthServicer"]
 
 EXTPROC_SERVICE = "envoy.service.ext_proc.v3.ExternalProcessor"
 _READINESS_NAMES = ("", "readiness", EXTPROC_SERVICE)
 _SERVING: int = health_pb2.HealthCheckResponse.SERVING
 _NOT_SERVING: int = health_pb2.HealthCheckResponse.NOT_SERVING
 _UNKNOWN: int = health_pb2.HealthCheckResponse.SERVICE_UNKNOWN
+
+
+class Background(Protocol):
+    """A task running beside the service (a CRD watch) until its stop event."""
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Run until ``stop`` is set."""
+
+
+class LeaderElection(Protocol):
+    """A leader election the probe health consults (``discovery.kubernetes.lease.LeaderElector``)."""
+
+    is_leader: bool
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Contend until ``stop``; release leadership on the way out."""
 
 
 class Health:

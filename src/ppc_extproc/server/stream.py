@@ -29,13 +29,16 @@ import orjson
 import structlog
 from envoy.service.ext_proc.v3.external_processor_pb2 import ProcessingRequest, ProcessingResponse
 
-from ppc_extproc.errors import BadRequestError, PayloadTooLargeError, ProtocolConfigError, RequestError
+from ppc_extproc.errors import BadRequestError, PayloadTooLargeError, ProtocolConfigError, RequestError, SaturatedError
 from ppc_extproc.framework import LLMRequest, ResponseInfo, StreamedKeys
 from ppc_extproc.ids import EndpointId, destination_host_port, endpoint_id
 from ppc_extproc.observability.llmd_metrics import RequestSeries, error_code_for_status
 from ppc_extproc.observability.metrics import Metrics
+from ppc_extproc.observability.tracing import RequestTracer
 from ppc_extproc.plugins.parsers import claims_path
+from ppc_extproc.scheduling.objectives import OBJECTIVE_HEADERS, ModelRewrites, Objectives
 from ppc_extproc.scheduling.router import Decision, Router
+from ppc_extproc.scheduling.saturation import SaturationDetector
 from ppc_extproc.server import messages
 from ppc_extproc.server.model_name import ModelNameRewriter
 from ppc_extproc.server.upstream import upstream_reached
@@ -79,6 +82,14 @@ class StreamOptions:
     usage_sample_rate: float = 0.01
     #: Honour Envoy's ``envoy.lb.subset_hint`` (llm-d's ``--disable-endpoint-subset-filter`` clears it).
     honour_subset: bool = True
+    #: InferenceModelRewrite rules (a rewrite header, when present, wins over them).
+    rewrites: ModelRewrites | None = None
+    #: InferenceObjective priorities, and the saturation that sheds negative ones (llm-d's legacy
+    #: admission, ``pkg/epp/requestcontrol/admission.go``).
+    objectives: Objectives | None = None
+    saturation: SaturationDetector | None = None
+    #: OpenTelemetry spans per request (``--tracing``); None: no per-request work.
+    tracer: RequestTracer | None = None
 
 
 class _Phase(enum.Enum):
@@ -168,6 +179,8 @@ class ExtProcStream:
         self._mode_known = False
         #: llm-d's request families: this request's series, its arrival and its response size.
         self._series: RequestSeries | None = None
+        #: (model, target model, priority) once the body is parsed: the labels of an early rejection.
+        self._labels: tuple[str, str, int] | None = None
         self._received = 0.0
         self._response_bytes = 0
         self._sized = False
@@ -322,6 +335,11 @@ class ExtProcStream:
                 parsed = parse_body(self.path, body, model_override=rewrite)
             else:  # an empty body is routed like a header-only request, then echoed (as llm-d does)
                 parsed = ParsedBody(rewrite or "", False, None, rewrite or "")
+        rewrites = self.options.rewrites
+        if rewrite is None and rewrites and body:
+            target = rewrites.target(parsed.body_model)
+            if target is not None and target != parsed.model:  # the index and tokenizer are the target's
+                parsed, streamed_keys = parse_body(self.path, body, model_override=target), None
         parse_done = time.perf_counter()
         self.stream_flag = parsed.stream
         forwarded = body
@@ -333,10 +351,17 @@ class ExtProcStream:
             self.request_id, parsed.model, parsed.tokenized, self.path, self.headers,
             body=forwarded, streamed_keys=streamed_keys,
         )
+        priority = self._priority()
+        self._labels = (parsed.body_model, parsed.model, priority)
+        saturation = self.options.saturation
+        if priority < 0 and saturation is not None and saturation.saturated():
+            raise SaturatedError("system saturated, sheddable request dropped")
         self.decision = await self.router.route(request, self._subset())
         self.phase = _Phase.ROUTED
-        self._series = self.metrics.llmd.series(parsed.body_model, parsed.model)
+        self._series = self.metrics.llmd.series(*self._labels)
         extra = [*self._id_header(), *self.decision.result.headers]
+        if self.options.tracer is not None:
+            extra.extend(self._traced(started, parse_done))
         if self._full_duplex:
             if forwarded:
                 extra.append(("Content-Length", str(len(forwarded))))
@@ -349,6 +374,21 @@ class ExtProcStream:
             replies = [messages.buffered_route_response(self.decision.destination, extra, new_body)]
         self._observe(started, parse_done)
         return replies
+
+    def _traced(self, started: float, parse_done: float) -> list[tuple[str, str]]:
+        decision, tracer = self.decision, self.options.tracer
+        assert decision is not None and tracer is not None
+        stages = {"parse": parse_done - started, **decision.ctx.timings, **decision.timings}
+        attributes = {"gen_ai.request.model": decision.ctx.request.model, "ppc_extproc.request_id": self.request_id,
+                      "ppc_extproc.destination": decision.destination}
+        traceparent = tracer.record(self.headers, self._received, started, stages, attributes)
+        return [("traceparent", traceparent)] if traceparent else []
+
+    def _priority(self) -> int:
+        objectives = self.options.objectives
+        if objectives is None:
+            return 0
+        return objectives.priority(next((self.headers[h] for h in OBJECTIVE_HEADERS if self.headers.get(h)), None))
 
     @staticmethod
     def _rewritten(body: bytes, model: str) -> bytes:
@@ -394,7 +434,7 @@ class ExtProcStream:
         self.phase = _Phase.DONE
         outcome = "error" if error.status >= 500 and error.dropped_reason is None else "rejected"
         self.metrics.count_request(outcome, error.status)
-        series = self._series or self.metrics.llmd.series("", "")
+        series = self._series or self.metrics.llmd.series(*(self._labels or ("", "", 0)))
         self.metrics.llmd.failed(series, error_code_for_status(error.status), running=self._series is not None)
         self._series = None  # counted: the stream's end records nothing more
         level = log.warning if error.status >= 500 else log.info

@@ -13,6 +13,13 @@ api-concepts.md``; ``kubernetes/apiserver: pkg/storage/cacher/cache_watcher.go``
   that stops matching as DELETED with its previous content;
 * versions at or below the compaction point are gone: a watch from one gets an ERROR event with a
   410 ``Status`` (or, ``gone_as="http"``, an HTTP 410 with the same body);
+* ``coordination.k8s.io/v1`` Leases by name: ``GET …/leases/{name}`` (404 when missing), ``POST
+  …/leases`` (409 AlreadyExists) and ``PUT …/leases/{name}`` whose ``metadata.resourceVersion`` must
+  be the stored one (409 Conflict otherwise), as optimistic concurrency works on a real server;
+* ``POST /apis/authentication.k8s.io/v1/tokenreviews`` (a token in ``reviewed_tokens`` is that
+  user) and ``POST /apis/authorization.k8s.io/v1/subjectaccessreviews`` (allowed when the user is in
+  ``metrics_readers`` and the non-resource request is ``get /metrics``), as a real API server answers
+  them for controller-runtime's metrics filter;
 * bearer-token authentication (401), and optional RBAC rules (403 with the apiserver's message).
 
 The test drives it: ``put``/``delete`` objects (``notify=False`` hides a change from open watches,
@@ -38,6 +45,8 @@ from aiohttp import web
 CORE = ""
 POOLS = ("inference.networking.k8s.io", "v1", "inferencepools")
 PODS = (CORE, "v1", "pods")
+LEASES = ("coordination.k8s.io", "v1", "leases")
+PROMETHEUS_USER = "system:serviceaccount:monitoring:prometheus"
 
 
 @dataclass(frozen=True)
@@ -157,6 +166,11 @@ class FakeApiServer:
         self.history: list[tuple[int, tuple[str, str, str, str], str, dict[str, Any], dict[str, Any] | None]] = []
         self.watchers: list[_Watcher] = []
         self.requests: list[Recorded] = []
+        #: TokenReview: token → username; SubjectAccessReview: users allowed ``get /metrics``.
+        self.reviewed_tokens: dict[str, str] = {"prometheus-token": PROMETHEUS_USER, "stranger-token": "system:anonymous-ish"}
+        self.metrics_readers: set[str] = {PROMETHEUS_USER}
+        #: (group, resource) pairs the server does not serve (a CRD not installed): 404 after authorisation.
+        self.missing: set[tuple[str, str]] = set()
         #: When set, list requests of this (group, resource) wait for the event before answering.
         self.hold_lists: dict[tuple[str, str], asyncio.Event] = {}
         self.port = 0
@@ -174,6 +188,11 @@ class FakeApiServer:
         app = web.Application()
         app.router.add_get("/api/{version}/namespaces/{ns}/{plural}", self._collection)
         app.router.add_get("/apis/{group}/{version}/namespaces/{ns}/{plural}", self._collection)
+        app.router.add_get("/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/{name}", self._lease)
+        app.router.add_post("/apis/coordination.k8s.io/v1/namespaces/{ns}/leases", self._lease)
+        app.router.add_put("/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/{name}", self._lease)
+        app.router.add_post("/apis/authentication.k8s.io/v1/tokenreviews", self._token_review)
+        app.router.add_post("/apis/authorization.k8s.io/v1/subjectaccessreviews", self._access_review)
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", port, ssl_context=self.ssl_context, reuse_address=True)
@@ -265,6 +284,8 @@ class FakeApiServer:
             return self._json(status(403, "Forbidden", f'{plural}{"." + group if group else ""} is forbidden: User '
                                      f'"system:serviceaccount:{namespace}:ppc-extproc" cannot {verb} resource "{plural}" '
                                      f'in API group "{group}" in the namespace "{namespace}"'), 403)
+        if (group, plural) in self.missing:
+            return self._json(status(404, "NotFound", "the server could not find the requested resource"), 404)
         key = (group, version, plural, namespace)
         if verb == "watch":
             return await self._watch(request, key, query)
@@ -272,6 +293,68 @@ class FakeApiServer:
         if hold is not None:
             await hold.wait()
         return self._list(key, query)
+
+    def _denied(self, request: web.Request, group: str, plural: str, verb: str) -> web.Response | None:
+        """401/403 for a request, recording it; None when it may proceed."""
+        token = request.headers.get("Authorization", "").removeprefix("Bearer ")
+        namespace = request.match_info.get("ns", "")
+        self.requests.append(Recorded(verb, group, plural, dict(request.query), token))
+        if token not in self.tokens:
+            return self._json(status(401, "Unauthorized", "Unauthorized"), 401)
+        if self.rules is not None and not any(r.allows(group, plural, verb) for r in self.rules):
+            return self._json(status(403, "Forbidden", f'{plural}.{group} is forbidden: User '
+                                     f'"system:serviceaccount:{namespace}:ppc-extproc" cannot {verb} resource "{plural}" '
+                                     f'in API group "{group}" in the namespace "{namespace}"'), 403)
+        return None
+
+    async def _token_review(self, request: web.Request) -> web.Response:
+        if (denied := self._denied(request, "authentication.k8s.io", "tokenreviews", "create")) is not None:
+            return denied
+        review = await request.json()
+        user = self.reviewed_tokens.get(review["spec"]["token"])
+        review["status"] = {"authenticated": True, "user": {"username": user, "uid": f"uid-{user}",
+                                                            "groups": ["system:authenticated"]}} if user else {}
+        return self._json(review, 201)
+
+    async def _access_review(self, request: web.Request) -> web.Response:
+        if (denied := self._denied(request, "authorization.k8s.io", "subjectaccessreviews", "create")) is not None:
+            return denied
+        review = await request.json()
+        spec = review["spec"]
+        allowed = spec.get("user") in self.metrics_readers and spec.get("nonResourceAttributes") == {
+            "path": "/metrics", "verb": "get"}
+        review["status"] = {"allowed": allowed}
+        return self._json(review, 201)
+
+    def lease(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The stored Lease, or None."""
+        return self.store.get((*LEASES, namespace), {}).get(name)
+
+    async def _lease(self, request: web.Request) -> web.Response:
+        namespace = request.match_info["ns"]
+        verb = {"GET": "get", "POST": "create", "PUT": "update"}[request.method]
+        if (denied := self._denied(request, LEASES[0], "leases", verb)) is not None:
+            return denied
+        name = request.match_info.get("name", "")
+        current = self.lease(namespace, name) if name else None
+        if verb == "get":
+            if current is None:
+                return self._json(status(404, "NotFound", f'leases.coordination.k8s.io "{name}" not found'), 404)
+            return self._json(current)
+        body = await request.json()
+        name = name or body["metadata"]["name"]
+        current = self.lease(namespace, name)
+        if verb == "create":
+            if current is not None:
+                return self._json(status(409, "AlreadyExists", f'leases.coordination.k8s.io "{name}" already exists'), 409)
+            return self._json(self.put(LEASES, namespace, body), 201)
+        if current is None:
+            return self._json(status(404, "NotFound", f'leases.coordination.k8s.io "{name}" not found'), 404)
+        if body["metadata"].get("resourceVersion") != current["metadata"]["resourceVersion"]:
+            return self._json(status(409, "Conflict", f'Operation cannot be fulfilled on leases.coordination.k8s.io '
+                                     f'"{name}": the object has been modified; please apply your changes to the '
+                                     'latest version and try again'), 409)
+        return self._json(self.put(LEASES, namespace, body))
 
     def _selected(self, key: tuple[str, str, str, str], query: dict[str, str]) -> list[dict[str, Any]]:
         labels, fields = query.get("labelSelector", ""), query.get("fieldSelector", "")

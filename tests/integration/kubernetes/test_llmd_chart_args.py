@@ -30,6 +30,7 @@ from typing import Any
 import aiohttp
 import grpc
 import pytest
+import yaml
 from fake_apiserver import PODS, POOLS, inference_pool, pod
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from k8s_harness import NAMESPACE, fake_api, write_kubeconfig
@@ -191,9 +192,18 @@ async def route_and_serve(grpc_port: int, prompt: list[int]) -> tuple[str, dict[
     return destination, json.loads(answer)
 
 
-async def scrape(port: int) -> dict[str, float]:
-    """``/metrics`` as {sample name with labels: value}."""
-    async with aiohttp.ClientSession() as http, http.get(f"http://127.0.0.1:{port}/metrics") as resp:
+async def metrics_status(port: int, token: str | None) -> int:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    async with aiohttp.ClientSession() as http, http.get(f"http://127.0.0.1:{port}/metrics", headers=headers) as resp:
+        return resp.status
+
+
+async def scrape(port: int, token: str = "prometheus-token") -> dict[str, float]:
+    """``/metrics`` as {sample name with labels: value}, with a bearer token the fake API server's
+    TokenReview and SubjectAccessReview admit (llm-d's ``--metrics-endpoint-auth`` is on)."""
+    async with aiohttp.ClientSession() as http, http.get(
+            f"http://127.0.0.1:{port}/metrics", headers={"Authorization": f"Bearer {token}"}) as resp:
+        assert resp.status == 200, resp.status
         text = await resp.text()
     samples: dict[str, float] = {}
     for line in text.splitlines():
@@ -274,9 +284,12 @@ def test_chart_argument_list_runs_as_llmd_epp(tmp_path: Path, replicas: int) -> 
                 log = (tmp_path / "epp.log").read_text()
                 warned = [json.loads(line)["flag"] for line in log.splitlines()
                           if line.startswith("{") and '"llmd_flag_no_effect"' in line]
-                expected = {"--metrics-endpoint-auth"}
-                if replicas > 1:
-                    expected.add("--ha-enable-leader-election")
+                # --metrics-endpoint-auth (llm-d's default true): no token 401, a token the
+                # SubjectAccessReview refuses 403, Prometheus's 200 (above).
+                assert await metrics_status(metrics_port, None) == 401
+                assert await metrics_status(metrics_port, "stranger-token") == 403
+                assert await metrics_status(metrics_port, "not-a-token") == 401
+                expected: set[str] = set()
                 assert sorted(warned) == sorted(expected)  # once each
 
                 if replicas > 1:  # the drain window: readiness goes, ext_proc stays, then a clean exit
@@ -347,8 +360,12 @@ def test_image_swap_only_with_the_charts_default_plugins(tmp_path: Path) -> None
                     fake.put(PODS, NAMESPACE, pod(f"qwen-{i}", host))
                 env = {**os.environ, "KUBECONFIG": write_kubeconfig(tmp_path, fake.url), "NAMESPACE": NAMESPACE,
                        "POD_NAME": "qwen-epp-0"}
+                # deploy/llm-d-values.yaml's settings: its router.epp.flags (none today) rendered as the chart does.
+                values = yaml.safe_load((Path(__file__).resolve().parents[3] / "deploy" / "llm-d-values.yaml").read_text())
+                flags = {str(k): str(v).lower() if isinstance(v, bool) else str(v)
+                         for k, v in (values["router"]["epp"].get("flags") or {}).items()}
                 args = chart_args(replicas=1, config_file=config, grpc_port=grpc_port, health_port=health_port,
-                                  metrics_port=metrics_port)
+                                  metrics_port=metrics_port, extra_flags=flags)
                 epp = subprocess.Popen(["ppc-extproc", *args], env=env, stdout=subprocess.DEVNULL,
                                        stderr=subprocess.DEVNULL, start_new_session=True)
                 await until(lambda: _is(health_port, "inference-extension", SERVING), "inference-extension SERVING")

@@ -50,7 +50,7 @@ def test_every_file_is_part_of_the_kustomization() -> None:
     on_disk = {str(p.relative_to(DEPLOY)) for p in DEPLOY.rglob("*.yaml")} - {"kustomization.yaml"}
     assert listed == on_disk
     kinds = sorted({d["kind"] for d in DOCS})
-    assert kinds == ["ConfigMap", "Deployment", "Gateway", "HTTPRoute", "InferencePool", "Namespace", "Role",
+    assert kinds == ["ClusterRole", "ClusterRoleBinding", "ConfigMap", "Deployment", "Gateway", "HTTPRoute", "InferencePool", "Namespace", "Role",
                      "RoleBinding", "Service", "ServiceAccount"]
 
 
@@ -160,7 +160,7 @@ def test_selectors_pick_exactly_their_own_pods() -> None:
     assert [n for n, labels in pod_labels.items() if pool.selector.matches(labels)] == ["vllm-qwen"]
 
 
-def test_rbac_binds_exactly_the_list_and_watch_calls_to_the_service_account() -> None:
+def test_rbac_binds_exactly_the_client_calls_to_the_service_account() -> None:
     epp = one("Deployment", "ppc-extproc")
     account = pod_spec(epp)["serviceAccountName"]
     assert account in objects(DOCS, "ServiceAccount")
@@ -170,7 +170,12 @@ def test_rbac_binds_exactly_the_list_and_watch_calls_to_the_service_account() ->
     # test_k8s_rbac.py (integration) shows these are exactly the calls the client makes.
     assert role_grants(DOCS) == {("", "pods", "list"), ("", "pods", "watch"),
                                  ("inference.networking.k8s.io", "inferencepools", "list"),
-                                 ("inference.networking.k8s.io", "inferencepools", "watch")}
+                                 ("inference.networking.k8s.io", "inferencepools", "watch"),
+                                 ("coordination.k8s.io", "leases", "get"), ("coordination.k8s.io", "leases", "create"),
+                                 ("coordination.k8s.io", "leases", "update"),
+                                 *((group, plural, verb) for group in ("llm-d.ai", "inference.networking.x-k8s.io")
+                                   for plural in ("inferencemodelrewrites", "inferenceobjectives")
+                                   for verb in ("list", "watch"))}
 
 
 @pytest.mark.integration

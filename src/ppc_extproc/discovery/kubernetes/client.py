@@ -151,7 +151,7 @@ def _status_error(body: bytes, code: int, verb: str, resource: str) -> ApiStatus
 
 
 class ApiSession:
-    """GET requests through ``kubernetes_asyncio``'s client: its TLS, auth headers and token hooks."""
+    """Requests through ``kubernetes_asyncio``'s client: its TLS, auth headers and token hooks."""
 
     def __init__(self, access: ClusterAccess) -> None:
         from kubernetes_asyncio.client import ApiClient
@@ -163,6 +163,18 @@ class ApiSession:
         """The raw response (status not checked); the caller reads and closes it."""
         response = await self._client.call_api(
             path, "GET", query_params=query, header_params={"Accept": "application/json"},
+            auth_settings=["BearerToken"], _preload_content=False, _request_timeout=timeout,
+        )
+        assert isinstance(response, aiohttp.ClientResponse)
+        return response
+
+    async def request(self, method: str, path: str, body: Any, timeout: aiohttp.ClientTimeout) -> aiohttp.ClientResponse:
+        """A JSON request with any verb (status not checked); the caller reads and closes the response."""
+        headers = {"Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = "application/json"
+        response = await self._client.call_api(
+            path, method, header_params=headers, body=body,
             auth_settings=["BearerToken"], _preload_content=False, _request_timeout=timeout,
         )
         assert isinstance(response, aiohttp.ClientResponse)

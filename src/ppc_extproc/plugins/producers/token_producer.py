@@ -50,6 +50,7 @@ Follows ``llm-d/llm-d-router: pkg/epp/framework/plugins/requestcontrol/dataprodu
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -300,7 +301,9 @@ class TokenProducer(AsyncDataProducer, Lifecycle, StateReporter):
         if request.tokenized is not None:  # token ids in the body: nothing to do
             self._count("passthrough")
             return
+        started = time.perf_counter()
         outcome, detail = await self._tokenize(request, ctx.candidates)
+        ctx.timings["tokenize"] = ctx.timings.get("tokenize", 0.0) + time.perf_counter() - started
         self._count(outcome)
         request.tokenize_outcome = f"{self.backend_name}:{outcome}"
         if detail:
