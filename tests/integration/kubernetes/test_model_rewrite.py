@@ -48,9 +48,9 @@ def rewrite_object() -> dict[str, Any]:
                                 "targets": [{"modelRewrite": "qwen", "weight": 100}]}]}}
 
 
-async def route(grpc_port: int, model: str, prompt: list[int]) -> tuple[str, int, dict[str, Any]]:
+async def route(grpc_port: int, model: str, prompt: list[int]) -> tuple[str, int, dict[str, Any], dict[str, Any]]:
     """One request through ext_proc (TLS, FULL_DUPLEX_STREAMED) with the body ext_proc forwards sent
-    to the destination it picked: (destination, engine status, engine reply)."""
+    to the destination it picked: (destination, engine status, engine reply, the reply the client gets)."""
     if str(HARNESS) not in sys.path:
         sys.path.insert(0, str(HARNESS))
     from envoy.service.ext_proc.v3 import external_processor_pb2_grpc
@@ -76,9 +76,12 @@ async def route(grpc_port: int, model: str, prompt: list[int]) -> tuple[str, int
         await call.write(response_headers(status, served=destination))
         await call.write(response_body(answer, eos=True))
         await call.done_writing()
-        while await call.read() is not grpc.aio.EOF:
-            pass
-    return destination, status, json.loads(answer)
+        back = b""  # the response body as ext_proc hands it on to the client
+        while (message := await call.read()) is not grpc.aio.EOF:
+            if message.HasField("response_body"):
+                mutation = message.response_body.response.body_mutation
+                back += mutation.streamed_response.body if mutation.HasField("streamed_response") else mutation.body
+    return destination, status, json.loads(answer), json.loads(back)
 
 
 async def warm(destination: str, prompt: list[int]) -> None:
@@ -127,9 +130,10 @@ def test_model_rewrite_routes_by_the_targets_cache(tmp_path: Path) -> None:
 
                 await until(admitted, "both engines' KV events applied")
                 for destination, prompt in prompts.items():
-                    routed, status, reply = await route(grpc_port, "assistant", prompt)
+                    routed, status, reply, client_reply = await route(grpc_port, "assistant", prompt)
                     assert status == 200, reply  # the engine got model qwen
                     assert routed == destination and reply["model"] == "qwen"
+                    assert client_reply["model"] == "assistant"  # and the client gets its own name back
                 samples = await scrape(metrics_port)
                 assert samples['inference_objective_request_total{model_name="assistant",priority="0",'
                                'target_model_name="qwen"}'] == 2
