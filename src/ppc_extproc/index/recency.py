@@ -40,6 +40,8 @@ class OrderedMask(int):
 
 
 _interned: dict[tuple[int, ...], OrderedMask] = {}
+#: ``add``'s results for masks not in bit order (or several entries added at once).
+_added: dict[tuple[int, tuple[int, ...], int], int] = {}
 
 
 def order_of(mask: int) -> tuple[int, ...]:
@@ -82,6 +84,8 @@ def add(mask: int | None, adding: tuple[int, ...], limit: int) -> int:
     """``mask`` after adding the bit numbers ``adding`` in that order (each becomes the most
     recent, present or not), keeping the ``limit`` most recent entries."""
     if mask is None:
+        if len(adding) == 1:
+            return 1 << adding[0]
         order: list[int] = []
     elif type(mask) is not OrderedMask and adding[0] >= mask.bit_length() - 1 and len(adding) == 1:
         # Bit order stays bit order: the new or re-added entry is the highest bit.
@@ -92,6 +96,11 @@ def add(mask: int | None, adding: tuple[int, ...], limit: int) -> int:
             excess -= 1
         return new
     else:
+        # KV events write a few keys per call, often with the same few masks: remember results.
+        memo_key = (mask, adding, limit)
+        found = _added.get(memo_key)
+        if found is not None:
+            return found
         order = list(order_of(mask))
     for bit in adding:
         if bit in order:
@@ -99,7 +108,12 @@ def add(mask: int | None, adding: tuple[int, ...], limit: int) -> int:
         order.append(bit)
     if len(order) > limit:
         del order[: len(order) - limit]
-    return _make(order)
+    new = _make(order)
+    if mask is not None:
+        if len(_added) >= _INTERN_LIMIT:
+            _added.clear()
+        _added[memo_key] = new
+    return new
 
 
 def restrict(mask: int, keep: int) -> int:
