@@ -123,7 +123,7 @@ class TwoGenerationLRU(Generic[K, V]):
                 value = self._old.pop(key, None)
                 promoted = value is not None
             if value in memo:
-                new = memo[value]  # type: ignore[index]
+                new = memo[value]
             else:
                 new = _merged(value, merge)  # type: ignore[arg-type]
                 memo[value] = new  # type: ignore[index]

@@ -21,8 +21,8 @@ import xxhash
 
 from ppc_extproc import native
 from ppc_extproc.ids import MASK64, EndpointId, EngineKey, RequestKey
-from ppc_extproc.index.entries import EntryRegistry, MaskInfo, PodEntry
 from ppc_extproc.index import recency
+from ppc_extproc.index.entries import EntryRegistry, MaskInfo, PodEntry
 from ppc_extproc.index.lru import TwoGenerationLRU
 from ppc_extproc.index.mapping import engine_to_request_mapping
 
