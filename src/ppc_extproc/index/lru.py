@@ -106,8 +106,9 @@ class TwoGenerationLRU(Generic[K, V]):
 
     def or_bits(self, keys: Sequence[K], merge: Callable[[int | None], int]) -> None:
         """For int-mask values: ``value = merge(value)`` on every key (None for an absent key, which
-        is inserted), marking each recently used. ``merge`` adds ``bits`` to a mask (it keeps the
-        entries' recency and the per-key bound: ``recency.add``); it runs once per distinct mask.
+        is inserted), marking each recently used. ``merge`` adds entries to a mask (the index's keeps
+        their recency and the per-key bound: ``recency.add``); it runs once per distinct mask
+        of a call, and a key whose mask it leaves as it was is not written.
 
         Long key lists (a prompt's speculative entries) go through bulk dict operations in C;
         short ones (a KV event's few blocks) through a plain loop, which is cheaper for them."""
