@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -11,8 +13,8 @@ keys = st.lists(st.integers(0, 120), min_size=1, max_size=70, unique=True)  # bo
 ops = st.lists(st.tuples(st.sampled_from(["set", "or", "get"]), keys, st.integers(1, 7)), max_size=30)
 
 
-def _no_trim(mask: int, bits: int) -> int:
-    return mask
+def _or(bits: int) -> Callable[[int | None], int]:
+    return lambda mask: bits if mask is None else mask | bits
 
 
 def _one_by_one(lru: TwoGenerationLRU[int, int], op: str, ks: list[int], bits: int) -> None:
@@ -39,7 +41,7 @@ def test_bulk_operations_equal_single_key_operations(capacity: int, sequence) ->
         if op == "set":
             bulk.set_many(ks, [bits] * len(ks))
         elif op == "or":
-            bulk.or_bits(ks, bits, limit=64, trim=_no_trim)
+            bulk.or_bits(ks, _or(bits))
         else:
             ks = ks[: len(bulk.get_prefix(ks))]  # get_prefix stops at the first absent key
         _one_by_one(single, op, ks, bits)

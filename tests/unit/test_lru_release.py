@@ -11,7 +11,7 @@ def test_lru_releases_an_evicted_generation_before_the_next_one_even_with_large_
     only 4 evicted items, so evicted generations piled up."""
     lru: TwoGenerationLRU[int, int] = TwoGenerationLRU(128)  # generations of 64 keys
     for start in range(0, 64 * 1000, 64):
-        lru.or_bits(list(range(start, start + 64)), 1, 10, lambda mask, bits: mask)
+        lru.or_bits(list(range(start, start + 64)), lambda mask: 1 if mask is None else mask)
         assert lru.retired_items() == 0  # each write released what it evicted
         assert len(lru) <= 128
     assert lru.evicted == 64 * 999

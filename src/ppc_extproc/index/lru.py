@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Generic, TypeVar
 
 from ppc_extproc import native
+from ppc_extproc.index.recency import restrict
 
 __all__ = ["TwoGenerationLRU"]
 
@@ -103,34 +104,41 @@ class TwoGenerationLRU(Generic[K, V]):
             self._release_some(len(keys))
         return previous
 
-    def or_bits(self, keys: Sequence[K], bits: int, limit: int, trim: Callable[[int, int], int]) -> None:
-        """For int-mask values: ``value |= bits`` on every key (inserting absent keys), marking each
-        recently used. ``trim(mask, bits)`` shrinks a mask with more than ``limit`` bits set.
+    def or_bits(self, keys: Sequence[K], merge: Callable[[int | None], int]) -> None:
+        """For int-mask values: ``value = merge(value)`` on every key (None for an absent key, which
+        is inserted), marking each recently used. ``merge`` adds entries to a mask (the index's keeps
+        their recency and the per-key bound: ``recency.add``); it runs once per distinct mask
+        of a call, and a key whose mask it leaves as it was is not written.
 
         Long key lists (a prompt's speculative entries) go through bulk dict operations in C;
         short ones (a KV event's few blocks) through a plain loop, which is cheaper for them."""
         if len(keys) > _BULK_MIN_KEYS:
-            self._or_bits_bulk(keys, bits, limit, trim)
+            self._or_bits_bulk(keys, merge)
             return
+        memo: dict[int | None, int | None] = {}  # mask -> new mask, None when unchanged
         for key in keys:
             young = self._young
             value = young.get(key)
-            if value is None:
-                value = self._old.pop(key, None) if self._old else None
-                new = bits if value is None else value | bits  # type: ignore[operator]
+            promoted = False
+            if value is None and self._old:
+                value = self._old.pop(key, None)
+                promoted = value is not None
+            if value in memo:
+                new = memo[value]
             else:
-                new = value | bits  # type: ignore[operator]
-                if new == value:
+                new = _merged(value, merge)  # type: ignore[arg-type]
+                memo[value] = new  # type: ignore[index]
+            if new is None:
+                if not promoted:
                     continue
-            if new.bit_count() > limit:
-                new = trim(new, bits)
+                new = value  # type: ignore[assignment]  # moved to young, unchanged
             young[key] = new  # type: ignore[assignment]
             if len(young) >= self._generation_size:
                 self._maybe_rotate()
         if self._retired:
             self._release_some(len(keys))
 
-    def _or_bits_bulk(self, keys: Sequence[K], bits: int, limit: int, trim: Callable[[int, int], int]) -> None:
+    def _or_bits_bulk(self, keys: Sequence[K], merge: Callable[[int | None], int]) -> None:
         for lo, hi in self._slices(len(keys)):
             chunk = keys[lo:hi]
             young = self._young
@@ -141,16 +149,13 @@ class TwoGenerationLRU(Generic[K, V]):
                 # the dict only for keys whose mask changes (none when the prefix already has it).
                 changed: dict[V | None, V] = {}
                 for value in set(current):
-                    new = bits if value is None else value | bits  # type: ignore[operator]
-                    if new == value:
-                        continue
-                    if new.bit_count() > limit:
-                        new = trim(new, bits)
-                    changed[value] = new  # type: ignore[assignment]
+                    new = _merged(value, merge)  # type: ignore[arg-type]
+                    if new is not None:
+                        changed[value] = new  # type: ignore[assignment]
                 if changed:
                     native.remap(young, list(chunk), current, changed)
             else:  # every key is new: one C-level insert
-                young.update(dict.fromkeys(chunk, bits))  # type: ignore[arg-type]
+                young.update(dict.fromkeys(chunk, merge(None)))  # type: ignore[arg-type]
             self._after_write(hi - lo)
 
     def _slices(self, n: int) -> Iterator[tuple[int, int]]:
@@ -191,7 +196,7 @@ class TwoGenerationLRU(Generic[K, V]):
             changed: dict[V, V | None] = {}
             for value in set(current):
                 if value is not None and value & bits:  # type: ignore[operator]
-                    changed[value] = value & ~bits or None  # type: ignore[operator,assignment]  # None: drop the key
+                    changed[value] = restrict(value, ~bits) or None  # type: ignore[arg-type,assignment]  # None: drop the key
             if changed:
                 native.remap(generation, keys if isinstance(keys, list) else list(keys), current, changed)
 
@@ -255,3 +260,11 @@ class TwoGenerationLRU(Generic[K, V]):
             popitem()
         if not self._retired:
             self._retired = {}  # an emptied dict keeps its table: let it go
+
+
+def _merged(value: int | None, merge: Callable[[int | None], int]) -> int | None:
+    """``merge(value)``, or None when that leaves the mask (and its order) as it was."""
+    new = merge(value)
+    if value is not None and type(new) is type(value) and new == value:
+        return None
+    return new

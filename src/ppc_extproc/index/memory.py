@@ -23,6 +23,7 @@ import xxhash
 
 from ppc_extproc import native
 from ppc_extproc.ids import MASK64, EndpointId, EngineKey, RequestKey
+from ppc_extproc.index import recency
 from ppc_extproc.index.entries import EntryRegistry, MaskInfo, PodEntry
 from ppc_extproc.index.lru import TwoGenerationLRU
 from ppc_extproc.index.mapping import engine_to_request_mapping
@@ -102,7 +103,6 @@ class InMemoryIndex:
         self._keys: TwoGenerationLRU[int, int] = TwoGenerationLRU(size)
         self._engine: TwoGenerationLRU[int, int | tuple[int, ...]] = TwoGenerationLRU(size)
         self._scope_salts: dict[EngineScope, int] = {}
-        self._speculative_bits = 0
         self._lock = threading.Lock()
 
     # --- writes --------------------------------------------------------------------------------
@@ -125,7 +125,9 @@ class InMemoryIndex:
             raise ValueError("add needs at least one entry")
         duplicates: list[EngineKey] = []
         with self._lock:
-            bits = 1 << self.registry.bit(entries[0]) if len(entries) == 1 else self.registry.mask(entries)
+            bit = self.registry.bit
+            adding = (bit(entries[0]),) if len(entries) == 1 else tuple(bit(entry) for entry in entries)
+            bits = 1 << adding[0] if len(adding) == 1 else self.registry.mask(entries)
             if engine_keys:
                 salt = self._salt(scope or EngineScope(entries[0].endpoint))
                 if len(engine_keys) == len(request_keys):  # the common 1:1 case, without tuples
@@ -143,12 +145,10 @@ class InMemoryIndex:
                             held = peek(before if isinstance(before, int) else before[0])
                             if held is not None and held & bits == bits:
                                 duplicates.append(EngineKey(engine_key))
-            for entry in entries:
-                if entry.speculative:
-                    self._speculative_bits |= 1 << self.registry.bit(entry)
             if not isinstance(request_keys, list):
                 request_keys = list(request_keys)
-            self._keys.or_bits(request_keys, bits, self.pod_cache_size, self._trim)
+            limit = self.pod_cache_size
+            self._keys.or_bits(request_keys, lambda mask: recency.add(mask, adding, limit))
         return duplicates
 
     def evict_engine_key(
@@ -192,8 +192,7 @@ class InMemoryIndex:
         """``clear`` and recycle the endpoint's entry bits (endpoint deleted from the pool)."""
         with self._lock:
             touched = self._clear_bits(self.registry.endpoint_mask(endpoint))
-            released = self.registry.release_endpoint(endpoint)
-            self._speculative_bits &= ~released
+            self.registry.release_endpoint(endpoint)
             return touched
 
     def release_entry(self, entry: PodEntry) -> int:
@@ -203,7 +202,6 @@ class InMemoryIndex:
             bit = self.registry.known_mask([entry])
             touched = self._clear_bits(bit)
             self.registry.release(entry)
-            self._speculative_bits &= ~bit
             return touched
 
     # --- reads ---------------------------------------------------------------------------------
@@ -374,9 +372,9 @@ class InMemoryIndex:
         mask = self._keys.peek(key)
         if mask is None:
             return False
-        new = mask & ~bits
-        if new == mask:
+        if not mask & bits:
             return True
+        new = recency.restrict(mask, ~bits)
         if new:
             self._keys.replace(key, new)
             return True
@@ -392,15 +390,3 @@ class InMemoryIndex:
                 self._remove_bits(key, bits)
                 touched += 1
         return touched
-
-    def _trim(self, mask: int, keep: int) -> int:
-        """Drop entries beyond ``podCacheSize``: speculative entries first, then the lowest bits."""
-        excess = mask.bit_count() - self.pod_cache_size
-        for pool in (mask & ~keep & self._speculative_bits, mask & ~keep):
-            while excess > 0 and pool:
-                low = pool & -pool
-                pool ^= low
-                if mask & low:
-                    mask ^= low
-                    excess -= 1
-        return mask
