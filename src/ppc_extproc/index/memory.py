@@ -296,7 +296,7 @@ class InMemoryIndex:
         with self._lock:
             entries = [e for e in self.registry.known() if not e.speculative]
             position = {self.registry.bit(e): i for i, e in enumerate(entries)}
-            keep = ~self._speculative_bits
+            keep = ~sum(1 << self.registry.bit(e) for e in self.registry.known() if e.speculative)
             key_maps = self._keys.copy_items()
             engine_maps = self._engine.copy_items()
         masks: dict[int, int] = {}
