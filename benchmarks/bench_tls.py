@@ -44,10 +44,10 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def messages() -> list[ProcessingRequest]:
+def messages(tokens: int) -> list[ProcessingRequest]:
     headers = HeaderMap(headers=[HeaderValue(key=k, raw_value=v.encode()) for k, v in (
         (":method", "POST"), (":path", "/v1/completions"), (":authority", "bench"), ("content-type", "application/json"))])
-    payload = orjson.dumps({"model": "m", "prompt": list(range(64)), "max_tokens": 4})
+    payload = orjson.dumps({"model": "m", "prompt": list(range(tokens)), "max_tokens": 4})
     first = ProcessingRequest(request_headers=HttpHeaders(headers=headers, end_of_stream=False))
     first.protocol_config.request_body_mode = FULL_DUPLEX
     return [first, ProcessingRequest(request_body=HttpBody(body=payload, end_of_stream=True))]
@@ -103,17 +103,16 @@ async def one(stub: Any, batch: list[ProcessingRequest]) -> None:
         pass
 
 
-async def round_of(port: int, creds: grpc.ChannelCredentials | None, pid: int, n: int, ch: grpc.aio.Channel) -> tuple[float, float]:
+async def round_of(batch: list[ProcessingRequest], pid: int, n: int, ch: grpc.aio.Channel) -> tuple[float, float]:
     stub = external_processor_pb2_grpc.ExternalProcessorStub(ch)
-    batch = messages()
     cpu0, t0 = cpu_seconds(pid), time.perf_counter()
     for _ in range(n):
         await one(stub, batch)
     return (time.perf_counter() - t0) / n, (cpu_seconds(pid) - cpu0) / n
 
 
-async def connects(port: int, creds: grpc.ChannelCredentials | None, n: int) -> float:
-    batch, total = messages(), 0.0
+async def connects(batch: list[ProcessingRequest], port: int, creds: grpc.ChannelCredentials | None, n: int) -> float:
+    total = 0.0
     for _ in range(n):
         t0 = time.perf_counter()
         async with channel(port, creds) as ch:
@@ -129,12 +128,13 @@ async def main_async(args: argparse.Namespace) -> None:
         creds = {name: await ready(port, name == "tls") for name, port in ports.items()}
         channels = {name: channel(ports[name], creds[name]) for name in ports}
         results: dict[str, list[tuple[float, float]]] = {name: [] for name in ports}
+        batch = messages(args.tokens)
         for name in ports:  # warm-up
-            await round_of(ports[name], creds[name], procs[name].pid, 200, channels[name])
+            await round_of(batch, procs[name].pid, min(200, args.requests), channels[name])
         for _ in range(args.rounds):
             for name in ports:
-                results[name].append(await round_of(ports[name], creds[name], procs[name].pid, args.requests, channels[name]))
-        connect = {name: await connects(ports[name], creds[name], args.connects) for name in ports}
+                results[name].append(await round_of(batch, procs[name].pid, args.requests, channels[name]))
+        connect = {name: await connects(batch, ports[name], creds[name], args.connects) for name in ports}
         for ch in channels.values():
             await ch.close()
     finally:
@@ -163,6 +163,8 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--connects", type=int, default=50)
+    parser.add_argument("--tokens", type=int, default=64,
+                        help="token ids in the prompt (100000: an agentic request's ~600 KB body)")
     asyncio.run(main_async(parser.parse_args()))
 
 
