@@ -28,6 +28,7 @@ from ppc_extproc.framework import (
     PREFIX_CACHE_MATCH_INFO,
     Consumes,
     DataConsumer,
+    DataType,
     Endpoint,
     PreRequest,
     SchedulingContext,
@@ -36,11 +37,13 @@ from ppc_extproc.framework import (
 )
 from ppc_extproc.framework.params import Section
 from ppc_extproc.ids import EndpointId
-from ppc_extproc.matchinfo import match_info_key
 from ppc_extproc.plugins.registry import Services, register
 from ppc_extproc.plugins.scorers.prefix_cache import APPROXIMATE_PRODUCER
 
 __all__ = ["NoHitLRUScorer"]
+
+#: Per request, under the scorer's name: no candidate had a cached prefix (for ``pre_request``).
+_COLD: DataType[bool] = DataType("NoHitLRUCold")
 
 
 @register("no-hit-lru-scorer")
@@ -49,7 +52,8 @@ class NoHitLRUScorer(Scorer, DataConsumer, PreRequest):
         self.name = name
         self.lru_size = lru_size
         self.producer_name = producer_name
-        self.attribute_key = match_info_key(self.reads)
+        self.match_key = PREFIX_CACHE_MATCH_INFO.of(self.reads)
+        self._cold_key = _COLD.of(name)
         #: endpoint id → None, least recently used first.
         self._lru: OrderedDict[EndpointId, None] = OrderedDict()
         self._lock = threading.Lock()
@@ -69,19 +73,19 @@ class NoHitLRUScorer(Scorer, DataConsumer, PreRequest):
         """The producer whose match info this scorer reads."""
         return self.producer_name or APPROXIMATE_PRODUCER
 
-    def consumes(self) -> tuple[Consumes, ...]:
+    def consumes(self) -> tuple[Consumes[object], ...]:
         return (Consumes(PREFIX_CACHE_MATCH_INFO, self.reads),)
 
     def is_cold(self, ctx: SchedulingContext, endpoints: Sequence[Endpoint]) -> bool:
         for endpoint in endpoints:
-            info = ctx.attribute(endpoint.id, self.attribute_key)
+            info = ctx.endpoint_value(endpoint.id, self.match_key)
             if info is not None and info.match_blocks > 0:
                 return False
         return True
 
     def score(self, ctx: SchedulingContext, endpoints: Sequence[Endpoint]) -> dict[EndpointId, float]:
         cold = self.is_cold(ctx, endpoints)
-        ctx.plugin_data[self.name] = cold
+        ctx.put(self._cold_key, cold)
         if not cold:
             return {e.id: 0.5 for e in endpoints}
         n = len(endpoints)
@@ -99,7 +103,7 @@ class NoHitLRUScorer(Scorer, DataConsumer, PreRequest):
 
     def pre_request(self, ctx: SchedulingContext, result: SchedulingResult) -> None:
         """A cold request was routed: its primary target becomes the most recently used."""
-        cold = ctx.plugin_data.pop(self.name, False)
+        cold = ctx.pop(self._cold_key)
         if not cold or not result.targets:
             return
         primary = result.targets[0].id

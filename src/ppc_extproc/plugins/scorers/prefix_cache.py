@@ -35,7 +35,7 @@ from ppc_extproc.framework import (
 )
 from ppc_extproc.framework.params import Section
 from ppc_extproc.ids import EndpointId
-from ppc_extproc.matchinfo import PrefixCacheMatchInfo, match_info_key
+from ppc_extproc.matchinfo import PrefixCacheMatchInfo
 from ppc_extproc.plugins.registry import Services, register
 
 __all__ = ["APPROXIMATE_PRODUCER", "PrefixCacheScorer", "prefix_score"]
@@ -69,7 +69,7 @@ class PrefixCacheScorer(Scorer, DataConsumer):
         self.producer_name = producer_name
         self.match_length_weight = match_length_weight
         self.match_length_scale_tokens = match_length_scale_tokens
-        self.attribute_key = match_info_key(self.reads)
+        self.match_key = PREFIX_CACHE_MATCH_INFO.of(self.reads)
 
     @classmethod
     def from_parameters(cls, name: str, params: Section, services: Services) -> PrefixCacheScorer:
@@ -87,13 +87,13 @@ class PrefixCacheScorer(Scorer, DataConsumer):
         """The producer whose match info this scorer reads."""
         return self.producer_name or APPROXIMATE_PRODUCER
 
-    def consumes(self) -> tuple[Consumes, ...]:
+    def consumes(self) -> tuple[Consumes[object], ...]:
         return (Consumes(PREFIX_CACHE_MATCH_INFO, self.reads),)
 
     def score(self, ctx: SchedulingContext, endpoints: Sequence[Endpoint]) -> dict[EndpointId, float]:
         return {
             e.id: prefix_score(
-                ctx.attribute(e.id, self.attribute_key),
+                ctx.endpoint_value(e.id, self.match_key),
                 self.match_length_weight,
                 self.match_length_scale_tokens,
             )
