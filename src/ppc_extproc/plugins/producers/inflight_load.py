@@ -11,9 +11,9 @@ Produces    ``InFlightLoadDataKey/<name>``: an ``InFlightLoad`` view (``requests
 Accounting  done by the router for every request: the primary target's uncached prompt tokens count
             from routing to the response's first byte (the prefill is done), the request from
             routing to the end of its response.
-Consumes    optionally ``TokenizedPrompt`` (the prompt tokens counted) and match info of
-            ``prefixMatchInfoProducerName`` [approx-prefix-cache-producer] (the cached prefix is
-            not counted; the router charges the best prefix any producer reports)
+Consumes    ``TokenizedPrompt``, optionally (it runs after the token producer, as llm-d's does);
+            the router counts the prompt tokens and charges the best cached prefix any producer
+            reports (``prefixMatchInfoProducerName`` is accepted, unused)
 Parameters  ``addEstimatedOutputTokens`` [false], ``outputRatio`` [1.5; ≥ 0],
             ``maxEstimatedOutputTokens`` [unset; ≥ 0], ``prefixMatchInfoProducerName`` [""],
             ``syncCrossReplicaState`` [true]. Output tokens are not estimated here:
@@ -28,7 +28,7 @@ Parameters  ``addEstimatedOutputTokens`` [false], ``outputRatio`` [1.5; ≥ 0],
 from __future__ import annotations
 
 from ppc_extproc.framework import IN_FLIGHT_LOAD, DataProducer, InFlightLoad, SchedulingContext
-from ppc_extproc.framework.datakeys import PREFIX_CACHE_MATCH_INFO, TOKENIZED_PROMPT, Consumes, DataKey
+from ppc_extproc.framework.datakeys import TOKENIZED_PROMPT, Consumes, DataKey
 from ppc_extproc.framework.params import Section
 from ppc_extproc.plugins.registry import Services, register
 
@@ -68,12 +68,9 @@ class InflightLoadProducer(DataProducer):
         return frozenset({IN_FLIGHT_LOAD.of(self.name)})
 
     def consumes(self) -> tuple[Consumes[object], ...]:
-        return (
-            # Optional: the view is written whether or not they ran (the router does the counting),
-            # declared so that it runs after them, as llm-d's producer does.
-            Consumes(TOKENIZED_PROMPT, required=False),
-            Consumes(PREFIX_CACHE_MATCH_INFO, self.match_info_producer, required=False),
-        )
+        """Token ids, optionally: declared so that it runs after their producer, as llm-d's does;
+        the view itself is the same for every request (the router does the counting)."""
+        return (Consumes(TOKENIZED_PROMPT, required=False),)
 
     def produce(self, ctx: SchedulingContext) -> None:
         ctx.put(self.key, self.load)

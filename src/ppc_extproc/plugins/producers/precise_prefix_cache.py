@@ -150,7 +150,7 @@ class PrecisePrefixCacheProducer(
         #: (which blocks are already seeded); for ``response_complete``: the speculative entries given.
         self._keys_key = _BLOCK_KEYS.of(name)
         self._runs_key = _PREFIX_RUNS.of(name)
-        self._seeded_key = _SEEDED.of(name)
+        self.seeded_key = _SEEDED.of(name)
         #: The KV-event transport (ZMQ subscribers); created in ``start``.
         self.transport: EventTransport | None = None
 
@@ -309,12 +309,12 @@ class PrecisePrefixCacheProducer(
                 keys_per_prompt = [keys[_seeded_blocks(runs, target):] for keys, runs in zip(keys_per_prompt, runs_per_prompt)]
             seeded = self.speculative.seed(target, keys_per_prompt)
             if seeded is not None:
-                ctx.put(self._seeded_key, seeded)
+                ctx.put(self.seeded_key, seeded)
 
     def response_complete(self, ctx: SchedulingContext, info: ResponseInfo) -> None:
         """An engine that rejected the request (4xx/5xx), or a stream that ended before any
         response, never cached its prompt: take back the speculative entries it was given."""
-        seeded = ctx.get(self._seeded_key)
+        seeded = ctx.get(self.seeded_key)
         if seeded is not None and info.failed:
             self.speculative.undo(seeded)
 
