@@ -8,6 +8,7 @@ from ppc_extproc.errors import ConfigError
 from ppc_extproc.framework import (
     IN_FLIGHT_LOAD,
     PREFIX_CACHE_MATCH_INFO,
+    TOKENIZED_PROMPT,
     Consumes,
     Endpoint,
     LLMRequest,
@@ -90,7 +91,10 @@ def test_parameters_defaults_and_validation() -> None:
     )
     assert s.queue_threshold_tokens == 4194304
     assert s.match_key is None  # the best cached prefix of any producer
-    assert s.consumes() == (Consumes(IN_FLIGHT_LOAD, "x"),)  # the named in-flight load producer
+    assert s.consumes() == (  # the named in-flight load producer; optionally ids and any match info
+        Consumes(IN_FLIGHT_LOAD, "x"), Consumes(TOKENIZED_PROMPT, required=False),
+        Consumes(PREFIX_CACHE_MATCH_INFO, required=False),
+    )
     for value in (0, -5):  # llm-d's token_load.go: ≤ 0 falls back to the default
         section = Section({"queueThresholdTokens": value}, "p")
         assert TokenLoadScorer.from_parameters("tl", section, Services()).queue_threshold_tokens == 4194304

@@ -35,6 +35,7 @@ from collections.abc import Sequence
 from ppc_extproc.framework import (
     IN_FLIGHT_LOAD,
     PREFIX_CACHE_MATCH_INFO,
+    TOKENIZED_PROMPT,
     Consumes,
     DataConsumer,
     DataKey,
@@ -78,10 +79,12 @@ class TokenLoadScorer(Scorer, DataConsumer):
         self.match_key = PREFIX_CACHE_MATCH_INFO.of(producer_name) if producer_name else None
 
     def consumes(self) -> tuple[Consumes[object], ...]:
-        load: Consumes[object] = Consumes(IN_FLIGHT_LOAD, self.load_key.producer)
-        if not self.producer_name:
-            return (load,)
-        return (load, Consumes(PREFIX_CACHE_MATCH_INFO, self.producer_name))
+        # The prompt's token count, optionally: without ids the request's own load counts 0.
+        own: tuple[Consumes[object], ...] = (Consumes(IN_FLIGHT_LOAD, self.load_key.producer),
+                                             Consumes(TOKENIZED_PROMPT, required=False))  # fmt: skip
+        if not self.producer_name:  # the best match info of any producer, when there is one
+            return (*own, Consumes(PREFIX_CACHE_MATCH_INFO, required=False))
+        return (*own, Consumes(PREFIX_CACHE_MATCH_INFO, self.producer_name))
 
     @classmethod
     def from_parameters(cls, name: str, params: Section, services: Services) -> TokenLoadScorer:
