@@ -15,7 +15,9 @@ Parameters  (llm-d's names and defaults)
 Adaptive    an endpoint whose load (waiting, running, KV usage as extracted) did not change since
             its last poll is polled at twice the previous interval, up to ``maxInterval``; a change
             brings it back to ``interval``, and so does this service routing a request to it or one
-            finishing there (its in-flight count moved; checked every 250 ms while backed off). An
+            finishing there (its in-flight count moved; checked every 250 ms while backed off:
+            the source declares ``InFlightLoadDataKey/inflight-load-producer`` and is built with
+            that producer's view, which the loader creates when it is not configured). An
             idle fleet of 100 engines is then polled 100×/s instead of 2,000×/s (BENCHMARKS.md, "What routing costs").
             Metrics go stale after 3 × ``maxInterval`` without a successful poll; scorers then treat
             them as unknown. A failing poll never makes the endpoint unroutable (in llm-d a failed
