@@ -16,7 +16,7 @@ import yaml
 from test_llmd_sample_configs import LOADABLE, document
 
 from ppc_extproc.config.epp import LoadedConfig, load_config, load_config_text
-from ppc_extproc.framework import ENGINE_METRICS, IN_FLIGHT_LOAD, Consumes, DataKey
+from ppc_extproc.framework import ENGINE_METRICS, IN_FLIGHT_LOAD, Consumes, DataKey, Plugin, PluginRoles
 from ppc_extproc.plugins.datalayer import MetricsDataSource
 from ppc_extproc.plugins.producers.inflight_load import InflightLoadProducer
 
@@ -81,3 +81,16 @@ def test_only_the_in_flight_load_producer_reads_the_tracker() -> None:
     its producer writes (or the view the loader hands a source), never from ``Services``."""
     readers = sorted(str(p.relative_to(PLUGINS)) for p in PLUGINS.rglob("*.py") if "services.inflight" in p.read_text())
     assert readers == ["producers/inflight_load.py"]
+
+
+def test_each_plugin_is_classified_once_per_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[str] = []
+    add = PluginRoles.add
+
+    def counting(self: PluginRoles, plugin: Plugin) -> None:
+        seen.append(plugin.name)
+        add(self, plugin)
+
+    monkeypatch.setattr(PluginRoles, "add", counting)
+    loaded = load_config_text(document("epp-precise-prefix-cache-config"), "precise")
+    assert sorted(seen) == sorted(loaded.plugins)  # injected defaults and data sources included
