@@ -17,14 +17,24 @@ Parameters  ``idleThreshold`` [0], ``maxBusyScore`` [1.0, in [0, 1]],
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from ppc_extproc.framework import IN_FLIGHT_LOAD, Consumes, DataConsumer, Endpoint, SchedulingContext, Scorer
-from ppc_extproc.framework.params import Section
+from ppc_extproc.framework.params import Section, decode, param
 from ppc_extproc.ids import EndpointId
 from ppc_extproc.plugins.producers.inflight_load import INFLIGHT_LOAD_PRODUCER
 from ppc_extproc.plugins.registry import Services, register
 
-__all__ = ["ActiveRequestScorer"]
+__all__ = ["ActiveRequestConfig", "ActiveRequestScorer"]
+
+
+@dataclass(frozen=True, slots=True)
+class ActiveRequestConfig:
+    """The scorer's parameters."""
+
+    idle_threshold: int = param("idleThreshold", 0, minimum=0)
+    max_busy_score: float = param("maxBusyScore", 1.0, minimum=0.0, maximum=1.0)
+    inflight_producer: str = param("inFlightLoadProducerName", "")
 
 
 @register("active-request-scorer")
@@ -46,12 +56,8 @@ class ActiveRequestScorer(Scorer, DataConsumer):
         if params.has("requestTimeout"):
             params.string("requestTimeout", "")
             params.warn("requestTimeout", "deprecated and ignored: in-flight tracking ends with each response")
-        return cls(
-            name,
-            params.integer("idleThreshold", 0, minimum=0),
-            params.number("maxBusyScore", 1.0, minimum=0.0, maximum=1.0),
-            params.string("inFlightLoadProducerName", ""),
-        )
+        config = decode(params, ActiveRequestConfig)
+        return cls(name, config.idle_threshold, config.max_busy_score, config.inflight_producer)
 
     def consumes(self) -> tuple[Consumes[object], ...]:
         return (Consumes(IN_FLIGHT_LOAD, self.load_key.producer),)

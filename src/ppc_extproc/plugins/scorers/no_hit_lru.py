@@ -23,6 +23,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from ppc_extproc.framework import (
     PREFIX_CACHE_MATCH_INFO,
@@ -35,12 +36,22 @@ from ppc_extproc.framework import (
     SchedulingResult,
     Scorer,
 )
-from ppc_extproc.framework.params import Section
+from ppc_extproc.framework.params import Section, decode, param
 from ppc_extproc.ids import EndpointId
 from ppc_extproc.plugins.registry import Services, register
 from ppc_extproc.plugins.scorers.prefix_cache import APPROXIMATE_PRODUCER
 
-__all__ = ["NoHitLRUScorer"]
+__all__ = ["NoHitLRUConfig", "NoHitLRUScorer"]
+
+
+@dataclass(frozen=True, slots=True)
+class NoHitLRUConfig:
+    """The scorer's parameters (llm-d's ``prefixPluginType``/``Name`` are accepted, unused)."""
+
+    prefix_plugin_type: str = param("prefixPluginType", "")
+    prefix_plugin_name: str = param("prefixPluginName", "")
+    lru_size: int = param("lruSize", 1024, minimum=1)
+    producer_name: str = param("prefixMatchInfoProducerName", "")
 
 #: Per request, under the scorer's name: no candidate had a cached prefix (for ``pre_request``).
 _COLD: DataType[bool] = DataType("NoHitLRUCold")
@@ -60,13 +71,8 @@ class NoHitLRUScorer(Scorer, DataConsumer, PreRequest):
 
     @classmethod
     def from_parameters(cls, name: str, params: Section, services: Services) -> NoHitLRUScorer:
-        params.string("prefixPluginType", "")
-        params.string("prefixPluginName", "")
-        return cls(
-            name,
-            params.integer("lruSize", 1024, minimum=1),
-            params.string("prefixMatchInfoProducerName", ""),
-        )
+        config = decode(params, NoHitLRUConfig)
+        return cls(name, config.lru_size, config.producer_name)
 
     @property
     def reads(self) -> str:

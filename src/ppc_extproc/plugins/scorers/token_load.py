@@ -31,6 +31,7 @@ Parameters  ``queueThresholdTokens`` T (default 4194304 = 128 requests Ã— 32K; â
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from ppc_extproc.framework import (
     IN_FLIGHT_LOAD,
@@ -43,13 +44,13 @@ from ppc_extproc.framework import (
     SchedulingContext,
     Scorer,
 )
-from ppc_extproc.framework.params import Section
+from ppc_extproc.framework.params import Section, decode, param
 from ppc_extproc.ids import EndpointId
 from ppc_extproc.matchinfo import PrefixCacheMatchInfo
 from ppc_extproc.plugins.producers.inflight_load import INFLIGHT_LOAD_PRODUCER
 from ppc_extproc.plugins.registry import Services, register
 
-__all__ = ["TokenLoadScorer", "request_token_load"]
+__all__ = ["TokenLoadConfig", "TokenLoadScorer", "request_token_load"]
 
 DEFAULT_QUEUE_THRESHOLD_TOKENS = 4_194_304
 
@@ -60,6 +61,16 @@ def request_token_load(
     """Uncached prompt tokens this request would add on ``endpoint_id``: the prompt minus the
     cached prefix from ``match_key``'s match info (None: the best any producer reports)."""
     return ctx.uncached_tokens(EndpointId(endpoint_id), match_key)
+
+
+@dataclass(frozen=True, slots=True)
+class TokenLoadConfig:
+    """The scorer's parameters (``nonTextTokenWeight`` is accepted, unused)."""
+
+    queue_threshold_tokens: int = param("queueThresholdTokens", DEFAULT_QUEUE_THRESHOLD_TOKENS)
+    inflight_producer: str = param("inFlightLoadProducerName", "")
+    non_text_token_weight: float = param("nonTextTokenWeight", 1.0)
+    producer_name: str = param("prefixMatchInfoProducerName", "")
 
 
 @register("token-load-scorer")
@@ -88,15 +99,13 @@ class TokenLoadScorer(Scorer, DataConsumer):
 
     @classmethod
     def from_parameters(cls, name: str, params: Section, services: Services) -> TokenLoadScorer:
-        threshold = params.integer("queueThresholdTokens", DEFAULT_QUEUE_THRESHOLD_TOKENS)
+        config = decode(params, TokenLoadConfig)
+        threshold = config.queue_threshold_tokens
         if threshold <= 0:
             params.warn("queueThresholdTokens",
                         f"{threshold} should be positive; using the default {DEFAULT_QUEUE_THRESHOLD_TOKENS} (as llm-d)")
             threshold = DEFAULT_QUEUE_THRESHOLD_TOKENS
-        inflight_producer = params.string("inFlightLoadProducerName", "")
-        params.number("nonTextTokenWeight", 1.0)
-        producer = params.string("prefixMatchInfoProducerName", "")
-        return cls(name, threshold, producer, inflight_producer)
+        return cls(name, threshold, config.producer_name, config.inflight_producer)
 
     def score(self, ctx: SchedulingContext, endpoints: Sequence[Endpoint]) -> dict[EndpointId, float]:
         threshold = self.queue_threshold_tokens
