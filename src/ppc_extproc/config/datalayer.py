@@ -7,19 +7,24 @@ Rules (``llm-d/llm-d-router: pkg/epp/config/loader/configloader.go``, ``pkg/epp/
 every source is a data source, every extractor exists and fits its source's kind, one type at most
 once per source. An endpoint extractor no source lists still receives endpoint events through a
 source added here (llm-d would leave it without — that difference is logged once).
+
+Sources are planned first (``SourcePlan``: type, parameters, extractors) and built last
+(``build_sources``), complete, once every plugin they feed or read exists.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from ppc_extproc.config.document import SourceSpec
 from ppc_extproc.errors import ConfigError
 from ppc_extproc.framework import (
+    IN_FLIGHT_LOAD,
     EndpointEvent,
     EndpointExtractor,
     EndpointSource,
+    InFlightLoad,
     MetricsExtractor,
     Plugin,
     PollingSource,
@@ -27,9 +32,9 @@ from ppc_extproc.framework import (
     role_names,
 )
 from ppc_extproc.framework.params import Section
-from ppc_extproc.plugins.registry import SourceFactory
+from ppc_extproc.plugins.registry import Services, SourceFactory, SourceWiring, create_source
 
-__all__ = ["DataLayer", "SourcePlan", "SourcesPlan", "wire_sources"]
+__all__ = ["DataLayer", "SourcePlan", "SourcesPlan", "build_sources", "wire_sources"]
 
 
 @dataclass
@@ -148,3 +153,32 @@ def wire_sources(
             source.add(extractor)
         layer.add(source)
     return layer
+
+
+def build_sources(
+    layer: SourcesPlan, named: Iterable[SourcePlan], services: Services, in_flight: InFlightLoad | None
+) -> tuple[DataLayer, dict[str, Plugin]]:
+    """Build every planned source once, with its extractors and (when its type declares
+    ``InFlightLoadDataKey``) the in-flight view: the wired data layer, and the named sources built
+    (``named``: the configured and injected ones; an implicit source has no name in the document)."""
+    built: dict[int, Plugin] = {}
+    by_name: dict[str, Plugin] = {}
+    named = list(named)
+    for plan in (*named, *layer.endpoint_sources, *layer.polling_sources):
+        if id(plan) in built:
+            continue
+        reads_load = any(need.data_type == IN_FLIGHT_LOAD for need in plan.factory.source_consumes)
+        wiring = SourceWiring(tuple(plan.extractors), in_flight if reads_load else None)
+        built[id(plan)] = create_source(plan.type_name, plan.name, plan.params, services, wiring)
+    for plan in named:
+        by_name[plan.name] = built[id(plan)]
+    data = DataLayer()
+    for plan in layer.endpoint_sources:
+        endpoint_source = built[id(plan)]
+        assert plays(endpoint_source, EndpointSource)
+        data.endpoint_sources.append(endpoint_source)
+    for plan in layer.polling_sources:
+        polling_source = built[id(plan)]
+        assert plays(polling_source, PollingSource)
+        data.polling_sources.append(polling_source)
+    return data, by_name

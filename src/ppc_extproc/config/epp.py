@@ -25,20 +25,17 @@ from pathlib import Path
 
 import structlog
 
-from ppc_extproc.config.datalayer import DataLayer, SourcePlan, SourcesPlan, wire_sources
+from ppc_extproc.config.datalayer import DataLayer, SourcePlan, SourcesPlan, build_sources, wire_sources
 from ppc_extproc.config.document import ConfigDocument, PluginSpec, parse_document
 from ppc_extproc.config.producers import order_producers, resolve_producers
 from ppc_extproc.errors import ConfigError
 from ppc_extproc.framework import (
-    IN_FLIGHT_LOAD,
     Discovery,
     EndpointExtractor,
-    EndpointSource,
     Filter,
     Picker,
     Plugin,
     PluginRoles,
-    PollingSource,
     ProfileHandler,
     RequestParser,
     Scorer,
@@ -52,9 +49,7 @@ from ppc_extproc.plugins.producers.precise_prefix_cache import PrecisePrefixCach
 from ppc_extproc.plugins.registry import (
     Services,
     SourceFactory,
-    SourceWiring,
     create_plugin,
-    create_source,
     source_factory,
 )
 from ppc_extproc.scheduling.profile import SchedulingProfile, WeightedScorer
@@ -354,25 +349,9 @@ class _Builder:
         """Build every data source, complete: its extractors and the standing views it declares."""
         view = next((p.load for p in self.roles.producers
                      if isinstance(p, InflightLoadProducer) and p.name == INFLIGHT_LOAD_PRODUCER), None)  # fmt: skip
-        built: dict[int, Plugin] = {}
-        for plan in (*self.sources.values(), *layer.endpoint_sources, *layer.polling_sources):
-            if id(plan) in built:
-                continue
-            reads_load = any(need.data_type == IN_FLIGHT_LOAD for need in plan.factory.source_consumes)
-            wiring = SourceWiring(tuple(plan.extractors), view if reads_load else None)
-            source = create_source(plan.type_name, plan.name, plan.params, self.services, wiring)
-            built[id(plan)] = source
-            if plan.name in self.sources:
-                self.add(plan.name, source, self.paths[plan.name])
-        data = DataLayer()
-        for plan in layer.endpoint_sources:
-            endpoint_source = built[id(plan)]
-            assert plays(endpoint_source, EndpointSource)
-            data.endpoint_sources.append(endpoint_source)
-        for plan in layer.polling_sources:
-            polling_source = built[id(plan)]
-            assert plays(polling_source, PollingSource)
-            data.polling_sources.append(polling_source)
+        data, built = build_sources(layer, self.sources.values(), self.services, view)
+        for name, source in built.items():
+            self.add(name, source, self.paths[name])
         return data
 
     def in_document_order(self) -> dict[str, Plugin]:
