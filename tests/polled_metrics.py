@@ -21,8 +21,8 @@ class Polled:
         stale_after_seconds: float = 1.0,
     ) -> None:
         self.store = EngineMetricsStore(clock=clock, stale_after_seconds=stale_after_seconds)
-        self.source = MetricsDataSource("metrics-data-source", options, clock=clock, fetch=fetch)
-        self.source.attach([CoreMetricsExtractor("core-metrics-extractor", self.store)])
+        extractor = CoreMetricsExtractor("core-metrics-extractor", self.store)
+        self.source = MetricsDataSource("metrics-data-source", options, extractors=[extractor], clock=clock, fetch=fetch)
 
     def snapshot(self, endpoint: Endpoint) -> EngineMetrics | None:
         return self.store.snapshot(endpoint.id)

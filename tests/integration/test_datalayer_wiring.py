@@ -151,8 +151,8 @@ def test_without_a_source_and_without_injected_defaults_nothing_polls() -> None:
         engine = fleet.engines[0]
         host, _, port = engine.endpoint.rpartition(":")
         target = Endpoint(host, int(port))
-        source = MetricsDataSource("witness", PollOptions(interval_seconds=0.05))
-        source.attach([CoreMetricsExtractor("extractor", EngineMetricsStore())])
+        extractor = CoreMetricsExtractor("extractor", EngineMetricsStore())
+        source = MetricsDataSource("witness", PollOptions(interval_seconds=0.05), extractors=[extractor])
         source.on_endpoint_event(EndpointEvent(EndpointEventKind.ADDED, target))
 
         def witnessed() -> int:

@@ -10,6 +10,7 @@ import xxhash
 from ppc_extproc.blockkeys.prefixhash import prefix_block_hashes
 from ppc_extproc.enginemetrics import EngineMetrics, EngineMetricsStore
 from ppc_extproc.framework import (
+    PREFIX_CACHE_MATCH_INFO,
     Endpoint,
     EndpointEvent,
     EndpointEventKind,
@@ -28,7 +29,7 @@ from ppc_extproc.tokens import TokenizedPrompt
 from ppc_extproc.tokens.le32 import tokens_to_le32
 
 A, B, C = Endpoint("10.0.0.1", 8000), Endpoint("10.0.0.2", 8000), Endpoint("10.0.0.3", 8000)
-KEY = "PrefixCacheMatchInfoDataKey/approx"
+KEY = PREFIX_CACHE_MATCH_INFO.of("approx")
 
 
 def reference(model: str, salt: str, prompt: list[int], block: int, cap: int) -> list[int]:
@@ -67,7 +68,7 @@ def route(p: ApproxPrefixCacheProducer, req: LLMRequest, target: Endpoint | None
 
 
 def info(ctx: SchedulingContext, endpoint: Endpoint) -> PrefixCacheMatchInfo | None:
-    return ctx.attribute(endpoint.id, KEY)
+    return ctx.endpoint_value(endpoint.id, KEY)
 
 
 @pytest.mark.parametrize(("n", "block", "cap", "salt"), [(0, 64, 10, ""), (63, 64, 10, ""), (64, 64, 10, "s"),
@@ -110,9 +111,9 @@ def test_salt_model_and_multi_prompt() -> None:
 def test_no_tokens_or_empty_prompt_produce_nothing() -> None:
     p = producer()
     ctx = route(p, LLMRequest("r", "m"), A)
-    assert ctx.attributes == {} and p.blocks_per_endpoint() == {}
+    assert ctx.endpoint_data == {} and p.blocks_per_endpoint() == {}
     ctx = route(p, request([]), A)
-    assert ctx.attributes == {} and p.blocks_per_endpoint() == {}
+    assert ctx.endpoint_data == {} and p.blocks_per_endpoint() == {}
 
 
 def test_lru_bound_per_endpoint_evicts_tails_first() -> None:

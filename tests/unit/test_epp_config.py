@@ -10,7 +10,9 @@ HEADER = "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\n"
 
 def test_embedded_default() -> None:
     loaded = load_config(None)
-    assert [p.type_name for p in loaded.roles.producers] == ["token-producer", "precise-prefix-cache-producer"]
+    assert [p.type_name for p in loaded.roles.producers] == [
+        "token-producer", "precise-prefix-cache-producer", "inflight-load-producer",  # the last for the scorer
+    ]
     assert loaded.roles.producers[0].backend_name == "local"  # chat and text: each model's own tokenizer
     assert loaded.roles.producers[1].config.speculative_indexing
     profile = loaded.profiles["default"]
@@ -50,7 +52,7 @@ schedulingProfiles:
     profile = loaded.profiles["main"]
     assert profile.scorers[0].weight == 5.0
     assert profile.picker.max_endpoints == 2
-    assert profile.scorers[0].scorer.attribute_key == "PrefixCacheMatchInfoDataKey/precise"
+    assert str(profile.scorers[0].scorer.match_key) == "PrefixCacheMatchInfoDataKey/precise"
 
 
 @pytest.mark.parametrize(

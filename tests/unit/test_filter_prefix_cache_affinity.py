@@ -7,15 +7,23 @@ import random
 import pytest
 
 from ppc_extproc.errors import ConfigError
-from ppc_extproc.framework import Endpoint, LLMRequest, SchedulingContext
+from ppc_extproc.framework import (
+    IN_FLIGHT_LOAD,
+    PREFIX_CACHE_MATCH_INFO,
+    Consumes,
+    Endpoint,
+    LLMRequest,
+    SchedulingContext,
+)
 from ppc_extproc.framework.params import Section
-from ppc_extproc.matchinfo import PrefixCacheMatchInfo, match_info_key
+from ppc_extproc.matchinfo import PrefixCacheMatchInfo
 from ppc_extproc.plugins.filters import PrefixCacheAffinityFilter
+from ppc_extproc.plugins.producers.inflight_load import InflightLoadProducer
 from ppc_extproc.plugins.registry import Services
 from ppc_extproc.scheduling.inflight import InflightTracker
 
 A, B, C = Endpoint("10.0.0.1", 8000), Endpoint("10.0.0.2", 8000), Endpoint("10.0.0.3", 8000)
-KEY = match_info_key("p")
+KEY = PREFIX_CACHE_MATCH_INFO.of("p")
 
 
 class FixedRandom(random.Random):
@@ -29,21 +37,29 @@ class FixedRandom(random.Random):
         return self.value
 
 
+#: filter → the in-flight load its producer writes into each request (``run``).
+_LOAD: dict[PrefixCacheAffinityFilter, InflightTracker] = {}
+
+
 def make(inflight: InflightTracker | None = None, **kwargs: object) -> PrefixCacheAffinityFilter:
-    tracker = inflight if inflight is not None else InflightTracker()
-    return PrefixCacheAffinityFilter("f", tracker, producer_name="p", **kwargs)  # type: ignore[arg-type]
+    f = PrefixCacheAffinityFilter("f", producer_name="p", **kwargs)  # type: ignore[arg-type]
+    _LOAD[f] = inflight if inflight is not None else InflightTracker()
+    return f
 
 
 def ctx(ratios: dict[Endpoint, tuple[int, int]]) -> SchedulingContext:
     c = SchedulingContext(LLMRequest("r", "m"), list(ratios))
     for e, (match, total) in ratios.items():
-        c.set_attribute(e.id, KEY, PrefixCacheMatchInfo(match, total, 64))
+        c.put_endpoint_value(e.id, KEY, PrefixCacheMatchInfo(match, total, 64))
     return c
 
 
 def run(f: PrefixCacheAffinityFilter, c: SchedulingContext) -> tuple[list[Endpoint], str]:
+    InflightLoadProducer(f.load_key.producer, _LOAD[f]).produce(c)
     kept = f.filter(c, list(c.candidates))
-    return kept, c.plugin_data["f"]
+    why = c.get(f.decision_key)
+    assert why is not None
+    return kept, why
 
 
 def test_keeps_endpoints_at_or_above_the_threshold() -> None:
@@ -58,7 +74,7 @@ def test_nobody_sticky_keeps_all() -> None:
 
 def test_missing_match_info_counts_as_zero() -> None:
     c = SchedulingContext(LLMRequest("r", "m"), [A, B])
-    c.set_attribute(A.id, KEY, PrefixCacheMatchInfo(10, 10, 64))
+    c.put_endpoint_value(A.id, KEY, PrefixCacheMatchInfo(10, 10, 64))
     assert run(make(), c)[0] == [A]
 
 
@@ -116,8 +132,8 @@ def test_parameters_defaults_and_validation() -> None:
     assert (f.affinity_threshold, f.exploration_probability, f.max_ttft_penalty_ms, f.peak_prefill_throughput) == (
         0.80, 0.0, 18000.0, 15928.0,
     )
-    assert f.attribute_key == match_info_key("approx-prefix-cache-producer")
-    assert f.inflight is services.inflight
+    assert f.match_key == PREFIX_CACHE_MATCH_INFO.of("approx-prefix-cache-producer")
+    assert f.consumes()[1] == Consumes(IN_FLIGHT_LOAD, "inflight-load-producer")
     for bad in ({"affinityThreshold": 1.5}, {"explorationProbability": -0.1}, {"maxTTFTPenaltyMs": -1},
                 {"peakPrefillThroughput": 0}, {"ttftSource": "latencyPredictor"},
                 {"prefillCalibrationFile": "/x"}, {"affinity": 1}):

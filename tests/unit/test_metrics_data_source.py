@@ -16,7 +16,7 @@ from ppc_extproc.errors import ConfigError
 from ppc_extproc.framework import Endpoint
 from ppc_extproc.framework.params import Section
 from ppc_extproc.plugins.datalayer import CoreMetricsExtractor, MetricsDataSource, PollOptions
-from ppc_extproc.plugins.registry import Services
+from ppc_extproc.plugins.registry import Services, SourceWiring
 from ppc_extproc.scheduling.pool import EndpointPool
 
 T = TypeVar("T")
@@ -241,7 +241,7 @@ def test_options_validation() -> None:
 
 def source_from(params: dict) -> MetricsDataSource:  # type: ignore[type-arg]
     section = Section(params, "plugins[0].parameters", "metrics-data-source")
-    source = MetricsDataSource.from_parameters("metrics-data-source", section, Services())
+    source = MetricsDataSource.from_wiring("metrics-data-source", section, Services(), SourceWiring())
     section.finish()
     return source
 
@@ -267,7 +267,7 @@ def test_parameters_with_llm_d_names_defaults_and_interval_rounding() -> None:
 def test_the_store_goes_stale_after_twenty_polls_of_the_configured_interval() -> None:
     services = Services()
     section = Section({"interval": "200ms"}, "p", "metrics-data-source")
-    MetricsDataSource.from_parameters("m", section, services)
+    MetricsDataSource.from_wiring("m", section, services, SourceWiring())
     assert services.engine_metrics.stale_after_seconds == pytest.approx(4.0)
 
 
@@ -280,9 +280,9 @@ def _adaptive(engines: FakeEngines, inflight: dict[str, int]) -> Polled:
         m = polled.store.snapshot(endpoint_id)
         return None if m is None else (m.waiting, m.running, m.kv_usage)
 
-    polled.source = MetricsDataSource("metrics-data-source", options, fetch=engines, load=load,
+    extractor = CoreMetricsExtractor("core-metrics-extractor", polled.store)
+    polled.source = MetricsDataSource("metrics-data-source", options, extractors=[extractor], fetch=engines, load=load,
                                       inflight=lambda endpoint_id: inflight.get(endpoint_id, 0))  # fmt: skip
-    polled.source.attach([CoreMetricsExtractor("core-metrics-extractor", polled.store)])
     return polled
 
 
@@ -329,8 +329,8 @@ def test_adaptive_polling_wakes_when_this_service_routes_to_the_endpoint() -> No
 
 def test_max_interval_parameter_defaults_to_one_second_and_zero_disables_it() -> None:
     services = Services()
-    adaptive = MetricsDataSource.from_parameters("m", Section({}, "p", "metrics-data-source"), services)
+    adaptive = MetricsDataSource.from_wiring("m", Section({}, "p", "metrics-data-source"), services, SourceWiring())
     assert adaptive.options.max_interval_seconds == pytest.approx(1.0) and adaptive.adaptive
     assert services.engine_metrics.stale_after_seconds == pytest.approx(3.0)  # 3 × maxInterval
-    fixed = MetricsDataSource.from_parameters("m", Section({"maxInterval": "0s"}, "p", "metrics-data-source"), Services())
+    fixed = MetricsDataSource.from_wiring("m", Section({"maxInterval": "0s"}, "p", "metrics-data-source"), Services(), SourceWiring())
     assert fixed.options.max_interval_seconds is None and not fixed.adaptive

@@ -4,6 +4,7 @@ import pytest
 
 from ppc_extproc.events.wire import AllBlocksCleared, BlockStored, EventBatch
 from ppc_extproc.framework import (
+    PREFIX_CACHE_MATCH_INFO,
     Endpoint,
     EndpointEvent,
     EndpointEventKind,
@@ -59,7 +60,7 @@ def produce(p: PrecisePrefixCacheProducer, req: LLMRequest, *endpoints: Endpoint
 
 
 def info(ctx: SchedulingContext, endpoint: Endpoint) -> PrefixCacheMatchInfo | None:
-    return ctx.attribute(endpoint.id, "PrefixCacheMatchInfoDataKey/precise")
+    return ctx.endpoint_value(endpoint.id, PREFIX_CACHE_MATCH_INFO.of("precise"))
 
 
 def test_match_info_for_every_candidate() -> None:
@@ -90,8 +91,8 @@ def test_suspended_endpoints_match_nothing_until_their_stream_is_proven() -> Non
 def test_no_tokens_or_no_full_block_writes_nothing() -> None:
     p = producer()
     store(p, A, list(range(64)))
-    assert produce(p, LLMRequest("r", "m", None)).attributes == {}
-    assert produce(p, request(list(range(15)))).attributes == {}
+    assert produce(p, LLMRequest("r", "m", None)).endpoint_data == {}
+    assert produce(p, request(list(range(15)))).endpoint_data == {}
 
 
 def test_multi_prompt_requests_sum_blocks_and_scores() -> None:
@@ -147,10 +148,12 @@ def test_a_prompt_sent_again_seeds_only_the_blocks_its_target_lacks() -> None:
     assert p.speculative.pending() == 1  # nothing new to seed: the first seeding keeps its expiry
     longer = produce(p, request(list(range(80))))
     p.pre_request(longer, SchedulingResult.of([B]))
-    assert [len(keys) for keys in longer.plugin_data["precise/speculative"].keys] == [2]  # the 2 new blocks
+    longer_seeded = longer.get(p.seeded_key)
+    assert longer_seeded is not None and [len(keys) for keys in longer_seeded.keys] == [2]  # the 2 new blocks
     elsewhere = produce(p, request(list(range(48))))
     p.pre_request(elsewhere, SchedulingResult.of([A]))  # another target gets every block
-    assert [len(keys) for keys in elsewhere.plugin_data["precise/speculative"].keys] == [3]
+    elsewhere_seeded = elsewhere.get(p.seeded_key)
+    assert elsewhere_seeded is not None and [len(keys) for keys in elsewhere_seeded.keys] == [3]
     clock.now += 1.5  # the first seeding (blocks 0-2 on B) has expired, the tail has not
     p.tick(clock.now)
     assert info(produce(p, request(list(range(80)))), B).match_blocks == 0

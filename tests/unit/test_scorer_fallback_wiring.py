@@ -12,11 +12,11 @@ import structlog
 from ppc_extproc.config.epp import load_config_text
 from ppc_extproc.enginemetrics import EngineMetrics, EngineMetricsStore
 from ppc_extproc.errors import ConfigError
-from ppc_extproc.framework import Endpoint, LLMRequest
-from ppc_extproc.matchinfo import match_info_key
+from ppc_extproc.framework import PREFIX_CACHE_MATCH_INFO, Endpoint, LLMRequest
 from ppc_extproc.plugins.datalayer import MetricsDataSource
 from ppc_extproc.plugins.filters import PrefixCacheAffinityFilter
 from ppc_extproc.plugins.producers.approx_prefix_cache import ApproxPrefixCacheProducer
+from ppc_extproc.plugins.producers.inflight_load import InflightLoadProducer
 from ppc_extproc.plugins.registry import Services
 from ppc_extproc.plugins.scorers import (
     NoHitLRUScorer,
@@ -29,7 +29,7 @@ from ppc_extproc.scheduling.router import Router
 from ppc_extproc.tokens import TokenizedPrompt
 from ppc_extproc.tokens.le32 import tokens_to_le32
 
-APPROX_KEY = match_info_key("approx-prefix-cache-producer")
+APPROX_KEY = PREFIX_CACHE_MATCH_INFO.of("approx-prefix-cache-producer")
 A, B, C = Endpoint("10.0.0.1", 8000), Endpoint("10.0.0.2", 8000), Endpoint("10.0.0.3", 8000)
 
 # llm-d's precise-prefix EndpointPickerConfig example (llm-d-router docs), verbatim.
@@ -83,9 +83,9 @@ def test_precise_example_loads_unchanged_without_warnings() -> None:
     weights = {w.scorer.name: w.weight for w in loaded.profiles["default"].scorers}
     assert weights == {"kv-cache-utilization-scorer": 2.0, "queue-scorer": 2.0, "prefix-cache-scorer": 3.0,
                        "no-hit-lru-scorer": 2.0}
-    precise = match_info_key("precise-prefix-cache-producer")
-    assert loaded.plugins["prefix-cache-scorer"].attribute_key == precise
-    assert loaded.plugins["no-hit-lru-scorer"].attribute_key == precise
+    precise = PREFIX_CACHE_MATCH_INFO.of("precise-prefix-cache-producer")
+    assert loaded.plugins["prefix-cache-scorer"].match_key == precise
+    assert loaded.plugins["no-hit-lru-scorer"].match_key == precise
     # Two scorers read engine metrics and no source is listed: llm-d's defaults are injected.
     source = loaded.plugins["metrics-data-source"]
     assert isinstance(source, MetricsDataSource) and not source.running  # the server starts it
@@ -100,7 +100,7 @@ def test_unnamed_scorer_reads_an_auto_created_approximate_producer() -> None:
     loaded = load_config_text(HEADER + "plugins:\n- type: prefix-cache-scorer\n")
     approx = loaded.plugins["approx-prefix-cache-producer"]
     assert isinstance(approx, ApproxPrefixCacheProducer) and approx in loaded.roles.producers
-    assert loaded.plugins["prefix-cache-scorer"].attribute_key == APPROX_KEY == approx.attribute_key
+    assert loaded.plugins["prefix-cache-scorer"].match_key == APPROX_KEY == approx.match_key
     assert loaded.warnings == []
 
 
@@ -114,15 +114,16 @@ plugins:
 - type: token-load-scorer
 """)
     for name in ("prefix-cache-affinity-filter", "prefix-cache-scorer", "no-hit-lru-scorer"):
-        assert loaded.plugins[name].attribute_key == APPROX_KEY, name
-    assert loaded.plugins["token-load-scorer"].attribute_key is None  # best of all producers
+        assert loaded.plugins[name].match_key == APPROX_KEY, name
+    assert loaded.plugins["token-load-scorer"].match_key is None  # best of all producers
     assert isinstance(loaded.plugins["prefix-cache-affinity-filter"], PrefixCacheAffinityFilter)
     assert loaded.profiles["default"].filters == [loaded.plugins["prefix-cache-affinity-filter"]]
     assert isinstance(loaded.plugins["token-load-scorer"], TokenLoadScorer)
     assert loaded.paths["approx-prefix-cache-producer"] == "plugins[0]"  # the configured one, not a default
-    tracker = loaded.services.inflight
-    assert loaded.plugins["token-load-scorer"].inflight is tracker
-    assert loaded.plugins["prefix-cache-affinity-filter"].inflight is tracker
+    producer = loaded.plugins["inflight-load-producer"]
+    assert isinstance(producer, InflightLoadProducer) and producer.load is loaded.services.inflight
+    assert loaded.plugins["token-load-scorer"].load_key == producer.key
+    assert loaded.plugins["prefix-cache-affinity-filter"].load_key == producer.key
 
 
 def test_an_approximate_producer_under_another_name_is_not_read_by_unnamed_consumers() -> None:
@@ -131,7 +132,7 @@ plugins:
 - {type: approx-prefix-cache-producer, name: history}
 - type: prefix-cache-scorer
 """)
-    assert loaded.plugins["prefix-cache-scorer"].attribute_key == APPROX_KEY  # llm-d's key, as llm-d
+    assert loaded.plugins["prefix-cache-scorer"].match_key == APPROX_KEY  # llm-d's key, as llm-d
     assert loaded.paths["approx-prefix-cache-producer"] == "(injected)"
     assert any("'history'" in w and "nothing reads" in w for w in loaded.warnings), loaded.warnings
 
@@ -155,7 +156,7 @@ plugins:
 - type: token-load-scorer
   parameters: {prefixMatchInfoProducerName: precise-prefix-cache-producer}
 """)
-    assert named.plugins["token-load-scorer"].attribute_key == match_info_key("precise-prefix-cache-producer")
+    assert named.plugins["token-load-scorer"].match_key == PREFIX_CACHE_MATCH_INFO.of("precise-prefix-cache-producer")
     with pytest.raises(ConfigError, match="no producer named 'nope'"):
         load_config_text(HEADER + "plugins:\n- {type: token-load-scorer, parameters: {prefixMatchInfoProducerName: nope}}\n")
 
@@ -174,8 +175,8 @@ plugins:
     assert len(warnings) == 1 and warnings[0]["log_level"] == "warning"
     assert "prefix-cache-scorer" in warnings[0]["message"]
     assert "prefixMatchInfoProducerName: precise-prefix-cache-producer" in warnings[0]["message"]
-    assert loaded.plugins["prefix-cache-scorer"].attribute_key == APPROX_KEY
-    assert loaded.plugins["no-hit-lru-scorer"].attribute_key == match_info_key("precise-prefix-cache-producer")
+    assert loaded.plugins["prefix-cache-scorer"].match_key == APPROX_KEY
+    assert loaded.plugins["no-hit-lru-scorer"].match_key == PREFIX_CACHE_MATCH_INFO.of("precise-prefix-cache-producer")
 
 
 def test_routing_history_feeds_the_prefix_scorer_end_to_end() -> None:

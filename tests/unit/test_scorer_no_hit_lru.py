@@ -5,21 +5,21 @@ from __future__ import annotations
 import pytest
 
 from ppc_extproc.errors import ConfigError
-from ppc_extproc.framework import Endpoint, LLMRequest, SchedulingContext, SchedulingResult
+from ppc_extproc.framework import PREFIX_CACHE_MATCH_INFO, Endpoint, LLMRequest, SchedulingContext, SchedulingResult
 from ppc_extproc.framework.params import Section
-from ppc_extproc.matchinfo import PrefixCacheMatchInfo, match_info_key
+from ppc_extproc.matchinfo import PrefixCacheMatchInfo
 from ppc_extproc.plugins.registry import Services
 from ppc_extproc.plugins.scorers import NoHitLRUScorer
 
 A, B, C, D = (Endpoint(f"10.0.0.{i}", 8000) for i in range(1, 5))
-KEY = match_info_key("p")
+KEY = PREFIX_CACHE_MATCH_INFO.of("p")
 
 
 def route(scorer: NoHitLRUScorer, endpoints: list[Endpoint], target: Endpoint | None = None,
           warm: Endpoint | None = None) -> dict[str, float]:
     ctx = SchedulingContext(LLMRequest("r", "m"), endpoints)
     for e in endpoints:
-        ctx.set_attribute(e.id, KEY, PrefixCacheMatchInfo(1 if e == warm else 0, 4, 64))
+        ctx.put_endpoint_value(e.id, KEY, PrefixCacheMatchInfo(1 if e == warm else 0, 4, 64))
     scores = scorer.score(ctx, endpoints)
     if target is not None:
         scorer.pre_request(ctx, SchedulingResult.of([target]))
@@ -79,6 +79,6 @@ def test_parameters() -> None:
         "n", Section({"lruSize": 8, "prefixPluginType": "x", "prefixPluginName": "y"}, "p"), Services()
     )
     assert s.lru_size == 8 and s.producer_name == ""
-    assert s.attribute_key == match_info_key("approx-prefix-cache-producer")
+    assert s.match_key == PREFIX_CACHE_MATCH_INFO.of("approx-prefix-cache-producer")
     with pytest.raises(ConfigError, match="lruSize"):
         NoHitLRUScorer.from_parameters("n", Section({"lruSize": 0}, "p"), Services())

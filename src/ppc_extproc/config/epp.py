@@ -11,8 +11,9 @@
 The sequence is llm-d's (``llm-d/llm-d-router: pkg/epp/config/loader/``): decode strictly, resolve
 deprecated aliases, build the plugins (independent of their YAML order), classify each once by the
 roles it declares, assemble profiles (one ``default`` profile when none is given), inject the
-profile handler and picker, create the default producers of data nobody produces, order the
-producers by what they consume, and wire the data layer. What was injected is recorded for
+profile handler and picker, create the default producers of data nobody produces (a metrics
+source for a plugin that reads engine metrics), order the producers by what they consume, and
+build the data sources last, each with the extractors it feeds and the views it reads. What was injected is recorded for
 ``ppc-extproc check-config``. Every error names the field's path.
 """
 
@@ -24,7 +25,7 @@ from pathlib import Path
 
 import structlog
 
-from ppc_extproc.config.datalayer import DataLayer, wire_sources
+from ppc_extproc.config.datalayer import DataLayer, SourcePlan, SourcesPlan, build_sources, wire_sources
 from ppc_extproc.config.document import ConfigDocument, PluginSpec, parse_document
 from ppc_extproc.config.producers import order_producers, resolve_producers
 from ppc_extproc.errors import ConfigError
@@ -38,14 +39,19 @@ from ppc_extproc.framework import (
     ProfileHandler,
     RequestParser,
     Scorer,
-    classify,
     plays,
     role_names,
 )
 from ppc_extproc.framework.params import Section
 from ppc_extproc.plugins.parsers import DEFAULT_PARSERS
+from ppc_extproc.plugins.producers.inflight_load import INFLIGHT_LOAD_PRODUCER, InflightLoadProducer
 from ppc_extproc.plugins.producers.precise_prefix_cache import PrecisePrefixCacheProducer
-from ppc_extproc.plugins.registry import Services, create_plugin
+from ppc_extproc.plugins.registry import (
+    Services,
+    SourceFactory,
+    create_plugin,
+    source_factory,
+)
 from ppc_extproc.scheduling.profile import SchedulingProfile, WeightedScorer
 from ppc_extproc.scheduling.router import Pipeline
 from ppc_extproc.scheduling.scheduler import Scheduler
@@ -103,18 +109,35 @@ class _Builder:
         self.document = document
         self.services = services
         self.plugins: dict[str, Plugin] = {}
+        #: Every plugin classified once, as it is added (injected ones included).
+        self.roles = PluginRoles()
+        #: Data sources by name: built last (``build_sources``), with their extractors.
+        self.sources: dict[str, SourcePlan] = {}
         self.paths: dict[str, str] = {}
         self.injected: list[str] = []
         self.warnings = document.warnings
+
+    def add(self, name: str, plugin: Plugin, path: str) -> None:
+        self.plugins[name] = plugin
+        self.paths[name] = path
+        self.roles.add(plugin)
 
     def inject(self, type_name: str, name: str, why: str) -> Plugin:
         """Create a plugin with default parameters and record why (the injection note says it all:
         what its factory would warn about a configured one is not repeated)."""
         plugin = create_plugin(type_name, name, Section({}, f"({type_name})", type_name, []), self.services)
-        self.plugins[name] = plugin
-        self.paths[name] = "(injected)"
+        self.add(name, plugin, "(injected)")
         self.injected.append(f"{type_name} '{name}': {why}")
         return plugin
+
+    def inject_source(self, type_name: str, name: str, why: str) -> SourcePlan:
+        factory = source_factory(type_name)
+        assert factory is not None, type_name
+        plan = SourcePlan(name, factory, Section({}, f"({type_name})", type_name, []), "(injected)")
+        self.sources[name] = plan
+        self.paths[name] = "(injected)"
+        self.injected.append(f"{type_name} '{name}': {why}")
+        return plan
 
     # --- plugins ----------------------------------------------------------------------------------
 
@@ -125,9 +148,13 @@ class _Builder:
             if spec.type_name == DEPRECATED_PRECISE_SCORER:
                 self._deprecated_precise_scorer(spec, precise)
                 continue
-            self.plugins[spec.name] = create_plugin(spec.type_name, spec.name, spec.params, self.services,
-                                                    path=f"{spec.path}.type")  # fmt: skip
-            self.paths[spec.name] = spec.path
+            factory = source_factory(spec.type_name)
+            if factory is not None:
+                self.sources[spec.name] = SourcePlan(spec.name, factory, spec.params, spec.path)
+                self.paths[spec.name] = spec.path
+                continue
+            self.add(spec.name, create_plugin(spec.type_name, spec.name, spec.params, self.services,
+                                              path=f"{spec.path}.type"), spec.path)  # fmt: skip
 
     def _deprecated_precise_scorer(self, spec: PluginSpec, precise: list[PluginSpec]) -> None:
         """llm-d's legacy scorer: a prefix-cache-scorer over the one precise producer, or (none
@@ -144,10 +171,10 @@ class _Builder:
             spec.params.data.clear()  # its own parameters are ignored, as in llm-d
             params = Section({"prefixMatchInfoProducerName": precise[0].name}, spec.params.path,
                              "prefix-cache-scorer", self.warnings)  # fmt: skip
-            self.plugins[spec.name] = create_plugin("prefix-cache-scorer", spec.name, params, self.services)
+            self.add(spec.name, create_plugin("prefix-cache-scorer", spec.name, params, self.services), spec.path)
         else:
-            self.plugins[spec.name] = create_plugin(DEPRECATED_PRECISE_SCORER, spec.name, spec.params, self.services)
-        self.paths[spec.name] = spec.path
+            self.add(spec.name, create_plugin(DEPRECATED_PRECISE_SCORER, spec.name, spec.params, self.services),
+                     spec.path)  # fmt: skip
 
     # --- profiles, handler, picker ------------------------------------------------------------------
 
@@ -166,6 +193,12 @@ class _Builder:
             members: list[tuple[str, Plugin, float | None]] = []
             for ref in spec.refs:
                 plugin = self.plugins.get(ref.plugin_ref)
+                if plugin is None and ref.plugin_ref in self.sources:
+                    raise ConfigError(
+                        f"{ref.path}.pluginRef",
+                        f"'{ref.plugin_ref}' is a data source, not a filter, scorer or picker; producers and "
+                        "data sources run for every request without a profile",
+                    )
                 if plugin is None:
                     raise ConfigError(
                         f"{ref.path}.pluginRef",
@@ -214,7 +247,6 @@ class _Builder:
             "max-score-picker", "max-score-picker", f"profile '{profile}' has no picker"
         )
         assert plays(picker, Picker)
-        roles.pickers.append(picker)
         return picker
 
     def profile_handler(self, roles: PluginRoles, profiles: dict[str, SchedulingProfile]) -> ProfileHandler:
@@ -229,7 +261,6 @@ class _Builder:
                 raise ConfigError("schedulingProfiles", "no profile handler configured")
             handler = self.inject("single-profile-handler", "single-profile-handler", "one profile and no handler")
             assert plays(handler, ProfileHandler)
-            roles.profile_handlers.append(handler)
             return handler
         handler = handlers[0]
         if len(profiles) > 1:
@@ -282,20 +313,19 @@ class _Builder:
 
     # --- data layer ---------------------------------------------------------------------------------
 
-    def data_layer(self) -> DataLayer:
-        return wire_sources(self.document.data_layer.sources, self.plugins)
+    def data_layer(self) -> SourcesPlan:
+        return wire_sources(self.document.data_layer.sources, self.plugins, self.sources)
 
-    def implicit_sources(self, layer: DataLayer, roles: PluginRoles) -> None:
+    def implicit_sources(self, layer: SourcesPlan) -> None:
         """After every plugin exists (injected producers included): endpoint extractors no source
         lists get endpoint events through an implicit source; unlisted sources are reported."""
         wired = {id(e) for s in layer.endpoint_sources for e in s.extractors}
-        unwired: list[EndpointExtractor] = [e for e in roles.endpoint_extractors if id(e) not in wired]
+        unwired: list[EndpointExtractor] = [e for e in self.roles.endpoint_extractors if id(e) not in wired]
         if unwired:
-            from ppc_extproc.plugins.datalayer import EndpointNotificationSource
-
-            implicit = EndpointNotificationSource("(implicit) endpoint-notification-source")
-            implicit.attach(unwired)
-            layer.endpoint_sources.append(implicit)
+            name = "(implicit) endpoint-notification-source"
+            implicit = SourcePlan(name, _endpoint_notification_source(), Section({}, name, "", []), "(injected)")
+            implicit.extractors.extend(unwired)
+            layer.add(implicit)
             self.injected.append(
                 f"endpoint-notification-source (implicit) → {', '.join(e.name for e in unwired)}: "
                 "not listed under dataLayer.sources"
@@ -308,13 +338,34 @@ class _Builder:
                         "has discoverPods=true but is not an extractor of an endpoint-notification-source; "
                         "llm-d would receive no KV events (ppc-extproc still subscribes)"
                     )
-        wired_sources = {id(s) for s in (*layer.endpoint_sources, *layer.polling_sources)}
-        for source in (*roles.endpoint_sources, *roles.polling_sources):
-            if id(source) not in wired_sources:
+        for plan in self.sources.values():
+            if not layer.listed(plan):
                 self.warnings.append(
-                    f"{self.paths[source.name]}: data source '{source.name}' is not listed under "
+                    f"{self.paths[plan.name]}: data source '{plan.name}' is not listed under "
                     "dataLayer.sources, so nothing reads from it"
                 )
+
+    def build_sources(self, layer: SourcesPlan) -> DataLayer:
+        """Build every data source, complete: its extractors and the standing views it declares."""
+        view = next((p.load for p in self.roles.producers
+                     if isinstance(p, InflightLoadProducer) and p.name == INFLIGHT_LOAD_PRODUCER), None)  # fmt: skip
+        data, built = build_sources(layer, self.sources.values(), self.services, view)
+        for name, source in built.items():
+            self.add(name, source, self.paths[name])
+        return data
+
+    def in_document_order(self) -> dict[str, Plugin]:
+        """The plugins as the document lists them (sources are built last), injected ones after."""
+        listed = [spec.name for spec in self.document.plugins if spec.name in self.plugins]
+        ordered = {name: self.plugins[name] for name in listed}
+        ordered.update(self.plugins)
+        return ordered
+
+
+def _endpoint_notification_source() -> type[SourceFactory]:
+    factory = source_factory("endpoint-notification-source")
+    assert factory is not None
+    return factory
 
 
 def load_config_text(text: str, source: str = "<text>", services: Services | None = None) -> LoadedConfig:
@@ -324,15 +375,16 @@ def load_config_text(text: str, source: str = "<text>", services: Services | Non
     builder = _Builder(document, services)
     builder.build_plugins()
     builder.check_saturation_detector()
-    roles = classify(builder.plugins.values())
+    roles = builder.roles
     profiles = builder.build_profiles(roles)
     handler = builder.profile_handler(roles, profiles)
     parsers = builder.parsers()
     discovery = builder.discovery()
     layer = builder.data_layer()
     resolve_producers(builder, layer, document.data_layer.inject_defaults)
-    roles = classify(builder.plugins.values())  # injected producers and sources are in now
-    builder.implicit_sources(layer, roles)
+    builder.implicit_sources(layer)
+    data_layer = builder.build_sources(layer)
+    roles = builder.roles
     steps = order_producers(roles.producers, builder.paths)
     producer_ids = {id(p) for p in roles.producers}
     streaming = next((p for p in roles.streaming if id(p) in producer_ids), None)
@@ -345,8 +397,8 @@ def load_config_text(text: str, source: str = "<text>", services: Services | Non
         parsers=parsers,
     )
     loaded = LoadedConfig(
-        source=source, plugins=builder.plugins, roles=roles, pipeline=pipeline, profiles=profiles,
-        handler=handler, data_layer=layer, discovery=discovery, services=services,
+        source=source, plugins=builder.in_document_order(), roles=roles, pipeline=pipeline, profiles=profiles,
+        handler=handler, data_layer=data_layer, discovery=discovery, services=services,
         feature_gates=document.feature_gates, warnings=builder.warnings, injected=builder.injected,
         paths=builder.paths,
     )

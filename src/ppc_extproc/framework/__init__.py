@@ -15,10 +15,13 @@ from ppc_extproc.framework.context import (
 )
 from ppc_extproc.framework.datakeys import (
     ENGINE_METRICS,
+    IN_FLIGHT_LOAD,
     PREFIX_CACHE_MATCH_INFO,
     TOKENIZED_PROMPT,
     Consumes,
     DataKey,
+    DataType,
+    InFlightLoad,
 )
 from ppc_extproc.framework.endpoint import Endpoint, EndpointEvent, EndpointEventKind
 from ppc_extproc.framework.roles import (
@@ -48,6 +51,7 @@ from ppc_extproc.framework.roles import (
 
 __all__ = [
     "ENGINE_METRICS",
+    "IN_FLIGHT_LOAD",
     "PREFIX_CACHE_MATCH_INFO",
     "TOKENIZED_PROMPT",
     "AsyncDataProducer",
@@ -55,6 +59,7 @@ __all__ = [
     "DataConsumer",
     "DataKey",
     "DataProducer",
+    "DataType",
     "Discovery",
     "Endpoint",
     "EndpointEvent",
@@ -63,6 +68,7 @@ __all__ = [
     "EndpointRegistry",
     "EndpointSource",
     "Filter",
+    "InFlightLoad",
     "LLMRequest",
     "Lifecycle",
     "MetricsExtractor",

@@ -57,6 +57,15 @@ class PluginRoles:
     discovery: list[Discovery] = field(default_factory=list)
     parsers: list[RequestParser] = field(default_factory=list)
 
+    def add(self, plugin: Plugin) -> None:
+        """Classify one plugin into every group of a role it declares (once: a plugin already
+        present is not added again)."""
+        for role, attr, _ in _ROLES:
+            if plays(plugin, role):
+                group: list[Plugin] = getattr(self, attr)
+                if plugin not in group:
+                    group.append(plugin)
+
 
 # Role protocol → PluginRoles field, in the order roles are listed to users.
 _ROLES: tuple[tuple[type, str, str], ...] = (
@@ -84,21 +93,14 @@ _ROLES: tuple[tuple[type, str, str], ...] = (
 
 def plays(plugin: object, role: type[_R]) -> TypeGuard[_R]:
     """Whether ``plugin`` declares ``role`` by subclassing it. Nominal on purpose: a structural
-    check would call a metrics source an endpoint source because both have ``attach``."""
+    check would call a metrics source an endpoint source because both have ``extractors``."""
     return role in type(plugin).__mro__
-
-
-
 
 
 def classify(plugins: Iterable[Plugin]) -> PluginRoles:
     roles = PluginRoles()
     for plugin in plugins:
-        for role, attr, _ in _ROLES:
-            if plays(plugin, role):
-                group: list[Plugin] = getattr(roles, attr)
-                if plugin not in group:
-                    group.append(plugin)
+        roles.add(plugin)
     return roles
 
 

@@ -1,7 +1,8 @@
 """What one scheduling cycle works on: the request, per-request state, and the results.
 
     LLMRequest         the request as routing sees it (model, path, headers, body, token ids)
-    SchedulingContext  per-request state the plugins share: candidates, per-endpoint attributes
+    SchedulingContext  per-request state the plugins share: candidates, typed per-request and
+                       per-endpoint data (``get``, ``endpoint_value``)
     ProfileResult      one scheduling profile's targets and the numbers behind them
     SchedulingResult   the profile handler's verdict: targets, wire destinations, extra headers
     ResponseInfo       what the response path learned about a routed request
@@ -11,8 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypeVar, cast
 
+from ppc_extproc.framework.datakeys import DataKey
 from ppc_extproc.framework.endpoint import Endpoint
 from ppc_extproc.ids import EndpointId, RequestKey
 from ppc_extproc.matchinfo import PrefixCacheMatchInfo, best_match_info
@@ -26,6 +28,8 @@ __all__ = [
     "SchedulingResult",
     "StreamedKeys",
 ]
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,35 +74,48 @@ class SchedulingContext:
 
     request: LLMRequest
     candidates: list[Endpoint]
-    #: endpoint id → data key → value (e.g. ``PrefixCacheMatchInfoDataKey/<producer>``)
-    attributes: dict[EndpointId, dict[str, Any]] = field(default_factory=dict)
-    #: plugin name → private per-request data (e.g. the producer's block keys for pre_request)
-    plugin_data: dict[str, Any] = field(default_factory=dict)
+    #: data key text → value: per-request data (``get``/``put``), producers' and plugins' own
+    data: dict[str, object] = field(default_factory=dict)
+    #: endpoint id → data key text → value (``endpoint_value``/``put_endpoint_value``)
+    endpoint_data: dict[EndpointId, dict[str, object]] = field(default_factory=dict)
     #: True for a dry run (debug scoring): no speculative seeding, no in-flight accounting.
     dry_run: bool = False
     #: stage → seconds, recorded by plugins that want their stages measured (keys, lookup)
     timings: dict[str, float] = field(default_factory=dict)
 
-    def attribute(self, endpoint: EndpointId, key: str) -> Any:
-        return self.attributes.get(endpoint, {}).get(key)
+    def get(self, key: DataKey[T]) -> T | None:
+        """The request's value under ``key``, or None when its producer did not write one."""
+        return cast("T | None", self.data.get(key.text))
 
-    def set_attribute(self, endpoint: EndpointId, key: str, value: Any) -> None:
-        self.attributes.setdefault(endpoint, {})[key] = value
+    def put(self, key: DataKey[T], value: T) -> None:
+        self.data[key.text] = value
+
+    def pop(self, key: DataKey[T]) -> T | None:
+        return cast("T | None", self.data.pop(key.text, None))
+
+    def endpoint_value(self, endpoint: EndpointId, key: DataKey[T]) -> T | None:
+        """``endpoint``'s value under ``key`` for this request, or None."""
+        values = self.endpoint_data.get(endpoint)
+        return None if values is None else cast("T | None", values.get(key.text))
+
+    def put_endpoint_value(self, endpoint: EndpointId, key: DataKey[T], value: T) -> None:
+        self.endpoint_data.setdefault(endpoint, {})[key.text] = value
 
     @property
     def prompt_tokens(self) -> int:
         return self.request.prompt_tokens
 
-    def match_info(self, endpoint: EndpointId, attribute_key: str | None = None) -> PrefixCacheMatchInfo | None:
+    def match_info(
+        self, endpoint: EndpointId, key: DataKey[PrefixCacheMatchInfo] | None = None
+    ) -> PrefixCacheMatchInfo | None:
         """The named producer's match info for ``endpoint``, or (no key) the best any producer wrote."""
-        if attribute_key is not None:
-            info = self.attribute(endpoint, attribute_key)
-            return info if isinstance(info, PrefixCacheMatchInfo) else None
-        return best_match_info(self.attributes.get(endpoint, {}).values())
+        if key is not None:
+            return self.endpoint_value(endpoint, key)
+        return best_match_info(self.endpoint_data.get(endpoint, {}).values())
 
-    def uncached_tokens(self, endpoint: EndpointId, attribute_key: str | None = None) -> int:
+    def uncached_tokens(self, endpoint: EndpointId, key: DataKey[PrefixCacheMatchInfo] | None = None) -> int:
         """Prompt tokens ``endpoint`` would have to prefill: the prompt minus its cached prefix."""
-        info = self.match_info(endpoint, attribute_key)
+        info = self.match_info(endpoint, key)
         return max(0, self.prompt_tokens - (info.cached_tokens if info is not None else 0))
 
 

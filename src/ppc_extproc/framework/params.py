@@ -8,19 +8,30 @@
 With ``fold_case`` (plugin parameters, and every section under them) keys also match
 case-insensitively, as Go's ``encoding/json`` decodes llm-d's parameters: an exact match wins
 over a case-folded one.
+
+A plugin's parameters as one typed config: a frozen dataclass whose fields say their document key
+and bounds, decoded with the same errors::
+
+    @dataclass(frozen=True, slots=True)
+    class Config:
+        idle_threshold: int = param("idleThreshold", 0, minimum=0)
+
+    config = decode(section, Config)
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, TypeVar, get_type_hints
 
 from ppc_extproc.errors import ConfigError
 from ppc_extproc.framework.durations import parse_go_duration
 
-__all__ = ["Section"]
+__all__ = ["Section", "decode", "param"]
 
 _MISSING = object()
+_C = TypeVar("_C")
 
 
 def _type_name(value: Any) -> str:
@@ -160,3 +171,40 @@ class Section:
             raise ConfigError(self.child_path(key), f"must be at least {minimum}, got {value}")
         if maximum is not None and value > maximum:
             raise ConfigError(self.child_path(key), f"must be at most {maximum}, got {value}")
+
+
+def param(
+    key: str,
+    default: Any,
+    *,
+    minimum: float | None = None,
+    maximum: float | None = None,
+    choices: tuple[str, ...] | None = None,
+) -> Any:
+    """A config field read from ``key`` (``int``, ``float``, ``bool`` or ``str`` by its annotation)."""
+    return dataclasses.field(
+        default=default, metadata={"key": key, "minimum": minimum, "maximum": maximum, "choices": choices}
+    )
+
+
+def decode(section: Section, config: type[_C]) -> _C:
+    """Read every ``param`` field of the dataclass ``config`` from ``section`` (errors name the
+    field's path, as ``Section``'s readers do)."""
+    hints = get_type_hints(config)
+    values: dict[str, Any] = {}
+    for f in dataclasses.fields(config):  # type: ignore[arg-type]
+        meta = f.metadata
+        if "key" not in meta:
+            continue
+        key, kind, default = meta["key"], hints[f.name], f.default
+        if kind is bool:
+            values[f.name] = section.boolean(key, default)  # type: ignore[arg-type]
+        elif kind is int:
+            values[f.name] = section.integer(key, default, minimum=meta["minimum"], maximum=meta["maximum"])  # type: ignore[arg-type]
+        elif kind is float:
+            values[f.name] = section.number(key, default, minimum=meta["minimum"], maximum=meta["maximum"])  # type: ignore[arg-type]
+        elif kind is str:
+            values[f.name] = section.string(key, default, choices=meta["choices"])  # type: ignore[arg-type]
+        else:
+            raise TypeError(f"{config.__name__}.{f.name}: unsupported parameter type {kind!r}")
+    return config(**values)

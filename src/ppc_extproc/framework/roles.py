@@ -74,13 +74,13 @@ class Plugin(Protocol):
 
 
 class DataConsumer(Plugin, Protocol):
-    def consumes(self) -> tuple[Consumes, ...]:
+    def consumes(self) -> tuple[Consumes[object], ...]:
         """The data this plugin reads; the loader checks each required one has a producer."""
         ...
 
 
 class DataProducer(DataConsumer, Protocol):
-    def produces(self) -> frozenset[DataKey]: ...
+    def produces(self) -> frozenset[DataKey[object]]: ...
 
     def produce(self, ctx: SchedulingContext) -> None:
         """Write this producer's data for the request (never raises for a request's content:
@@ -94,7 +94,7 @@ class AsyncDataProducer(DataConsumer, Protocol):
     #: Bound on one call (llm-d's ``ProduceTimeout()``); None: the producer bounds itself.
     produce_timeout_seconds: float | None
 
-    def produces(self) -> frozenset[DataKey]: ...
+    def produces(self) -> frozenset[DataKey[object]]: ...
 
     async def produce_async(self, ctx: SchedulingContext) -> None: ...
 
@@ -145,9 +145,8 @@ class MetricsExtractor(Plugin, Protocol):
 class EndpointSource(Plugin, Protocol):
     """Forwards endpoint lifecycle events to its extractors (``endpoint-notification-source``)."""
 
-    extractors: list[EndpointExtractor]
-
-    def attach(self, extractors: Sequence[EndpointExtractor]) -> None: ...
+    #: Given at construction: the loader builds a source after the extractors it feeds.
+    extractors: tuple[EndpointExtractor, ...]
 
     def on_endpoint_event(self, event: EndpointEvent) -> None: ...
 
@@ -155,9 +154,8 @@ class EndpointSource(Plugin, Protocol):
 class PollingSource(Plugin, Protocol):
     """Polls every endpoint and hands each payload to its extractors (``metrics-data-source``)."""
 
-    extractors: list[MetricsExtractor]
-
-    def attach(self, extractors: Sequence[MetricsExtractor]) -> None: ...
+    #: Given at construction: the loader builds a source after the extractors it feeds.
+    extractors: tuple[MetricsExtractor, ...]
 
     def on_endpoint_event(self, event: EndpointEvent) -> None: ...
 

@@ -7,6 +7,8 @@
 
 The factory reads its parameters from a strict ``Section`` (unknown keys are errors naming the
 plugin and the key) and gets the shared services (clock, in-flight tracker, engine-metrics store).
+A data source is built last, complete: ``from_wiring`` also gets the extractors it feeds and the
+standing views of the data it declares in ``source_consumes`` (``SourceWiring``).
 A type llm-d has but ppc-extproc does not is an error that says what the type does.
 """
 
@@ -18,17 +20,28 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol, TypeVar
+from typing import ClassVar, Protocol, TypeVar
 
 from ppc_extproc.enginemetrics import EngineMetricsStore
 from ppc_extproc.errors import ConfigError
-from ppc_extproc.framework import Plugin
+from ppc_extproc.framework import Consumes, EndpointSource, InFlightLoad, Plugin, PollingSource
 from ppc_extproc.framework.params import Section
 from ppc_extproc.plugins.unsupported import unsupported_message
 from ppc_extproc.scheduling.health import EndpointHealth
 from ppc_extproc.scheduling.inflight import InflightTracker
 
-__all__ = ["PluginFactory", "Services", "create_plugin", "plugin_doc", "register", "registered_types"]
+__all__ = [
+    "PluginFactory",
+    "Services",
+    "SourceFactory",
+    "SourceWiring",
+    "create_plugin",
+    "create_source",
+    "plugin_doc",
+    "register",
+    "registered_types",
+    "source_factory",
+]
 
 
 @dataclass
@@ -49,6 +62,27 @@ class PluginFactory(Protocol):
 
     @classmethod
     def from_parameters(cls, name: str, params: Section, services: Services) -> Plugin: ...
+
+
+@dataclass(frozen=True, slots=True)
+class SourceWiring:
+    """What a data source is built with, once the plugins it feeds and reads exist."""
+
+    #: The extractors it feeds, already checked to fit the source's kind.
+    extractors: tuple[Plugin, ...] = ()
+    #: The in-flight load producer's standing view, when the source declares ``InFlightLoadDataKey``.
+    in_flight: InFlightLoad | None = None
+
+
+class SourceFactory(Protocol):
+    """A data source type: built by the loader after its extractors (no wiring after the fact)."""
+
+    type_name: str
+    #: What the source reads outside requests; the loader makes sure each has a producer.
+    source_consumes: ClassVar[tuple[Consumes[object], ...]]
+
+    @classmethod
+    def from_wiring(cls, name: str, params: Section, services: Services, wiring: SourceWiring) -> Plugin: ...
 
 
 _REGISTRY: dict[str, type[PluginFactory]] = {}
@@ -104,9 +138,29 @@ def plugin_doc(type_name: str) -> str:
     return inspect.cleandoc(module.__doc__ or own)
 
 
+def source_factory(type_name: str) -> type[SourceFactory] | None:
+    """The registered class of ``type_name`` when it is a data source (built by ``create_source``)."""
+    _load_builtins()
+    cls = _REGISTRY.get(type_name)
+    if cls is None or not (EndpointSource in cls.__mro__ or PollingSource in cls.__mro__):
+        return None
+    return cls  # type: ignore[return-value]
+
+
+def create_source(
+    type_name: str, name: str, params: Section, services: Services, wiring: SourceWiring
+) -> Plugin:
+    """Build a data source with what it feeds and reads (``source_factory`` says it is one)."""
+    cls = source_factory(type_name)
+    assert cls is not None, type_name
+    plugin = cls.from_wiring(name, params, services, wiring)
+    params.finish()
+    return plugin
+
+
 def create_plugin(type_name: str, name: str, params: Section, services: Services, *, path: str = "") -> Plugin:
     """Build a plugin from its configuration; ``ConfigError`` (at ``path``) for types ppc-extproc
-    does not have and for bad parameters."""
+    does not have and for bad parameters. Data sources are built by ``create_source``."""
     _load_builtins()
     cls = _REGISTRY.get(type_name)
     if cls is None:

@@ -49,7 +49,7 @@ class ProducerStep:
 
     producer: DataProducer
     #: Required inputs: when the producer of one of them failed for this request, skip this one.
-    requires: frozenset[DataKey] = frozenset()
+    requires: frozenset[DataKey[object]] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +57,7 @@ class AsyncProducerStep:
     """A producer that waits on I/O, awaited under its own timeout."""
 
     producer: AsyncDataProducer
-    requires: frozenset[DataKey] = frozenset()
+    requires: frozenset[DataKey[object]] = frozenset()
 
 
 @dataclass
@@ -144,7 +144,7 @@ class Router:
     async def _produce(self, ctx: SchedulingContext) -> None:
         """Run the producers in order; a failed one's outputs are missing for this request, and the
         producers that require them are skipped (llm-d stops at the first failure)."""
-        failed: set[DataKey] = set()
+        failed: set[DataKey[object]] = set()
         for step in self.pipeline.producers:
             if failed and not failed.isdisjoint(step.requires):
                 failed.update(step.producer.produces())  # missing too: its dependants skip as well

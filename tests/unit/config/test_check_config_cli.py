@@ -48,7 +48,8 @@ def test_a_valid_file_prints_its_resolved_pipeline(files: dict[str, Path]) -> No
         "    scorers: prefix-cache-scorer ×2, precise-scorer (prefix-cache-scorer) ×3, queue-scorer ×1.5",
         "    picker:  max-score-picker",
         "  producers, in run order: token-producer [estimate backend] [injected] (async) → "
-        "precise (precise-prefix-cache-producer) → approx-prefix-cache-producer [injected]",
+        "precise (precise-prefix-cache-producer) → approx-prefix-cache-producer [injected] → "
+        "inflight-load-producer [injected]",
         "  data sources: (implicit) endpoint-notification-source → [precise, approx-prefix-cache-producer]; "
         "metrics-data-source → [core-metrics-extractor]",
         "  feature gates: flowControl=false, haPopulateNonLeaderDatastore=true",

@@ -54,13 +54,17 @@ dataLayer: {sources: [{pluginRef: metrics-data-source}]}
     assert loaded.warnings == []
 
 
-def test_a_fully_wired_metrics_source_needs_nothing_injected() -> None:
+def test_a_fully_wired_metrics_source_needs_only_its_in_flight_load_producer() -> None:
     loaded = load("""
 plugins: [{type: queue-scorer}, {type: metrics-data-source}, {type: core-metrics-extractor}]
 dataLayer: {sources: [{pluginRef: metrics-data-source, extractors: [{pluginRef: core-metrics-extractor}]}]}
 """)
     assert pipeline(loaded)["sources"] == METRICS
-    assert not [line for line in loaded.injected if "metrics" in line]
+    # the source reads the in-flight load (adaptive polling), so its producer is the one default
+    assert [line for line in loaded.injected if "metrics" in line] == [
+        "inflight-load-producer 'inflight-load-producer': InFlightLoadDataKey/inflight-load-producer, "
+        "consumed by metrics-data-source"
+    ]
     assert loaded.warnings == []
 
 

@@ -171,7 +171,7 @@ EXPECTED: dict[str, dict[str, Any]] = {
     "epp-estimate-prefix-cache-config": {
         "handler": "single-profile-handler",
         "profiles": _profile([("prefix-cache-scorer", 1.0), ("load-aware-scorer", 1.0)]),
-        "producers": _APPROX_CHAIN,
+        "producers": [*_APPROX_CHAIN, "inflight-load-producer"],  # for the metrics source
         "sources": {IMPLICIT: ["approx-prefix-cache-producer"], **METRICS},
     },
     "epp-precise-prefix-cache-config": {
@@ -179,13 +179,13 @@ EXPECTED: dict[str, dict[str, Any]] = {
         "profiles": _profile(
             [("prefix-cache-scorer", 2.0), ("kv-cache-utilization-scorer", 1.0), ("queue-scorer", 1.0)]
         ),
-        "producers": ["token-producer[vllm]", "precise-prefix-cache-producer"],
+        "producers": ["token-producer[vllm]", "precise-prefix-cache-producer", "inflight-load-producer"],  # for the metrics source
         "sources": {"endpoint-notification-source": ["precise-prefix-cache-producer"], **METRICS},
     },
     "epp-burst-prefix-cache-config": {
         "handler": "single-profile-handler",
         "profiles": _profile([("prefix-cache-scorer", 2.0), ("load-aware-scorer", 1.0)]),
-        "producers": ["token-producer[vllm]", "burst-prefix-cache-producer"],
+        "producers": ["token-producer[vllm]", "burst-prefix-cache-producer", "inflight-load-producer"],  # for the metrics source
         "sources": METRICS,
     },
     "dp-epp-config": {

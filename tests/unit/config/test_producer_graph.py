@@ -67,9 +67,12 @@ def test_default_producers_are_created_transitively() -> None:
 
 
 def test_nothing_is_created_without_consumers() -> None:
-    loaded = load("plugins: [{type: queue-scorer}, {type: fwtests-e}]\n")
+    loaded = load("plugins: [{type: random-picker}, {type: fwtests-e}]\n")
     assert producers(loaded) == ["fwtests-e"]
     assert not [line for line in loaded.injected if "producer" in line]
+    # a load scorer reads engine metrics, whose source reads the in-flight load: one default producer
+    metrics = load("plugins: [{type: queue-scorer}, {type: fwtests-e}]\n")
+    assert producers(metrics) == ["fwtests-e", "inflight-load-producer"]
 
 
 def test_required_data_nobody_produces_is_an_error() -> None:

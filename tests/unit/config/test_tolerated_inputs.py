@@ -17,8 +17,7 @@ from epp_helpers import config_error, epp, load, pipeline, router_for, until
 
 from ppc_extproc.discovery.file import FileDiscovery
 from ppc_extproc.events.wire import BlockStored, EventBatch
-from ppc_extproc.framework import Endpoint, LLMRequest
-from ppc_extproc.matchinfo import match_info_key
+from ppc_extproc.framework import PREFIX_CACHE_MATCH_INFO, Endpoint, LLMRequest
 from ppc_extproc.plugins.producers.precise_prefix_cache import PrecisePrefixCacheProducer
 from ppc_extproc.plugins.scorers import PrefixCacheScorer
 from ppc_extproc.plugins.scorers.precise_prefix_cache import PrecisePrefixCacheScorer
@@ -121,7 +120,7 @@ LEGACY = "{type: precise-prefix-cache-scorer, parameters: {tokenProcessorConfig:
 def test_with_one_precise_producer_the_deprecated_scorer_reads_it(plugins: str) -> None:
     loaded = load(f"plugins: {plugins}\n")
     scorer = loaded.plugins["precise-prefix-cache-scorer"]
-    assert isinstance(scorer, PrefixCacheScorer) and scorer.attribute_key == match_info_key("pp")
+    assert isinstance(scorer, PrefixCacheScorer) and scorer.match_key == PREFIX_CACHE_MATCH_INFO.of("pp")
     assert pipeline(loaded)["producers"] == ["pp"]  # its own parameters (and unknown keys) are ignored
     assert pipeline(loaded)["profiles"]["default"]["scorers"] == [("precise-prefix-cache-scorer", 1.0)]
     _store(loaded.plugins["pp"], B, list(range(32)))  # type: ignore[arg-type]

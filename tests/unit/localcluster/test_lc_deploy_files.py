@@ -105,7 +105,9 @@ def test_compose_service_config_loads_with_the_service_loader() -> None:
 
     compose = yaml.safe_load((REPO / "docker-compose.yaml").read_text())
     loaded = load_config_text(compose["configs"]["ppc-extproc-config"]["content"])
-    assert [p.type_name for p in loaded.roles.producers] == ["token-producer", "precise-prefix-cache-producer"]
+    assert [p.type_name for p in loaded.roles.producers] == [
+        "token-producer", "precise-prefix-cache-producer", "inflight-load-producer",  # the last injected
+    ]
     assert loaded.roles.producers[0].backend_name == "local"  # chat and text get exact ids
     assert loaded.roles.producers[1].config.kv_events.pod_discovery.replay_socket_port == 5559
     assert loaded.warnings == []

@@ -39,7 +39,7 @@ def context(tokens: Sequence[int], candidates: Sequence[Endpoint] = PODS, reques
 
 
 def infos(p: BurstPrefixCacheProducer, ctx: SchedulingContext) -> dict[str, PrefixCacheMatchInfo]:
-    return {e.id: ctx.attribute(e.id, p.attribute_key) for e in ctx.candidates if ctx.attribute(e.id, p.attribute_key)}
+    return {e.id: ctx.endpoint_value(e.id, p.match_key) for e in ctx.candidates if ctx.endpoint_value(e.id, p.match_key)}
 
 
 def assigned(p: BurstPrefixCacheProducer, ctx: SchedulingContext) -> str:

@@ -207,8 +207,7 @@ def test_through_the_polling_source_a_deleted_endpoint_is_forgotten() -> None:
         return VLLM_BODY
 
     async def scenario() -> None:
-        source = MetricsDataSource("metrics-data-source", PollOptions(), fetch=fetch)
-        source.attach([ex])
+        source = MetricsDataSource("metrics-data-source", PollOptions(), extractors=[ex], fetch=fetch)
         endpoint = Endpoint("10.0.0.1", 8000)
         source.on_endpoint_event(EndpointEvent(EndpointEventKind.ADDED, endpoint))
         await source.start()

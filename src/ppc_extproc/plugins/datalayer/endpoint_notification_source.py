@@ -27,9 +27,9 @@ from collections.abc import Sequence
 
 import structlog
 
-from ppc_extproc.framework import EndpointEvent, EndpointExtractor, EndpointSource
+from ppc_extproc.framework import Consumes, EndpointEvent, EndpointExtractor, EndpointSource, plays
 from ppc_extproc.framework.params import Section
-from ppc_extproc.plugins.registry import Services, register
+from ppc_extproc.plugins.registry import Services, SourceWiring, register
 
 __all__ = ["EndpointNotificationSource"]
 
@@ -38,18 +38,18 @@ log = structlog.get_logger(__name__)
 
 @register("endpoint-notification-source")
 class EndpointNotificationSource(EndpointSource):
-    def __init__(self, name: str = "endpoint-notification-source") -> None:
+    source_consumes: tuple[Consumes[object], ...] = ()
+
+    def __init__(self, name: str = "endpoint-notification-source",
+                 extractors: Sequence[EndpointExtractor] = ()) -> None:  # fmt: skip
         self.name = name
-        self.extractors: list[EndpointExtractor] = []
+        self.extractors = tuple(dict.fromkeys(extractors))
 
     @classmethod
-    def from_parameters(cls, name: str, params: Section, services: Services) -> EndpointNotificationSource:
-        return cls(name)
-
-    def attach(self, extractors: Sequence[EndpointExtractor]) -> None:
-        for extractor in extractors:
-            if extractor not in self.extractors:
-                self.extractors.append(extractor)
+    def from_wiring(
+        cls, name: str, params: Section, services: Services, wiring: SourceWiring
+    ) -> EndpointNotificationSource:
+        return cls(name, [e for e in wiring.extractors if plays(e, EndpointExtractor)])
 
     def on_endpoint_event(self, event: EndpointEvent) -> None:
         for extractor in self.extractors:

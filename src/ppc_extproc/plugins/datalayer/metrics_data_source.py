@@ -15,7 +15,9 @@ Parameters  (llm-d's names and defaults)
 Adaptive    an endpoint whose load (waiting, running, KV usage as extracted) did not change since
             its last poll is polled at twice the previous interval, up to ``maxInterval``; a change
             brings it back to ``interval``, and so does this service routing a request to it or one
-            finishing there (its in-flight count moved; checked every 250 ms while backed off). An
+            finishing there (its in-flight count moved; checked every 250 ms while backed off:
+            the source declares ``InFlightLoadDataKey/inflight-load-producer`` and is built with
+            that producer's view, which the loader creates when it is not configured). An
             idle fleet of 100 engines is then polled 100×/s instead of 2,000×/s (BENCHMARKS.md, "What routing costs").
             Metrics go stale after 3 × ``maxInterval`` without a successful poll; scorers then treat
             them as unknown. A failing poll never makes the endpoint unroutable (in llm-d a failed
@@ -51,6 +53,8 @@ import structlog
 
 from ppc_extproc.errors import ConfigError
 from ppc_extproc.framework import (
+    IN_FLIGHT_LOAD,
+    Consumes,
     Endpoint,
     EndpointEvent,
     EndpointEventKind,
@@ -59,10 +63,12 @@ from ppc_extproc.framework import (
     PluginState,
     PollingSource,
     StateReporter,
+    plays,
 )
 from ppc_extproc.framework.params import Section
 from ppc_extproc.ids import EndpointId
-from ppc_extproc.plugins.registry import Services, register
+from ppc_extproc.plugins.producers.inflight_load import INFLIGHT_LOAD_PRODUCER
+from ppc_extproc.plugins.registry import Services, SourceWiring, register
 
 __all__ = ["BASE_TICK_SECONDS", "Fetch", "MetricsDataSource", "PollOptions"]
 
@@ -143,11 +149,15 @@ class _Target:
 class MetricsDataSource(PollingSource, Lifecycle, StateReporter):
     """Polls endpoints' metrics for its extractors; see the module docstring."""
 
+    #: Adaptive polling wakes an endpoint whose in-flight count moved: the producer's standing view.
+    source_consumes: tuple[Consumes[object], ...] = (Consumes(IN_FLIGHT_LOAD, INFLIGHT_LOAD_PRODUCER),)
+
     def __init__(
         self,
         name: str = "metrics-data-source",
         options: PollOptions | None = None,
         *,
+        extractors: Sequence[MetricsExtractor] = (),
         clock: Callable[[], float] = time.monotonic,
         fetch: Fetch | None = None,
         load: Callable[[str], tuple[object, ...] | None] | None = None,
@@ -160,7 +170,7 @@ class MetricsDataSource(PollingSource, Lifecycle, StateReporter):
         #: This service's in-flight request count of an endpoint (routing moves the load).
         self._inflight = inflight
         self.clock = clock
-        self.extractors: list[MetricsExtractor] = []
+        self.extractors = tuple(dict.fromkeys(extractors))
         #: None ⇒ aiohttp (a session is opened by ``start``).
         self._custom_fetch = fetch
         self._fetch: Fetch | None = None
@@ -174,7 +184,7 @@ class MetricsDataSource(PollingSource, Lifecycle, StateReporter):
         self.extract_errors = 0
 
     @classmethod
-    def from_parameters(cls, name: str, params: Section, services: Services) -> MetricsDataSource:
+    def from_wiring(cls, name: str, params: Section, services: Services, wiring: SourceWiring) -> MetricsDataSource:
         scheme = params.string("scheme", "http", choices=("http", "https"))
         port = params.integer("port", 0)
         if params.has("port") and not 1 <= port <= 65535:
@@ -203,21 +213,17 @@ class MetricsDataSource(PollingSource, Lifecycle, StateReporter):
         services.engine_metrics.expect_updates_every(options.interval_seconds)
         if options.max_interval_seconds is not None:
             services.engine_metrics.expect_updates_every(options.max_interval_seconds, polls=3)
-        store, inflight = services.engine_metrics, services.inflight
+        store, view = services.engine_metrics, wiring.in_flight
 
         def load(endpoint_id: str) -> tuple[object, ...] | None:
             metrics = store.snapshot(endpoint_id)
             return None if metrics is None else (metrics.waiting, metrics.running, metrics.kv_usage)
 
-        return cls(name, options, clock=services.clock, load=load,
-                   inflight=lambda endpoint_id: inflight.requests(EndpointId(endpoint_id)))  # fmt: skip
+        extractors = [e for e in wiring.extractors if plays(e, MetricsExtractor)]
+        inflight = None if view is None else (lambda endpoint_id: view.requests(EndpointId(endpoint_id)))
+        return cls(name, options, extractors=extractors, clock=services.clock, load=load, inflight=inflight)
 
     # --- wiring ---------------------------------------------------------------------------------
-
-    def attach(self, extractors: Sequence[MetricsExtractor]) -> None:
-        for extractor in extractors:
-            if extractor not in self.extractors:
-                self.extractors.append(extractor)
 
     def on_endpoint_event(self, event: EndpointEvent) -> None:
         """Pool listener; safe from any thread (hands over to the loop once started)."""

@@ -9,14 +9,16 @@ Rule        ≤ 1 candidate or ``affinityThreshold`` ≤ 0 ⇒ keep all.
             ``ttft(ep) = inflight_tokens(ep) / peakPrefillThroughput × 1000`` ms;
             ``min ttft(sticky) − min ttft(non-sticky) > maxTTFTPenaltyMs`` ⇒ keep all.
             Otherwise ⇒ the sticky endpoints, in candidate order.
-Inputs      ``PrefixCacheMatchInfoDataKey/<producer>``; the in-flight tracker (uncached prompt
-            tokens this replica has in flight per endpoint — always known, so the gate always runs)
+Consumes    ``PrefixCacheMatchInfoDataKey/<producer>``; ``InFlightLoadDataKey/<inFlightLoadProducerName>``
+            (uncached prompt tokens this replica has in flight per endpoint — always known, so the
+            gate always runs; the loader adds an ``inflight-load-producer`` when none is configured)
 Parameters  ``affinityThreshold`` 0.80 ([0, 1]); ``explorationProbability`` 0 ([0, 1]);
             ``maxTTFTPenaltyMs`` 18000 (≥ 0; 0 = always stick); ``peakPrefillThroughput`` 15928
             tokens/s (> 0 when the gate is on; Qwen3-32B on 2×H100 TP2 — calibrate for yours);
             ``ttftSource`` ``prefillThroughput`` (``latencyPredictor`` is not supported);
             ``prefixMatchInfoProducerName`` ("" ⇒ the approximate producer);
-            ``inFlightLoadProducerName``, ``latencyPredictionInfoProducerName``: accepted, unused.
+            ``inFlightLoadProducerName`` [inflight-load-producer];
+            ``latencyPredictionInfoProducerName``: accepted, unused.
             Calibration files (``prefillCalibrationFile`` …) are not supported: set the throughput.
 
     plugins:
@@ -40,20 +42,25 @@ from collections.abc import Sequence
 
 from ppc_extproc.errors import ConfigError
 from ppc_extproc.framework import (
+    IN_FLIGHT_LOAD,
     PREFIX_CACHE_MATCH_INFO,
     Consumes,
     DataConsumer,
+    DataType,
     Endpoint,
     Filter,
     SchedulingContext,
 )
 from ppc_extproc.framework.params import Section
-from ppc_extproc.matchinfo import match_info_key
+from ppc_extproc.plugins.producers.inflight_load import INFLIGHT_LOAD_PRODUCER
 from ppc_extproc.plugins.registry import Services, register
 from ppc_extproc.plugins.scorers.prefix_cache import APPROXIMATE_PRODUCER
-from ppc_extproc.scheduling.inflight import InflightTracker
 
-__all__ = ["PrefixCacheAffinityFilter"]
+__all__ = ["AFFINITY_DECISION", "PrefixCacheAffinityFilter"]
+
+#: Per request, under the filter's name: why it kept what it kept (not_applicable, exploration,
+#: no_match, load_override or sticky).
+AFFINITY_DECISION: DataType[str] = DataType("PrefixCacheAffinityDecision")
 
 _CALIBRATION_KEYS = ("prefillCalibrationFile", "prefillCalibrationFingerprint", "prefillCalibrationRequired")
 
@@ -63,23 +70,24 @@ class PrefixCacheAffinityFilter(Filter, DataConsumer):
     def __init__(
         self,
         name: str,
-        inflight: InflightTracker,
         *,
         affinity_threshold: float = 0.80,
         exploration_probability: float = 0.0,
         max_ttft_penalty_ms: float = 18000.0,
         peak_prefill_throughput: float = 15928.0,
         producer_name: str = "",
+        inflight_producer: str = "",
         rng: random.Random | None = None,
     ) -> None:
         self.name = name
-        self.inflight = inflight
+        self.load_key = IN_FLIGHT_LOAD.of(inflight_producer or INFLIGHT_LOAD_PRODUCER)
+        self.decision_key = AFFINITY_DECISION.of(name)
         self.affinity_threshold = affinity_threshold
         self.exploration_probability = exploration_probability
         self.max_ttft_penalty_ms = max_ttft_penalty_ms
         self.peak_prefill_throughput = peak_prefill_throughput
         self.producer_name = producer_name
-        self.attribute_key = match_info_key(self.reads)
+        self.match_key = PREFIX_CACHE_MATCH_INFO.of(self.reads)
         self.rng = rng or random.Random()
 
     @property
@@ -87,8 +95,8 @@ class PrefixCacheAffinityFilter(Filter, DataConsumer):
         """The producer whose match info this filter reads."""
         return self.producer_name or APPROXIMATE_PRODUCER
 
-    def consumes(self) -> tuple[Consumes, ...]:
-        return (Consumes(PREFIX_CACHE_MATCH_INFO, self.reads),)
+    def consumes(self) -> tuple[Consumes[object], ...]:
+        return (Consumes(PREFIX_CACHE_MATCH_INFO, self.reads), Consumes(IN_FLIGHT_LOAD, self.load_key.producer))
 
     @classmethod
     def from_parameters(cls, name: str, params: Section, services: Services) -> PrefixCacheAffinityFilter:
@@ -103,11 +111,11 @@ class PrefixCacheAffinityFilter(Filter, DataConsumer):
             )
         for key in _CALIBRATION_KEYS:
             params.reject(key, "prefill calibration files are not supported; set peakPrefillThroughput")
-        params.string("inFlightLoadProducerName", "")
+        inflight_producer = params.string("inFlightLoadProducerName", "")
         params.string("latencyPredictionInfoProducerName", "")
         return cls(
             name,
-            services.inflight,
+            inflight_producer=inflight_producer,
             affinity_threshold=threshold,
             exploration_probability=exploration,
             max_ttft_penalty_ms=penalty,
@@ -116,18 +124,19 @@ class PrefixCacheAffinityFilter(Filter, DataConsumer):
         )
 
     def prefix_ratio(self, ctx: SchedulingContext, endpoint: Endpoint) -> float:
-        info = ctx.attribute(endpoint.id, self.attribute_key)
+        info = ctx.endpoint_value(endpoint.id, self.match_key)
         if info is None or info.total_blocks <= 0:
             return 0.0
         return float(info.match_blocks / info.total_blocks)
 
-    def ttft_ms(self, endpoint: Endpoint) -> float:
-        return self.inflight.tokens(endpoint.id) / self.peak_prefill_throughput * 1000.0
+    def ttft_ms(self, ctx: SchedulingContext, endpoint: Endpoint) -> float:
+        load = ctx.get(self.load_key)
+        return (load.tokens(endpoint.id) if load is not None else 0) / self.peak_prefill_throughput * 1000.0
 
     def filter(self, ctx: SchedulingContext, endpoints: Sequence[Endpoint]) -> list[Endpoint]:
-        """The kept endpoints; ``ctx.plugin_data[name]`` says why: not_applicable, exploration,
-        no_match, load_override or sticky."""
-        kept, ctx.plugin_data[self.name] = self._decide(ctx, endpoints)
+        """The kept endpoints; ``ctx.get(decision_key)`` says why."""
+        kept, decision = self._decide(ctx, endpoints)
+        ctx.put(self.decision_key, decision)
         return kept
 
     def _decide(self, ctx: SchedulingContext, endpoints: Sequence[Endpoint]) -> tuple[list[Endpoint], str]:
@@ -141,8 +150,8 @@ class PrefixCacheAffinityFilter(Filter, DataConsumer):
             return everyone, "no_match"
         if self.max_ttft_penalty_ms > 0 and len(sticky) < len(everyone):
             sticky_ids = {e.id for e in sticky}
-            best_sticky = min(self.ttft_ms(e) for e in sticky)
-            best_other = min(self.ttft_ms(e) for e in everyone if e.id not in sticky_ids)
+            best_sticky = min(self.ttft_ms(ctx, e) for e in sticky)
+            best_other = min(self.ttft_ms(ctx, e) for e in everyone if e.id not in sticky_ids)
             if best_sticky - best_other > self.max_ttft_penalty_ms:
                 return everyone, "load_override"
         return sticky, "sticky"

@@ -51,6 +51,7 @@ from ppc_extproc.framework import (
     Consumes,
     DataKey,
     DataProducer,
+    DataType,
     Endpoint,
     EndpointEvent,
     EndpointEventKind,
@@ -63,13 +64,16 @@ from ppc_extproc.framework import (
 )
 from ppc_extproc.framework.params import Section
 from ppc_extproc.ids import EndpointId
-from ppc_extproc.matchinfo import PrefixCacheMatchInfo, engine_cached_tokens, match_info_key
+from ppc_extproc.matchinfo import PrefixCacheMatchInfo, engine_cached_tokens
 from ppc_extproc.plugins.registry import Services, register
 from ppc_extproc.tokens import TokenizedPrompt
 
 __all__ = ["ApproxPrefixCacheProducer"]
 
 log = structlog.get_logger(__name__)
+
+#: Per request, under the producer's name, for ``pre_request``: block size and each prompt's hashes.
+_HASHES: DataType[tuple[int, list[list[int]]]] = DataType("ApproxPrefixHashes")
 
 MIN_BLOCK_SIZE_TOKENS = 64
 DEFAULT_BLOCK_SIZE_TOKENS = 16
@@ -121,7 +125,8 @@ class ApproxPrefixCacheProducer(DataProducer, PreRequest, EndpointExtractor, Sta
         metrics: EngineMetricsReader | None = None,
     ) -> None:
         self.name = name
-        self.attribute_key = match_info_key(name)
+        self.match_key = PREFIX_CACHE_MATCH_INFO.of(name)
+        self._state_key = _HASHES.of(name)
         self.auto_tune = auto_tune
         self.configured_block_size = block_size_tokens
         self.max_prefix_blocks = max_prefix_blocks
@@ -157,11 +162,11 @@ class ApproxPrefixCacheProducer(DataProducer, PreRequest, EndpointExtractor, Sta
             metrics=services.engine_metrics if auto_tune else None,
         )
 
-    def produces(self) -> frozenset[DataKey]:
-        return frozenset({DataKey(PREFIX_CACHE_MATCH_INFO, self.name)})
+    def produces(self) -> frozenset[DataKey[object]]:
+        return frozenset({PREFIX_CACHE_MATCH_INFO.of(self.name)})
 
-    def consumes(self) -> tuple[Consumes, ...]:
-        needs = [Consumes(TOKENIZED_PROMPT)]
+    def consumes(self) -> tuple[Consumes[object], ...]:
+        needs: list[Consumes[object]] = [Consumes(TOKENIZED_PROMPT)]
         if self.auto_tune:
             needs.append(Consumes(ENGINE_METRICS, required=False))
         return tuple(needs)
@@ -212,7 +217,7 @@ class ApproxPrefixCacheProducer(DataProducer, PreRequest, EndpointExtractor, Sta
         total = sum(len(h) for h in per_prompt)
         if total == 0:
             return
-        ctx.plugin_data[self.name] = (block_size, per_prompt)
+        ctx.put(self._state_key, (block_size, per_prompt))
         lengths = [len(p) // 4 for p, h in zip(tokenized.prompts, all_hashes) if h]
         with self._lock:
             histories = {e.id: self._endpoints.get(e.id) for e in ctx.candidates}
@@ -222,9 +227,9 @@ class ApproxPrefixCacheProducer(DataProducer, PreRequest, EndpointExtractor, Sta
             }
         for endpoint_id, runs in matched.items():
             n = sum(runs)
-            ctx.set_attribute(
+            ctx.put_endpoint_value(
                 endpoint_id,
-                self.attribute_key,
+                self.match_key,
                 PrefixCacheMatchInfo(
                     match_blocks=n, total_blocks=total, block_size_tokens=block_size, cached_block_count=n,
                     cached_tokens_per_prompt=tuple(
@@ -237,7 +242,7 @@ class ApproxPrefixCacheProducer(DataProducer, PreRequest, EndpointExtractor, Sta
 
     def pre_request(self, ctx: SchedulingContext, result: SchedulingResult) -> None:
         """Remember that the primary target now holds this request's blocks."""
-        state = ctx.plugin_data.get(self.name)
+        state = ctx.get(self._state_key)
         if state is None or not result.targets:
             return
         block_size, per_prompt = state

@@ -3,7 +3,8 @@ of an RL rollout group) so a shared prefix is prefilled once, not on every repli
 
 Type        ``burst-prefix-cache-producer`` (producer; Alpha in llm-d, which loads it only with
             ``--allow-experimental-plugins`` — ppc-extproc loads it without and says so)
-Consumes    ``TokenizedPrompt`` (exact or estimated ids)
+Consumes    ``TokenizedPrompt`` (exact or estimated ids); engine metrics (running requests per
+            replica, for balancing; the loader adds a metrics source)
 Produces    ``PrefixCacheMatchInfoDataKey/<name>``: ``matchBlocks = totalBlocks`` on the replica a
             request is assigned, 0 elsewhere; unassigned requests get 0 everywhere
 Behaviour   the first request opens a batch window of ``windowDurationMs``; every request waits
@@ -36,6 +37,7 @@ from ppc_extproc.blockkeys.prefixhash import prefix_block_hashes
 from ppc_extproc.enginemetrics import EngineMetricsReader
 from ppc_extproc.errors import ConfigError
 from ppc_extproc.framework import (
+    ENGINE_METRICS,
     PREFIX_CACHE_MATCH_INFO,
     TOKENIZED_PROMPT,
     AsyncDataProducer,
@@ -45,7 +47,7 @@ from ppc_extproc.framework import (
     SchedulingContext,
 )
 from ppc_extproc.framework.params import Section
-from ppc_extproc.matchinfo import PrefixCacheMatchInfo, engine_cached_tokens, match_info_key
+from ppc_extproc.matchinfo import PrefixCacheMatchInfo, engine_cached_tokens
 from ppc_extproc.plugins.producers.burst_assign import UNLIMITED, BurstEntry, assign
 from ppc_extproc.plugins.registry import Services, register
 
@@ -115,7 +117,7 @@ class BurstPrefixCacheProducer(AsyncDataProducer):
         self.name = name
         self.config = config or BurstConfig()
         self.metrics = metrics
-        self.attribute_key = match_info_key(name)
+        self.match_key = PREFIX_CACHE_MATCH_INFO.of(name)
         self.produce_timeout_seconds: float | None = self.config.window_seconds + _TIMEOUT_MARGIN_SECONDS
         self._batch: _Batch | None = None
         #: Requests refused because their batch was full.
@@ -127,11 +129,11 @@ class BurstPrefixCacheProducer(AsyncDataProducer):
         params.warn("", "burst-prefix-cache-producer is Alpha: llm-d loads it only with --allow-experimental-plugins")
         return cls(name, config, services.engine_metrics)
 
-    def produces(self) -> frozenset[DataKey]:
-        return frozenset({DataKey(PREFIX_CACHE_MATCH_INFO, self.name)})
+    def produces(self) -> frozenset[DataKey[object]]:
+        return frozenset({PREFIX_CACHE_MATCH_INFO.of(self.name)})
 
-    def consumes(self) -> tuple[Consumes, ...]:
-        return (Consumes(TOKENIZED_PROMPT),)
+    def consumes(self) -> tuple[Consumes[object], ...]:
+        return (Consumes(TOKENIZED_PROMPT), Consumes(ENGINE_METRICS))
 
     def _running(self, endpoint: Endpoint) -> int:
         snapshot = self.metrics.snapshot(endpoint.id) if self.metrics is not None else None
@@ -174,8 +176,8 @@ class BurstPrefixCacheProducer(AsyncDataProducer):
             cached = tuple(
                 engine_cached_tokens(len(h) if here else 0, config.block_size_tokens, n) for h, n in zip(hashes, lengths)
             )
-            ctx.set_attribute(
-                endpoint.id, self.attribute_key,
+            ctx.put_endpoint_value(
+                endpoint.id, self.match_key,
                 PrefixCacheMatchInfo(match, total, config.block_size_tokens, cached_block_count=match,
                                      cached_tokens_per_prompt=cached),
             )

@@ -3,15 +3,17 @@
 Type        ``inflight-load-producer`` (producer)
 Produces    ``InFlightLoadDataKey/<name>``: an ``InFlightLoad`` view (``requests(endpoint)``,
             ``tokens(endpoint)``) of the requests this replica routed and has not seen finish, read
-            with ``in_flight_load(ctx, name)``. One reference per request, no per-endpoint work:
+            with ``ctx.get(IN_FLIGHT_LOAD.of(name))``; the same view outside a request is
+            ``load`` (a polling source that declares the key is built with it). The loader adds
+            one when a consumer needs the key and no producer of that name is configured. One reference per request, no per-endpoint work:
             llm-d likewise puts a dynamic attribute on the endpoint that reads its counters live
             (``llm-d/llm-d-router: pkg/epp/framework/plugins/requestcontrol/dataproducer/inflightload/``).
 Accounting  done by the router for every request: the primary target's uncached prompt tokens count
             from routing to the response's first byte (the prefill is done), the request from
             routing to the end of its response.
-Consumes    ``TokenizedPrompt`` (the prompt tokens counted); match info of
-            ``prefixMatchInfoProducerName`` [approx-prefix-cache-producer] optionally (the cached
-            prefix is not counted; the router charges the best prefix any producer reports)
+Consumes    ``TokenizedPrompt``, optionally (it runs after the token producer, as llm-d's does);
+            the router counts the prompt tokens and charges the best cached prefix any producer
+            reports (``prefixMatchInfoProducerName`` is accepted, unused)
 Parameters  ``addEstimatedOutputTokens`` [false], ``outputRatio`` [1.5; ≥ 0],
             ``maxEstimatedOutputTokens`` [unset; ≥ 0], ``prefixMatchInfoProducerName`` [""],
             ``syncCrossReplicaState`` [true]. Output tokens are not estimated here:
@@ -25,34 +27,20 @@ Parameters  ``addEstimatedOutputTokens`` [false], ``outputRatio`` [1.5; ≥ 0],
 
 from __future__ import annotations
 
-from typing import Protocol
-
-from ppc_extproc.framework import DataProducer, SchedulingContext
-from ppc_extproc.framework.datakeys import PREFIX_CACHE_MATCH_INFO, TOKENIZED_PROMPT, Consumes, DataKey
+from ppc_extproc.framework import IN_FLIGHT_LOAD, DataProducer, InFlightLoad, SchedulingContext
+from ppc_extproc.framework.datakeys import TOKENIZED_PROMPT, Consumes, DataKey
 from ppc_extproc.framework.params import Section
-from ppc_extproc.ids import EndpointId
 from ppc_extproc.plugins.registry import Services, register
 
-__all__ = ["IN_FLIGHT_LOAD", "InFlightLoad", "InflightLoadProducer", "in_flight_load"]
+__all__ = ["INFLIGHT_LOAD_PRODUCER", "InflightLoadProducer", "in_flight_load"]
 
-#: The data type llm-d names ``InFlightLoadDataKey`` (``datalayer/attribute/concurrency``).
-IN_FLIGHT_LOAD = "InFlightLoadDataKey"
-TYPE_NAME = "inflight-load-producer"
+INFLIGHT_LOAD_PRODUCER = TYPE_NAME = "inflight-load-producer"
 _DEFAULT_MATCH_INFO_PRODUCER = "approx-prefix-cache-producer"
-
-
-class InFlightLoad(Protocol):
-    """Live in-flight counts per endpoint (``InflightTracker`` is one)."""
-
-    def requests(self, endpoint: EndpointId) -> int: ...
-
-    def tokens(self, endpoint: EndpointId) -> int: ...
 
 
 def in_flight_load(ctx: SchedulingContext, producer: str = TYPE_NAME) -> InFlightLoad | None:
     """The view ``producer`` wrote for this request, or None when it did not run."""
-    view: InFlightLoad | None = ctx.plugin_data.get(str(DataKey(IN_FLIGHT_LOAD, producer)))
-    return view
+    return ctx.get(IN_FLIGHT_LOAD.of(producer))
 
 
 @register(TYPE_NAME)
@@ -63,7 +51,7 @@ class InflightLoadProducer(DataProducer):
         self.name = name
         self.load = load
         self.match_info_producer = match_info_producer or _DEFAULT_MATCH_INFO_PRODUCER
-        self._key = str(DataKey(IN_FLIGHT_LOAD, name))
+        self.key = IN_FLIGHT_LOAD.of(name)
 
     @classmethod
     def from_parameters(cls, name: str, params: Section, services: Services) -> InflightLoadProducer:
@@ -76,14 +64,13 @@ class InflightLoadProducer(DataProducer):
         params.boolean("syncCrossReplicaState", True)  # in-flight load is local to this replica
         return cls(name, services.inflight, params.string("prefixMatchInfoProducerName", ""))
 
-    def produces(self) -> frozenset[DataKey]:
-        return frozenset({DataKey(IN_FLIGHT_LOAD, self.name)})
+    def produces(self) -> frozenset[DataKey[object]]:
+        return frozenset({IN_FLIGHT_LOAD.of(self.name)})
 
-    def consumes(self) -> tuple[Consumes, ...]:
-        return (
-            Consumes(TOKENIZED_PROMPT),
-            Consumes(PREFIX_CACHE_MATCH_INFO, self.match_info_producer, required=False),
-        )
+    def consumes(self) -> tuple[Consumes[object], ...]:
+        """Token ids, optionally: declared so that it runs after their producer, as llm-d's does;
+        the view itself is the same for every request (the router does the counting)."""
+        return (Consumes(TOKENIZED_PROMPT, required=False),)
 
     def produce(self, ctx: SchedulingContext) -> None:
-        ctx.plugin_data[self._key] = self.load
+        ctx.put(self.key, self.load)

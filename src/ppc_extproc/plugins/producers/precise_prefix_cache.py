@@ -57,6 +57,7 @@ from ppc_extproc.framework import (
     Consumes,
     DataKey,
     DataProducer,
+    DataType,
     EndpointEvent,
     EndpointEventKind,
     EndpointExtractor,
@@ -75,11 +76,11 @@ from ppc_extproc.framework.params import Section
 from ppc_extproc.ids import EndpointId, RequestKey
 from ppc_extproc.index import InMemoryIndex, PrefixRun, SpeculativeIndexer
 from ppc_extproc.index.entries import PodEntry
+from ppc_extproc.index.speculative import Seeded
 from ppc_extproc.matchinfo import (
     PrefixCacheMatchInfo,
     PrefixScore,
     engine_cached_tokens,
-    match_info_key,
     score_prefix_runs,
 )
 from ppc_extproc.plugins.producers.precise_prefix_cache_config import (
@@ -112,6 +113,11 @@ def _summed(per_prompt: list[dict[EndpointId, PrefixScore]]) -> dict[EndpointId,
 
 log = structlog.get_logger(__name__)
 
+# Per request, under the producer's name: what the lookup leaves for the hooks after the pick.
+_BLOCK_KEYS: DataType[list[list[RequestKey]]] = DataType("PreciseBlockKeys")
+_PREFIX_RUNS: DataType[list[list[PrefixRun]]] = DataType("PrecisePrefixRuns")
+_SEEDED: DataType[Seeded] = DataType("PreciseSpeculativeEntries")
+
 
 @register("precise-prefix-cache-producer")
 class PrecisePrefixCacheProducer(
@@ -129,7 +135,7 @@ class PrecisePrefixCacheProducer(
         self.name = name
         self.config = config or PrecisePrefixCacheProducerConfig()
         services = services or Services()
-        self.attribute_key = match_info_key(name)
+        self.match_key = PREFIX_CACHE_MATCH_INFO.of(name)
         self.processor = TokenProcessor(self.config.token_processor)
         self.index = InMemoryIndex(
             size=self.config.indexer.size,
@@ -145,10 +151,11 @@ class PrecisePrefixCacheProducer(
         self.health = services.health
         #: Polled engine metrics: ``vllm:cache_config_info{block_size}`` until events teach it.
         self.engine_metrics = services.engine_metrics
-        #: ``plugin_data`` key of the speculative entries a request was given.
-        self._seeded_key = f"{name}/speculative"
-        #: ``plugin_data`` key of the prefix runs the lookup found (which blocks are already seeded).
-        self._runs_key = f"{name}/runs"
+        #: Per request, for ``pre_request``: the block keys, and the prefix runs the lookup found
+        #: (which blocks are already seeded); for ``response_complete``: the speculative entries given.
+        self._keys_key = _BLOCK_KEYS.of(name)
+        self._runs_key = _PREFIX_RUNS.of(name)
+        self.seeded_key = _SEEDED.of(name)
         #: The KV-event transport (ZMQ subscribers); created in ``start``.
         self.transport: EventTransport | None = None
         #: Periodic warm-restart snapshots (``warmRestart.stateDir`` set, per-endpoint or central ZMQ).
@@ -168,10 +175,10 @@ class PrecisePrefixCacheProducer(
     def streaming_processor(self) -> TokenProcessor:
         return self.processor
 
-    def produces(self) -> frozenset[DataKey]:
-        return frozenset({DataKey(PREFIX_CACHE_MATCH_INFO, self.name)})
+    def produces(self) -> frozenset[DataKey[object]]:
+        return frozenset({PREFIX_CACHE_MATCH_INFO.of(self.name)})
 
-    def consumes(self) -> tuple[Consumes, ...]:
+    def consumes(self) -> tuple[Consumes[object], ...]:
         return (Consumes(TOKENIZED_PROMPT, exact_tokens=True),)
 
     # --- lifecycle -----------------------------------------------------------------------------
@@ -286,14 +293,14 @@ class PrecisePrefixCacheProducer(
         total_blocks = sum(len(k) for k in keys_per_prompt)
         if total_blocks == 0:
             return
-        ctx.plugin_data[self.name] = keys_per_prompt
+        ctx.put(self._keys_key, keys_per_prompt)
         candidates = [e.id for e in ctx.candidates]
         # A subscriber that lost its engine suspends the entries until a message proves them.
         suspended = self.stats.suspended
         trusted = [c for c in candidates if c not in suspended] if suspended else candidates
         runs_per_prompt = [self.index.prefix_runs(keys, trusted) if keys else [] for keys in keys_per_prompt]
         if self.config.speculative_indexing:
-            ctx.plugin_data[self._runs_key] = runs_per_prompt
+            ctx.put(self._runs_key, runs_per_prompt)
         per_prompt = [score_prefix_runs(runs) for runs in runs_per_prompt]
         scores = per_prompt[0] if len(per_prompt) == 1 else _summed(per_prompt)
         mm_blocks = self._multimodal_blocks(tokenized)
@@ -319,7 +326,7 @@ class PrecisePrefixCacheProducer(
                     mm_match_blocks=None if mm_blocks is None else sum(1 for b in mm_blocks if b < score.blocks),
                     cached_tokens_per_prompt=cached,
                 )
-            ctx.set_attribute(endpoint, self.attribute_key, info)
+            ctx.put_endpoint_value(endpoint, self.match_key, info)
         ctx.timings["lookup"] = ctx.timings.get("lookup", 0.0) + time.perf_counter() - keyed
 
     def _polled_block_size(self, endpoint: str) -> int | None:
@@ -343,7 +350,7 @@ class PrecisePrefixCacheProducer(
         leading blocks the lookup found it already has them for (a long prompt sent again)."""
         if not self.config.speculative_indexing or not result.targets:
             return
-        keys_per_prompt = ctx.plugin_data.get(self.name)
+        keys_per_prompt = ctx.get(self._keys_key)
         if keys_per_prompt:
             target = result.targets[0].id
             engine_block = self.stats.block_sizes.get(target)
@@ -354,15 +361,17 @@ class PrecisePrefixCacheProducer(
                     keys[: len(p) // 4 // engine_block * engine_block // block]
                     for keys, p in zip(keys_per_prompt, ctx.request.tokenized.prompts)
                 ]
-            runs_per_prompt = ctx.plugin_data.get(self._runs_key)
+            runs_per_prompt = ctx.get(self._runs_key)
             if runs_per_prompt is not None:  # the blocks already seeded for the target keep their expiry
                 keys_per_prompt = [keys[_seeded_blocks(runs, target):] for keys, runs in zip(keys_per_prompt, runs_per_prompt)]
-            ctx.plugin_data[self._seeded_key] = self.speculative.seed(target, keys_per_prompt)
+            seeded = self.speculative.seed(target, keys_per_prompt)
+            if seeded is not None:
+                ctx.put(self.seeded_key, seeded)
 
     def response_complete(self, ctx: SchedulingContext, info: ResponseInfo) -> None:
         """An engine that rejected the request (4xx/5xx), or a stream that ended before any
         response, never cached its prompt: take back the speculative entries it was given."""
-        seeded = ctx.plugin_data.get(self._seeded_key)
+        seeded = ctx.get(self.seeded_key)
         if seeded is not None and info.failed:
             self.speculative.undo(seeded)
 

@@ -290,10 +290,10 @@ class TokenProducer(AsyncDataProducer, Lifecycle, StateReporter):
         """Whether this producer's ids are the engine's (not estimates)."""
         return self.backend.exact
 
-    def produces(self) -> frozenset[DataKey]:
-        return frozenset({DataKey(TOKENIZED_PROMPT, self.name)})
+    def produces(self) -> frozenset[DataKey[object]]:
+        return frozenset({TOKENIZED_PROMPT.of(self.name)})
 
-    def consumes(self) -> tuple[Consumes, ...]:
+    def consumes(self) -> tuple[Consumes[object], ...]:
         return ()
 
     async def produce_async(self, ctx: SchedulingContext) -> None:

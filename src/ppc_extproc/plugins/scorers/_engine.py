@@ -71,5 +71,5 @@ class EngineMetricsScorer(Scorer, DataConsumer):
     def from_parameters(cls, name: str, params: Section, services: Services) -> Self:
         return cls(name, services.engine_metrics)
 
-    def consumes(self) -> tuple[Consumes, ...]:
+    def consumes(self) -> tuple[Consumes[object], ...]:
         return (Consumes(ENGINE_METRICS),)

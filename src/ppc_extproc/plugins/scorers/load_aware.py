@@ -17,15 +17,23 @@ Parameters  ``threshold`` (int, default 128; ≤ 0 falls back to 128 with a warn
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from ppc_extproc.enginemetrics import EngineMetricsReader
 from ppc_extproc.framework import Endpoint, SchedulingContext
-from ppc_extproc.framework.params import Section
+from ppc_extproc.framework.params import Section, decode, param
 from ppc_extproc.ids import EndpointId
 from ppc_extproc.plugins.registry import Services, register
 from ppc_extproc.plugins.scorers._engine import EngineMetricsScorer, fresh_metrics, unknown_at_mean
 
-__all__ = ["LoadAwareScorer"]
+__all__ = ["LoadAwareConfig", "LoadAwareScorer"]
+
+
+@dataclass(frozen=True, slots=True)
+class LoadAwareConfig:
+    """The scorer's parameters (≤ 0 falls back to the default with a warning, as llm-d)."""
+
+    threshold: int = param("threshold", 128)
 
 
 @register("load-aware-scorer")
@@ -36,7 +44,7 @@ class LoadAwareScorer(EngineMetricsScorer):
 
     @classmethod
     def from_parameters(cls, name: str, params: Section, services: Services) -> LoadAwareScorer:
-        threshold = params.integer("threshold", 128)
+        threshold = decode(params, LoadAwareConfig).threshold
         if threshold <= 0:
             params.warn("threshold", f"{threshold} should be positive; using the default 128 (as llm-d)")
             threshold = 128

@@ -23,24 +23,38 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from ppc_extproc.framework import (
     PREFIX_CACHE_MATCH_INFO,
     Consumes,
     DataConsumer,
+    DataType,
     Endpoint,
     PreRequest,
     SchedulingContext,
     SchedulingResult,
     Scorer,
 )
-from ppc_extproc.framework.params import Section
+from ppc_extproc.framework.params import Section, decode, param
 from ppc_extproc.ids import EndpointId
-from ppc_extproc.matchinfo import match_info_key
 from ppc_extproc.plugins.registry import Services, register
 from ppc_extproc.plugins.scorers.prefix_cache import APPROXIMATE_PRODUCER
 
-__all__ = ["NoHitLRUScorer"]
+__all__ = ["NoHitLRUConfig", "NoHitLRUScorer"]
+
+
+@dataclass(frozen=True, slots=True)
+class NoHitLRUConfig:
+    """The scorer's parameters (llm-d's ``prefixPluginType``/``Name`` are accepted, unused)."""
+
+    prefix_plugin_type: str = param("prefixPluginType", "")
+    prefix_plugin_name: str = param("prefixPluginName", "")
+    lru_size: int = param("lruSize", 1024, minimum=1)
+    producer_name: str = param("prefixMatchInfoProducerName", "")
+
+#: Per request, under the scorer's name: no candidate had a cached prefix (for ``pre_request``).
+_COLD: DataType[bool] = DataType("NoHitLRUCold")
 
 
 @register("no-hit-lru-scorer")
@@ -49,39 +63,35 @@ class NoHitLRUScorer(Scorer, DataConsumer, PreRequest):
         self.name = name
         self.lru_size = lru_size
         self.producer_name = producer_name
-        self.attribute_key = match_info_key(self.reads)
+        self.match_key = PREFIX_CACHE_MATCH_INFO.of(self.reads)
+        self._cold_key = _COLD.of(name)
         #: endpoint id → None, least recently used first.
         self._lru: OrderedDict[EndpointId, None] = OrderedDict()
         self._lock = threading.Lock()
 
     @classmethod
     def from_parameters(cls, name: str, params: Section, services: Services) -> NoHitLRUScorer:
-        params.string("prefixPluginType", "")
-        params.string("prefixPluginName", "")
-        return cls(
-            name,
-            params.integer("lruSize", 1024, minimum=1),
-            params.string("prefixMatchInfoProducerName", ""),
-        )
+        config = decode(params, NoHitLRUConfig)
+        return cls(name, config.lru_size, config.producer_name)
 
     @property
     def reads(self) -> str:
         """The producer whose match info this scorer reads."""
         return self.producer_name or APPROXIMATE_PRODUCER
 
-    def consumes(self) -> tuple[Consumes, ...]:
+    def consumes(self) -> tuple[Consumes[object], ...]:
         return (Consumes(PREFIX_CACHE_MATCH_INFO, self.reads),)
 
     def is_cold(self, ctx: SchedulingContext, endpoints: Sequence[Endpoint]) -> bool:
         for endpoint in endpoints:
-            info = ctx.attribute(endpoint.id, self.attribute_key)
+            info = ctx.endpoint_value(endpoint.id, self.match_key)
             if info is not None and info.match_blocks > 0:
                 return False
         return True
 
     def score(self, ctx: SchedulingContext, endpoints: Sequence[Endpoint]) -> dict[EndpointId, float]:
         cold = self.is_cold(ctx, endpoints)
-        ctx.plugin_data[self.name] = cold
+        ctx.put(self._cold_key, cold)
         if not cold:
             return {e.id: 0.5 for e in endpoints}
         n = len(endpoints)
@@ -99,7 +109,7 @@ class NoHitLRUScorer(Scorer, DataConsumer, PreRequest):
 
     def pre_request(self, ctx: SchedulingContext, result: SchedulingResult) -> None:
         """A cold request was routed: its primary target becomes the most recently used."""
-        cold = ctx.plugin_data.pop(self.name, False)
+        cold = ctx.pop(self._cold_key)
         if not cold or not result.targets:
             return
         primary = result.targets[0].id

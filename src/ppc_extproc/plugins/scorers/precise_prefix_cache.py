@@ -48,9 +48,9 @@ class PrecisePrefixCacheScorer(PrecisePrefixCacheProducer, Scorer):
             # Tokenizing is the token-producer's job: the loader adds one built from this section.
         return cls(name, parse_producer_config(params), services)
 
-    def consumes(self) -> tuple[Consumes, ...]:
+    def consumes(self) -> tuple[Consumes[object], ...]:
         """The producer's token ids, and (as a scorer) the match info it writes itself."""
         return (*super().consumes(), Consumes(PREFIX_CACHE_MATCH_INFO, self.name))
 
     def score(self, ctx: SchedulingContext, endpoints: Sequence[Endpoint]) -> dict[EndpointId, float]:
-        return {e.id: prefix_score(ctx.attribute(e.id, self.attribute_key)) for e in endpoints}
+        return {e.id: prefix_score(ctx.endpoint_value(e.id, self.match_key)) for e in endpoints}

@@ -23,6 +23,7 @@ Parameters  ``prefixMatchInfoProducerName`` [""]: the producer to read — name 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from ppc_extproc.errors import ConfigError
 from ppc_extproc.framework import (
@@ -33,12 +34,12 @@ from ppc_extproc.framework import (
     SchedulingContext,
     Scorer,
 )
-from ppc_extproc.framework.params import Section
+from ppc_extproc.framework.params import Section, decode, param
 from ppc_extproc.ids import EndpointId
-from ppc_extproc.matchinfo import PrefixCacheMatchInfo, match_info_key
+from ppc_extproc.matchinfo import PrefixCacheMatchInfo
 from ppc_extproc.plugins.registry import Services, register
 
-__all__ = ["APPROXIMATE_PRODUCER", "PrefixCacheScorer", "prefix_score"]
+__all__ = ["APPROXIMATE_PRODUCER", "PrefixCacheScorer", "PrefixCacheScorerConfig", "prefix_score"]
 
 #: The producer a scorer reads when ``prefixMatchInfoProducerName`` is empty (llm-d's fallback).
 APPROXIMATE_PRODUCER = "approx-prefix-cache-producer"
@@ -55,6 +56,16 @@ def prefix_score(info: PrefixCacheMatchInfo | None, weight: float = 0.0, scale_t
     return (1 - weight) * ratio + weight * length
 
 
+@dataclass(frozen=True, slots=True)
+class PrefixCacheScorerConfig:
+    """The scorer's parameters."""
+
+    match_length_weight: float = param("matchLengthWeight", 0.0, minimum=0.0, maximum=1.0)
+    match_length_scale_tokens: int = param("matchLengthScaleTokens", 8192)
+    #: "" ⇒ the approximate producer.
+    producer_name: str = param("prefixMatchInfoProducerName", "")
+
+
 @register("prefix-cache-scorer")
 class PrefixCacheScorer(Scorer, DataConsumer):
     def __init__(
@@ -69,31 +80,30 @@ class PrefixCacheScorer(Scorer, DataConsumer):
         self.producer_name = producer_name
         self.match_length_weight = match_length_weight
         self.match_length_scale_tokens = match_length_scale_tokens
-        self.attribute_key = match_info_key(self.reads)
+        self.match_key = PREFIX_CACHE_MATCH_INFO.of(self.reads)
 
     @classmethod
     def from_parameters(cls, name: str, params: Section, services: Services) -> PrefixCacheScorer:
-        weight = params.number("matchLengthWeight", 0.0, minimum=0.0, maximum=1.0)
-        scale = params.integer("matchLengthScaleTokens", 8192)
-        if weight > 0 and scale <= 0:
+        config = decode(params, PrefixCacheScorerConfig)
+        if config.match_length_weight > 0 and config.match_length_scale_tokens <= 0:
             raise ConfigError(
                 params.child_path("matchLengthScaleTokens"),
                 "must be greater than 0 when matchLengthWeight > 0",
             )
-        return cls(name, params.string("prefixMatchInfoProducerName", ""), weight, scale)
+        return cls(name, config.producer_name, config.match_length_weight, config.match_length_scale_tokens)
 
     @property
     def reads(self) -> str:
         """The producer whose match info this scorer reads."""
         return self.producer_name or APPROXIMATE_PRODUCER
 
-    def consumes(self) -> tuple[Consumes, ...]:
+    def consumes(self) -> tuple[Consumes[object], ...]:
         return (Consumes(PREFIX_CACHE_MATCH_INFO, self.reads),)
 
     def score(self, ctx: SchedulingContext, endpoints: Sequence[Endpoint]) -> dict[EndpointId, float]:
         return {
             e.id: prefix_score(
-                ctx.attribute(e.id, self.attribute_key),
+                ctx.endpoint_value(e.id, self.match_key),
                 self.match_length_weight,
                 self.match_length_scale_tokens,
             )
