@@ -88,6 +88,24 @@ def _exporter() -> Any:
     return GrpcExporter()
 
 
+def otlp_proto_shadowed() -> bool:
+    """True when ``opentelemetry.proto`` is the old copy ``xds-protos`` also ships (both wheels
+    write ``opentelemetry/proto/``; whichever pip installs last wins), which the OTLP exporters
+    cannot import (no ``InstrumentationScope``)."""
+    try:
+        from opentelemetry.proto.common.v1 import common_pb2
+    except ImportError:
+        return False
+    return not hasattr(common_pb2, "InstrumentationScope")
+
+
+def _missing(exc: ImportError) -> str:
+    if otlp_proto_shadowed():
+        return ("opentelemetry.proto is xds-protos' older copy: "
+                "pip install --force-reinstall --no-deps opentelemetry-proto")
+    return f"{exc.name or exc}: install ppc-extproc[tracing]"
+
+
 def start_tracing(service_name: str = "ppc-extproc") -> RequestTracer | None:
     """A tracer exporting by OTLP from the environment, or None (one warning) without the packages."""
     try:
@@ -97,8 +115,7 @@ def start_tracing(service_name: str = "ppc-extproc") -> RequestTracer | None:
         from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
         exporter = _exporter()
     except ImportError as exc:
-        log.warning("tracing_unavailable", reason=f"{exc.name or exc}: install ppc-extproc[tracing]",
-                    flag="--tracing")
+        log.warning("tracing_unavailable", reason=_missing(exc), flag="--tracing")
         return None
     resource = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME", service_name)}).merge(
         OTELResourceDetector().detect())

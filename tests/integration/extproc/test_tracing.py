@@ -22,7 +22,7 @@ from harness import Client, body, headers, metadata_destination, running_service
 pytest.importorskip("opentelemetry.sdk")
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
-from ppc_extproc.observability.tracing import start_tracing
+from ppc_extproc.observability.tracing import otlp_proto_shadowed, start_tracing
 
 pytestmark = pytest.mark.integration
 
@@ -42,6 +42,8 @@ class Collector(trace_service_pb2_grpc.TraceServiceServicer):  # type: ignore[mi
         return trace_service_pb2.ExportTraceServiceResponse()
 
 
+@pytest.mark.skipif(otlp_proto_shadowed(), reason="xds-protos' copy of opentelemetry.proto was installed last "
+                    "(pip install --force-reinstall --no-deps opentelemetry-proto)")
 def test_spans_reach_the_collector_and_traceparent_reaches_the_engine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     collector = Collector()
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
