@@ -51,6 +51,9 @@ class LLMRequest:
     headers: dict[str, str] = field(default_factory=dict)
     #: The body as the engine will receive it (after any model rewrite); token producers read it.
     body: bytes = b""
+    #: ``body`` as a JSON object when the request's one parse built it (token producers use it
+    #: instead of parsing again); None: parse ``body`` if needed.
+    body_json: dict[str, Any] | None = None
     #: Keys computed ahead of scheduling while the body streamed in (see ``StreamingKeyProducer``).
     streamed_keys: StreamedKeys | None = None
     #: ``<backend>:<outcome>`` of the token producer, when one ran (``/debug/decisions``).

@@ -25,22 +25,20 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
 import structlog
 from envoy.service.ext_proc.v3.external_processor_pb2 import ProcessingRequest, ProcessingResponse
 
-from ppc_extproc.errors import BadRequestError, PayloadTooLargeError, ProtocolConfigError, RequestError
-from ppc_extproc.framework import LLMRequest, ResponseInfo, StreamedKeys
+from ppc_extproc.errors import PayloadTooLargeError, ProtocolConfigError, RequestError
+from ppc_extproc.framework import ResponseInfo
 from ppc_extproc.ids import EndpointId, destination_host_port, endpoint_id
 from ppc_extproc.observability.llmd_metrics import RequestSeries, error_code_for_status
 from ppc_extproc.observability.metrics import Metrics
-from ppc_extproc.plugins.parsers import claims_path
 from ppc_extproc.scheduling.router import Decision, Router
 from ppc_extproc.server import messages
+from ppc_extproc.server.assembly import assemble_request, streaming_prompt
 from ppc_extproc.server.model_name import ModelNameRewriter
 from ppc_extproc.server.upstream import upstream_reached
 from ppc_extproc.server.usage import UsageParser, UsageSampler
-from ppc_extproc.tokens import ParsedBody, parse_body, token_field_for_path
 from ppc_extproc.tokens.streaming import StreamingPrompt
 
 __all__ = ["BodyMode", "ExtProcStream", "StreamOptions"]
@@ -50,7 +48,6 @@ log = structlog.get_logger(__name__)
 SUBSET_NAMESPACE = "envoy.lb.subset_hint"
 SUBSET_KEY = "x-gateway-destination-endpoint-subset"
 SERVED_KEY = "x-gateway-destination-endpoint-served"
-_REWRITE_HEADERS = ("x-llm-d-model-name-rewrite", "x-gateway-model-name-rewrite")
 #: Bodies that arrive in several messages are parsed and hashed while they stream in once they
 #: reach this size; smaller ones are parsed whole at the end (cheaper for them).
 STREAMING_THRESHOLD_BYTES = 64 * 1024
@@ -282,11 +279,7 @@ class ExtProcStream:
             self.body += chunk
         if not body.end_of_stream and len(self.body) >= STREAMING_THRESHOLD_BYTES:
             if self.prompt is None:
-                field = token_field_for_path(self.path)
-                streaming = self.router.pipeline.streaming
-                if field is not None:
-                    hasher = streaming.streaming_processor if streaming is not None else None
-                    self.prompt = StreamingPrompt(field, hasher)
+                self.prompt = streaming_prompt(self.router.pipeline, self.path)
             if self.prompt is not None:
                 self.prompt.feed(self.body)
         if body.end_of_stream:
@@ -303,39 +296,17 @@ class ExtProcStream:
 
     async def _route_body(self, *, end_of_stream: bool) -> list[ProcessingResponse]:
         started = time.perf_counter()
-        parsers = self.router.pipeline.parsers
-        if parsers is not None and not claims_path(parsers, self.path):
-            raise BadRequestError(f"no configured parser handles the request path {self.path.split('?', 1)[0]}")
         body = self._whole if self._whole is not None else bytes(self.body)
-        rewrite = next((self.headers[h] for h in _REWRITE_HEADERS if self.headers.get(h)), None)
-        parsed = None
-        streamed_keys: StreamedKeys | None = None
-        if self.prompt is not None:
-            streamed = self.prompt.finish(body, rewrite)
-            if streamed is not None:
-                parsed, keys = streamed
-                streaming = self.router.pipeline.streaming
-                if keys is not None and streaming is not None:
-                    streamed_keys = StreamedKeys(streaming.name, parsed.model, keys)
-        if parsed is None:
-            if body:
-                parsed = parse_body(self.path, body, model_override=rewrite)
-            else:  # an empty body is routed like a header-only request, then echoed (as llm-d does)
-                parsed = ParsedBody(rewrite or "", False, None, rewrite or "")
+        assembled = assemble_request(self.router.pipeline, self.request_id, self.path, self.headers, body, self.prompt)
         parse_done = time.perf_counter()
-        self.stream_flag = parsed.stream
-        forwarded = body
-        if parsed.model != parsed.body_model:
-            forwarded = self._rewritten(body, parsed.model)
-            if parsed.body_model:
-                self.model_back = ModelNameRewriter(parsed.model, parsed.body_model)
-        request = LLMRequest(
-            self.request_id, parsed.model, parsed.tokenized, self.path, self.headers,
-            body=forwarded, streamed_keys=streamed_keys,
-        )
+        request = assembled.request
+        self.stream_flag = assembled.stream
+        forwarded = request.body
+        if assembled.rewritten and assembled.body_model:
+            self.model_back = ModelNameRewriter(request.model, assembled.body_model)
         self.decision = await self.router.route(request, self._subset())
         self.phase = _Phase.ROUTED
-        self._series = self.metrics.llmd.series(parsed.body_model, parsed.model)
+        self._series = self.metrics.llmd.series(assembled.body_model, request.model)
         extra = [*self._id_header(), *self.decision.result.headers]
         if self._full_duplex:
             if forwarded:
@@ -343,18 +314,12 @@ class ExtProcStream:
             replies = [messages.route_headers_response(self.decision.destination, extra)]
             replies.extend(messages.body_chunks(forwarded, end_of_stream))
         else:
-            new_body = forwarded if forwarded is not body else None
+            new_body = forwarded if assembled.rewritten else None
             if new_body is not None:
                 extra.append(("Content-Length", str(len(new_body))))
             replies = [messages.buffered_route_response(self.decision.destination, extra, new_body)]
         self._observe(started, parse_done)
         return replies
-
-    @staticmethod
-    def _rewritten(body: bytes, model: str) -> bytes:
-        obj = orjson.loads(body)
-        obj["model"] = model
-        return orjson.dumps(obj, option=orjson.OPT_SORT_KEYS)
 
     def _observe(self, started: float, parse_done: float) -> None:
         decision = self.decision

@@ -23,9 +23,10 @@ import json
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from ppc_extproc.errors import BadRequestError
+from ppc_extproc.tokens.paths import Api, api_for_path
 
 __all__ = [
     "Api",
@@ -38,7 +39,6 @@ __all__ = [
     "validate_cache_salt",
 ]
 
-Api = Literal["completions", "chat", "messages", "responses"]
 
 #: Content part types vLLM parses as text, and the key holding their text.
 TEXT_PART_KEYS = {"text": "text", "input_text": "text", "output_text": "text", "refusal": "refusal", "thinking": "thinking"}
@@ -51,20 +51,6 @@ MEDIA_PART_TYPES = frozenset(
 )
 _BILLING_HEADER = "x-anthropic-billing-header"
 _MAX_CACHE_SALT_LENGTH = 128
-
-
-def api_for_path(path: str) -> Api | None:
-    """The API of a request path (query ignored); None for bodies without text prompts."""
-    p = path.split("?", 1)[0].rstrip("/")
-    if p.endswith(("/chat/completions", "/chat/completions/render")):
-        return "chat"
-    if p.endswith(("/v1/messages", "/v1/messages/render")):
-        return "messages"
-    if p.endswith(("/v1/responses", "/v1/responses/render")):
-        return "responses"
-    if p.endswith(("/completions", "/completions/render")):
-        return "completions"
-    return None
 
 
 def _bool(obj: Mapping[str, Any], key: str, default: bool) -> bool:

@@ -16,7 +16,8 @@ Parameters  none
     requestHandler:
       parsers: [{pluginRef: openai-parser}]
 
-Claims follow ``llm-d/llm-d-router: pkg/epp/framework/plugins/requesthandling/parsers/*/``.
+Claims follow ``llm-d/llm-d-router: pkg/epp/framework/plugins/requesthandling/parsers/*/``; the
+suffixes are the path table's (``ppc_extproc.tokens.paths``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from __future__ import annotations
 from ppc_extproc.framework import RequestParser
 from ppc_extproc.framework.params import Section
 from ppc_extproc.plugins.registry import Services, register
+from ppc_extproc.tokens.paths import normalized, parser_suffixes
 
 __all__ = ["DEFAULT_PARSERS", "BuiltinParser", "claims_path"]
 
@@ -60,8 +62,7 @@ class OpenAIParser(BuiltinParser):
           parsers: [{pluginRef: openai-parser}]
     """
 
-    PATHS = ("/chat/completions", "/completions", "/embeddings", "/responses", "/conversations",
-             "/chat/completions/render", "/completions/render", "/images/generations")  # fmt: skip
+    PATHS = parser_suffixes("openai")
 
 
 @register("anthropic-parser")
@@ -77,7 +78,7 @@ class AnthropicParser(BuiltinParser):
           parsers: [{pluginRef: anthropic-parser}]
     """
 
-    PATHS = ("/messages", "/messages/count_tokens")
+    PATHS = parser_suffixes("anthropic")
 
 
 @register("vllmhttp-parser")
@@ -93,7 +94,7 @@ class VllmHttpParser(BuiltinParser):
           parsers: [{pluginRef: vllmhttp-parser}]
     """
 
-    PATHS = ("/inference/v1/generate",)
+    PATHS = parser_suffixes("vllmhttp")
 
 
 @register("sglanghttp-parser")
@@ -109,7 +110,7 @@ class SGLangHttpParser(BuiltinParser):
           parsers: [{pluginRef: sglanghttp-parser}]
     """
 
-    PATHS = ("/generate",)
+    PATHS = parser_suffixes("sglanghttp")
 
 
 @register("passthrough-parser")
@@ -130,7 +131,7 @@ class PassthroughParser(BuiltinParser):
 
 def claims_path(parsers: list[RequestParser], path: str) -> bool:
     """Whether one of ``parsers`` handles ``path``."""
-    path = path.split("?", 1)[0].rstrip("/")
+    path = normalized(path)
     for parser in parsers:
         paths = parser.claims()
         if paths is None or any(path.endswith(suffix) for suffix in paths):
