@@ -21,12 +21,19 @@ from __future__ import annotations
 import enum
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import structlog
-from envoy.service.ext_proc.v3.external_processor_pb2 import ProcessingRequest, ProcessingResponse
+from envoy.config.core.v3.base_pb2 import HeaderValue, Metadata
+from envoy.service.ext_proc.v3.external_processor_pb2 import (
+    HttpBody,
+    HttpHeaders,
+    ProcessingRequest,
+    ProcessingResponse,
+)
+from google.protobuf.struct_pb2 import Struct
 
 from ppc_extproc.errors import PayloadTooLargeError, ProtocolConfigError, RequestError
 from ppc_extproc.framework import ResponseInfo
@@ -100,11 +107,11 @@ def _body_mode(field: str, value: int) -> BodyMode:
         ) from None
 
 
-def _header_value(header: Any) -> str:
+def _header_value(header: HeaderValue) -> str:
     return str(header.raw_value.decode("utf-8", "replace") if header.raw_value else header.value)
 
 
-def _struct_value(struct: Any, namespace: str, key: str) -> Any:
+def _struct_value(struct: Metadata | None, namespace: str, key: str) -> str | list[str] | None:
     """A value from ``metadata_context.filter_metadata[namespace][key]`` as plain Python."""
     if struct is None or namespace not in struct.filter_metadata:
         return None
@@ -149,7 +156,7 @@ class ExtProcStream:
         self.body = bytearray()
         #: The body when it came in one message (BUFFERED): used as is, never copied.
         self._whole: bytes | None = None
-        self.metadata: Any = None
+        self.metadata: Metadata | None = None
         self.prompt: StreamingPrompt | None = None
         self.decision: Decision | None = None
         self.stream_flag = False
@@ -219,7 +226,7 @@ class ExtProcStream:
     def _full_duplex(self) -> bool:
         return self.request_mode == BodyMode.FULL_DUPLEX_STREAMED
 
-    def _request_headers(self, headers: Any) -> tuple[list[ProcessingResponse], bool]:
+    def _request_headers(self, headers: HttpHeaders) -> tuple[list[ProcessingResponse], bool]:
         if self.phase is not _Phase.START:
             self.metrics.anomalies.labels("out_of_order").inc()
             return [messages.continue_headers()], False
@@ -260,7 +267,7 @@ class ExtProcStream:
             return None
         return [value] if isinstance(value, str) else list(value)
 
-    async def _request_body(self, body: Any) -> tuple[list[ProcessingResponse], bool]:
+    async def _request_body(self, body: HttpBody) -> tuple[list[ProcessingResponse], bool]:
         if self.phase is _Phase.START:  # body without headers: route it with default headers
             self.metrics.anomalies.labels("out_of_order").inc()
             self.phase = _Phase.BODY
@@ -368,7 +375,7 @@ class ExtProcStream:
 
     # --- response phase --------------------------------------------------------------------------
 
-    def _response_headers(self, headers: Any, attributes: Any) -> list[ProcessingResponse]:
+    def _response_headers(self, headers: HttpHeaders, attributes: Mapping[str, Struct]) -> list[ProcessingResponse]:
         values = {h.key.lower(): _header_value(h) for h in headers.headers.headers}
         try:
             self.status = int(values.get(":status", "0"))
@@ -408,7 +415,7 @@ class ExtProcStream:
             self._tokens_released = True
             self.router.response_started(self.request_id)
 
-    def _response_body(self, body: Any) -> list[ProcessingResponse]:
+    def _response_body(self, body: HttpBody) -> list[ProcessingResponse]:
         if self.usage is None:
             self.usage = UsageParser(self.stream_flag)
         self.usage.feed(body.body)
