@@ -121,9 +121,9 @@ def _struct_value(struct: Metadata | None, namespace: str, key: str) -> str | li
     value = fields[key]
     kind = value.WhichOneof("kind")
     if kind == "string_value":
-        return value.string_value
+        return str(value.string_value)
     if kind == "list_value":
-        return [v.string_value for v in value.list_value.values if v.WhichOneof("kind") == "string_value"]
+        return [str(v.string_value) for v in value.list_value.values if v.WhichOneof("kind") == "string_value"]
     return None
 
 

@@ -12,7 +12,16 @@ from pathlib import Path
 
 import orjson
 import pytest
-from harness import BUFFERED, Client, body, headers, metadata_destination, response_body, response_headers, running_service
+from harness import (
+    BUFFERED,
+    Client,
+    body,
+    headers,
+    metadata_destination,
+    response_body,
+    response_headers,
+    running_service,
+)
 
 from ppc_extproc.tokens.paths import ROUTES
 from ppc_extproc_lab.tiny_tokenizer import build_tiny_tokenizer
