@@ -43,12 +43,12 @@ and the indexer in ``pkg/kvcache/``.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
 
 import structlog
 
 from ppc_extproc.blockkeys import TokenProcessor, compute_block_extras, fold_cache_salt
 from ppc_extproc.events.apply import EventApplier
+from ppc_extproc.events.null_transport import EventTransport, NullTransport
 from ppc_extproc.events.stats import IngestStats
 from ppc_extproc.framework import (
     PREFIX_CACHE_MATCH_INFO,
@@ -87,9 +87,6 @@ from ppc_extproc.plugins.producers.precise_prefix_cache_config import (
 )
 from ppc_extproc.plugins.registry import Services, register
 from ppc_extproc.tokens import TokenizedPrompt
-
-if TYPE_CHECKING:
-    from ppc_extproc.events.transport import EventTransport
 
 __all__ = ["PrecisePrefixCacheProducer"]
 
@@ -144,8 +141,9 @@ class PrecisePrefixCacheProducer(
         self._seeded_key = f"{name}/speculative"
         #: ``plugin_data`` key of the prefix runs the lookup found (which blocks are already seeded).
         self._runs_key = f"{name}/runs"
-        #: The KV-event transport (ZMQ subscribers); created in ``start``.
-        self.transport: EventTransport | None = None
+        #: The KV-event transport (ZMQ subscribers): replaced in ``start``; until then (and after
+        #: ``stop``) the null transport, which clears a deleted endpoint at once.
+        self.transport: EventTransport = NullTransport(self.applier)
 
     @classmethod
     def from_parameters(
@@ -176,7 +174,7 @@ class PrecisePrefixCacheProducer(
     def start_transport(self) -> None:
         from ppc_extproc.events.transport import create_transport  # ZMQ is loaded only when used
 
-        if self.transport is None:
+        if isinstance(self.transport, NullTransport):
             self.transport = create_transport(self.config.kv_events, self.applier, self.stats)
             self.transport.start()
 
@@ -184,9 +182,8 @@ class PrecisePrefixCacheProducer(
         self.stop_transport()
 
     def stop_transport(self, timeout: float = 5.0) -> None:
-        if self.transport is not None:
-            self.transport.stop(timeout)
-            self.transport = None
+        self.transport.stop(timeout)
+        self.transport = NullTransport(self.applier)
 
     def tick(self, now: float) -> None:
         """Periodic housekeeping: expire speculative entries; report subscriber connections to
@@ -194,7 +191,7 @@ class PrecisePrefixCacheProducer(
         their hold; the entries of a disconnected endpoint are suspended by the ingestion)."""
         self.speculative.expire(now)
         events = self.config.kv_events
-        if self.transport is not None and events.discover_pods and not events.zmq_endpoint:
+        if not isinstance(self.transport, NullTransport) and events.discover_pods and not events.zmq_endpoint:
             for endpoint, source in list(self.stats.sources.items()):
                 self.health.kv_connection(endpoint, source.connected)
 
@@ -315,17 +312,13 @@ class PrecisePrefixCacheProducer(
         """Keep KV-event subscribers and the index in step with the endpoint set."""
         endpoint = event.endpoint
         if event.kind is EndpointEventKind.DELETED:
-            if self.transport is not None:
-                self.transport.remove_endpoint(endpoint)  # drains its queue, then clears
-            else:
-                self.applier.forget_endpoint(endpoint.id)
+            self.transport.remove_endpoint(endpoint)  # drains its queue, then the applier clears it
             log.info("endpoint_removed", endpoint=endpoint.id)
             return
-        if self.transport is not None:
-            previous = event.previous
-            if event.kind is EndpointEventKind.UPDATED and previous is not None and previous.id != endpoint.id:
-                self.transport.remove_endpoint(previous)
-            self.transport.add_endpoint(endpoint)
+        previous = event.previous
+        if event.kind is EndpointEventKind.UPDATED and previous is not None and previous.id != endpoint.id:
+            self.transport.remove_endpoint(previous)
+        self.transport.add_endpoint(endpoint)
 
 
 _SPECULATIVE_LABEL = PodEntry(EndpointId(""), speculative=True).tier_label
