@@ -13,7 +13,8 @@ docs/proposals/004-endpoint-picker-protocol``)
 as llm-d's EPP implements it (``llm-d/llm-d-router: pkg/epp/handlers/``).
 
 No I/O here: the gRPC servicer feeds messages and sends what comes back, so the whole protocol is
-testable without a network.
+testable without a network. The request is built by ``assembly``; body modes and metadata values
+are ``stream_protocol``'s; what a decision and a response record is ``stream_record``'s.
 """
 
 from __future__ import annotations
@@ -22,11 +23,10 @@ import enum
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import structlog
-from envoy.config.core.v3.base_pb2 import HeaderValue, Metadata
+from envoy.config.core.v3.base_pb2 import Metadata
 from envoy.service.ext_proc.v3.external_processor_pb2 import (
     HttpBody,
     HttpHeaders,
@@ -35,7 +35,7 @@ from envoy.service.ext_proc.v3.external_processor_pb2 import (
 )
 from google.protobuf.struct_pb2 import Struct
 
-from ppc_extproc.errors import PayloadTooLargeError, ProtocolConfigError, RequestError
+from ppc_extproc.errors import PayloadTooLargeError, RequestError
 from ppc_extproc.framework import ResponseInfo
 from ppc_extproc.ids import EndpointId, destination_host_port, endpoint_id
 from ppc_extproc.observability.llmd_metrics import RequestSeries, error_code_for_status
@@ -44,6 +44,19 @@ from ppc_extproc.scheduling.router import Decision, Router
 from ppc_extproc.server import messages
 from ppc_extproc.server.assembly import assemble_request, streaming_prompt
 from ppc_extproc.server.model_name import ModelNameRewriter
+from ppc_extproc.server.stream_protocol import (
+    MAX_REQUEST_ID_CHARS,
+    SERVED_KEY,
+    STREAMING_THRESHOLD_BYTES,
+    SUBSET_KEY,
+    SUBSET_NAMESPACE,
+    BodyMode,
+    StreamOptions,
+    body_mode,
+    header_value,
+    struct_value,
+)
+from ppc_extproc.server.stream_record import record_completion, record_decision
 from ppc_extproc.server.upstream import upstream_reached
 from ppc_extproc.server.usage import UsageParser, UsageSampler
 from ppc_extproc.tokens.streaming import StreamingPrompt
@@ -52,79 +65,12 @@ __all__ = ["BodyMode", "ExtProcStream", "StreamOptions"]
 
 log = structlog.get_logger(__name__)
 
-SUBSET_NAMESPACE = "envoy.lb.subset_hint"
-SUBSET_KEY = "x-gateway-destination-endpoint-subset"
-SERVED_KEY = "x-gateway-destination-endpoint-served"
-#: Bodies that arrive in several messages are parsed and hashed while they stream in once they
-#: reach this size; smaller ones are parsed whole at the end (cheaper for them).
-STREAMING_THRESHOLD_BYTES = 64 * 1024
-
-
-class BodyMode(enum.IntEnum):
-    """Envoy's ``ProcessingMode.BodySendMode`` values."""
-
-    NONE = 0
-    STREAMED = 1
-    BUFFERED = 2
-    BUFFERED_PARTIAL = 3
-    FULL_DUPLEX_STREAMED = 4
-
-
-@dataclass(frozen=True, slots=True)
-class StreamOptions:
-    #: Request bodies above this size get 413.
-    max_body_bytes: int = 16 * 1024 * 1024
-    #: Mode assumed when Envoy does not send ``protocol_config``.
-    default_body_mode: BodyMode = BodyMode.FULL_DUPLEX_STREAMED
-    #: Error bodies as OpenAI's JSON envelope instead of llm-d's plain text.
-    json_errors: bool = False
-    #: Share of responses whose body is asked for (``mode_override``) when Envoy is configured not
-    #: to send response bodies; their usage feeds the usage and cached-tokens metrics.
-    usage_sample_rate: float = 0.01
-    #: Honour Envoy's ``envoy.lb.subset_hint`` (llm-d's ``--disable-endpoint-subset-filter`` clears it).
-    honour_subset: bool = True
-
 
 class _Phase(enum.Enum):
     START = "start"
     BODY = "body"
     ROUTED = "routed"
     DONE = "done"
-
-
-#: Longest request id (and model name) kept in logs and recent decisions; longer ones are cut.
-MAX_REQUEST_ID_CHARS = 256
-
-
-def _body_mode(field: str, value: int) -> BodyMode:
-    """Envoy's body mode, or a clean error naming the field for a value this service does not know."""
-    try:
-        return BodyMode(value)
-    except ValueError:
-        raise ProtocolConfigError(
-            f"protocol_config.{field} {value} is not a body mode this endpoint picker supports "
-            f"({', '.join(f'{m.value} {m.name}' for m in BodyMode)})"
-        ) from None
-
-
-def _header_value(header: HeaderValue) -> str:
-    return str(header.raw_value.decode("utf-8", "replace") if header.raw_value else header.value)
-
-
-def _struct_value(struct: Metadata | None, namespace: str, key: str) -> str | list[str] | None:
-    """A value from ``metadata_context.filter_metadata[namespace][key]`` as plain Python."""
-    if struct is None or namespace not in struct.filter_metadata:
-        return None
-    fields = struct.filter_metadata[namespace].fields
-    if key not in fields:
-        return None
-    value = fields[key]
-    kind = value.WhichOneof("kind")
-    if kind == "string_value":
-        return str(value.string_value)
-    if kind == "list_value":
-        return [str(v.string_value) for v in value.list_value.values if v.WhichOneof("kind") == "string_value"]
-    return None
 
 
 class ExtProcStream:
@@ -219,8 +165,8 @@ class ExtProcStream:
         self._mode_known = True
         if message.HasField("protocol_config"):
             config = message.protocol_config
-            self.request_mode = _body_mode("request_body_mode", config.request_body_mode)
-            self.response_mode = _body_mode("response_body_mode", config.response_body_mode)
+            self.request_mode = body_mode("request_body_mode", config.request_body_mode)
+            self.response_mode = body_mode("response_body_mode", config.response_body_mode)
 
     @property
     def _full_duplex(self) -> bool:
@@ -231,7 +177,7 @@ class ExtProcStream:
             self.metrics.anomalies.labels("out_of_order").inc()
             return [messages.continue_headers()], False
         self._received = time.perf_counter()
-        self.headers = {h.key.lower(): _header_value(h) for h in headers.headers.headers}
+        self.headers = {h.key.lower(): header_value(h) for h in headers.headers.headers}
         # Kept in logs and in the recent decisions: a client's megabyte of header must not be.
         self.request_id = self.headers.get("x-request-id", "")[:MAX_REQUEST_ID_CHARS]
         if not self.request_id:
@@ -262,7 +208,7 @@ class ExtProcStream:
     def _subset(self) -> list[str] | None:
         if not self.options.honour_subset:
             return None
-        value = _struct_value(self.metadata, SUBSET_NAMESPACE, SUBSET_KEY)
+        value = struct_value(self.metadata, SUBSET_NAMESPACE, SUBSET_KEY)
         if value is None:
             return None
         return [value] if isinstance(value, str) else list(value)
@@ -325,42 +271,9 @@ class ExtProcStream:
             if new_body is not None:
                 extra.append(("Content-Length", str(len(new_body))))
             replies = [messages.buffered_route_response(self.decision.destination, extra, new_body)]
-        self._observe(started, parse_done)
+        record_decision(self.metrics, self.recorder, self.request_id, self.decision, self._series,
+                        len(self.body), started, parse_done)
         return replies
-
-    def _observe(self, started: float, parse_done: float) -> None:
-        decision = self.decision
-        assert decision is not None
-        elapsed = time.perf_counter() - started
-        timings = decision.timings
-        stages = {
-            "parse": parse_done - started,
-            **decision.ctx.timings,
-            "score": timings["filter"] + timings["score"] + timings["pick"],
-            "pre_request": timings["pre_request"],
-        }
-        self.metrics.observe_decision(elapsed, stages)
-        if self._series is not None:
-            primary = decision.primary
-            self.metrics.llmd.scheduled(self._series, len(self.body), decision.ctx.request.model,
-                                        primary.name.rpartition("/")[2] or primary.id,
-                                        primary.port, {"parse": stages["parse"], **timings})
-        info = decision.ctx.match_info(decision.primary.id)
-        if info is not None and info.total_blocks:
-            self.metrics.match_ratio.observe(info.match_blocks / info.total_blocks)
-        if self.recorder is not None:
-            self.recorder({
-                "requestId": self.request_id,
-                "destination": decision.destination,
-                "model": decision.ctx.request.model[:MAX_REQUEST_ID_CHARS],
-                "promptTokens": decision.ctx.request.prompt_tokens,
-                "tokenizeOutcome": decision.ctx.request.tokenize_outcome,
-                "matchBlocks": info.match_blocks if info else None,
-                "totalBlocks": info.total_blocks if info else None,
-                "cachedTokensPredicted": info.cached_tokens if info else None,
-                "totals": {ep: round(v, 6) for ep, v in decision.result.primary.totals.items()},
-                "decisionMs": round(elapsed * 1e3, 3),
-            })
 
     def _fail(self, error: RequestError) -> list[ProcessingResponse]:
         self.phase = _Phase.DONE
@@ -376,7 +289,7 @@ class ExtProcStream:
     # --- response phase --------------------------------------------------------------------------
 
     def _response_headers(self, headers: HttpHeaders, attributes: Mapping[str, Struct]) -> list[ProcessingResponse]:
-        values = {h.key.lower(): _header_value(h) for h in headers.headers.headers}
+        values = {h.key.lower(): header_value(h) for h in headers.headers.headers}
         try:
             self.status = int(values.get(":status", "0"))
         except ValueError:
@@ -384,7 +297,7 @@ class ExtProcStream:
         length = values.get("content-length", "")
         self._sized = length.isdigit()  # else the body chunks are counted (when Envoy sends them)
         self._response_bytes = int(length) if self._sized else 0
-        served = _struct_value(self.metadata, "envoy.lb", SERVED_KEY)
+        served = struct_value(self.metadata, "envoy.lb", SERVED_KEY)
         self.served = served if isinstance(served, str) else None
         self.reached = upstream_reached(attributes, values)
         streaming = self.stream_flag or "text/event-stream" in values.get("content-type", "")
@@ -444,24 +357,9 @@ class ExtProcStream:
             return
         self.metrics.count_request(self._outcome(cancelled), self.status or "none")
         usage = self.usage.finish() if self.usage is not None else None
-        if self._series is not None:
-            if self.status != 200:
-                self.metrics.llmd.failed(self._series, "ModelServerError", running=False)
-            self.metrics.llmd.completed(
-                self._series, time.perf_counter() - self._received, self._response_bytes,
-                usage.prompt_tokens if usage else None, usage.completion_tokens if usage else None,
-                usage.cached_tokens if usage else None,
-            )
         endpoint = self._served_endpoint(decision)
-        predicted = decision.ctx.match_info(endpoint)
-        if usage is not None:
-            for kind, value in (("prompt", usage.prompt_tokens), ("completion", usage.completion_tokens),
-                                ("cached", usage.cached_tokens)):
-                if value:
-                    self.metrics.usage_tokens.labels(kind).inc(value)
-            if usage.cached_tokens is not None and self.status == 200 and predicted is not None:
-                # vLLM reports only the last prompt's cached tokens for a batch: compare like with like
-                self.metrics.observe_cached_tokens(predicted.reported_cached_tokens, usage.cached_tokens)
+        record_completion(self.metrics, self._series, self.status, usage, decision.ctx.match_info(endpoint),
+                          time.perf_counter() - self._received, self._response_bytes)
         self.router.response_complete(
             decision.ctx,
             ResponseInfo(
