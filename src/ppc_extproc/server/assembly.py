@@ -90,8 +90,10 @@ def assemble_request(
         obj = _with_model(body, obj, parsed.model)
         forwarded = orjson.dumps(obj, option=orjson.OPT_SORT_KEYS)
     request = LLMRequest(
-        request_id, parsed.model, parsed.tokenized, path, headers,
-        body=forwarded, streamed_keys=streamed_keys, body_json=obj,
+        request_id, parsed.model, parsed.tokenized, path, headers, body=forwarded, streamed_keys=streamed_keys,
+        # Only a body without token ids is read again (by a token producer): a body that has them
+        # does not keep its object (token lists) alive while the request is in flight.
+        body_json=obj if parsed.tokenized is None else None,
     )
     return AssembledRequest(request, parsed.stream, parsed.body_model, forwarded is not body)
 
