@@ -104,8 +104,16 @@ class EventApplier:
         index entries, their bits, its entry and group tables. Returns the request keys touched."""
         return self.forget_endpoint(endpoint)
 
+    def remove_endpoint(self, endpoint: str) -> int:
+        """The endpoint left the pool: the one place its removal ends, whoever notices it (the
+        producer, a transport, a subscriber, the ingestion). Clears its index state and forgets its
+        KV-event counters. Returns the request keys touched."""
+        touched = self.forget_endpoint(endpoint)
+        self.stats.forget(endpoint)
+        return touched
+
     def forget_endpoint(self, endpoint: str) -> int:
-        """Endpoint deleted from the pool (or cleared): clear it and recycle its index entries."""
+        """Clear an endpoint's index state and recycle its index entries (its counters stay)."""
         self._duplicates.pop(endpoint, None)
         self.entries.reset(endpoint)
         for group_key in [k for k in self._groups if k[0] == endpoint]:

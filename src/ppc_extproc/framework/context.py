@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TypeVar, cast
+from typing import Any, TypeVar, cast
 
 from ppc_extproc.framework.datakeys import DataKey
 from ppc_extproc.framework.endpoint import Endpoint
@@ -55,6 +55,9 @@ class LLMRequest:
     headers: dict[str, str] = field(default_factory=dict)
     #: The body as the engine will receive it (after any model rewrite); token producers read it.
     body: bytes = b""
+    #: ``body`` as a JSON object when the request's one parse built it (token producers use it
+    #: instead of parsing again); None: parse ``body`` if needed.
+    body_json: dict[str, Any] | None = None
     #: Keys computed ahead of scheduling while the body streamed in (see ``StreamingKeyProducer``).
     streamed_keys: StreamedKeys | None = None
     #: ``<backend>:<outcome>`` of the token producer, when one ran (``/debug/decisions``).

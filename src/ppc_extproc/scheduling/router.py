@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import structlog
 
+from ppc_extproc.blockkeys import TokenProcessor
 from ppc_extproc.errors import NoEndpointsError, RequestError
 from ppc_extproc.framework import (
     AsyncDataProducer,
@@ -30,15 +31,16 @@ from ppc_extproc.framework import (
     ResponseInfo,
     SchedulingContext,
     SchedulingResult,
+    StreamedKeys,
     StreamingKeyProducer,
 )
-from ppc_extproc.ids import destination_host_port
+from ppc_extproc.ids import RequestKey, destination_host_port
 from ppc_extproc.scheduling.health import EndpointHealth
 from ppc_extproc.scheduling.inflight import InflightTracker
 from ppc_extproc.scheduling.pool import EndpointPool
 from ppc_extproc.scheduling.scheduler import Scheduler
 
-__all__ = ["AsyncProducerStep", "Decision", "Pipeline", "ProducerStep", "Router"]
+__all__ = ["AsyncProducerStep", "Decision", "Pipeline", "ProducerStep", "Router", "StreamingHasher"]
 
 log = structlog.get_logger(__name__)
 
@@ -72,6 +74,25 @@ class Pipeline:
     streaming: StreamingKeyProducer | None = None
     #: ``requestHandler.parsers``; None: every path is handled.
     parsers: list[RequestParser] | None = None
+
+    def streaming_hasher(self) -> StreamingHasher | None:
+        """How block keys are computed while a large token-id body streams in, or None when no
+        producer of this pipeline precomputes them."""
+        if self.streaming is None:
+            return None
+        return StreamingHasher(self.streaming.name, self.streaming.streaming_processor)
+
+
+@dataclass(frozen=True, slots=True)
+class StreamingHasher:
+    """The pipeline's streamed hashing: the producer the keys are for, and its block hasher."""
+
+    owner: str
+    hasher: TokenProcessor
+
+    def streamed_keys(self, model: str, keys: list[RequestKey]) -> StreamedKeys:
+        """Keys hashed while the body streamed in, as the owning producer looks them up."""
+        return StreamedKeys(self.owner, model, keys)
 
 
 @dataclass(slots=True)

@@ -7,7 +7,8 @@
     GET  /debug/state    endpoints, index size and entries per endpoint, KV-event sources and
                          counters, speculative entries, in-flight requests
     POST /debug/score    body: a request exactly as a client sends it (``?path=`` its API path,
-                         default /v1/completions: chat and messages bodies are tokenized); answer: each
+                         default /v1/completions: chat and messages bodies are tokenized; the
+                         ext_proc path's parser check and model-rewrite headers apply); answer: each
                          endpoint's match info, per-scorer scores and total, and the pick — with no
                          side effect (no speculative seeding, no in-flight count)
 """
@@ -23,9 +24,9 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from ppc_extproc.errors import RequestError
-from ppc_extproc.framework import LLMRequest, PluginState
+from ppc_extproc.framework import PluginState
 from ppc_extproc.scheduling.router import Router
-from ppc_extproc.tokens import parse_body
+from ppc_extproc.server.assembly import assemble_request
 
 __all__ = ["MetricsAuth", "build_admin_app", "plugin_state_json"]
 
@@ -97,8 +98,8 @@ def build_admin_app(
         body = await request.read()
         path = request.query.get("path", "/v1/completions")
         try:
-            parsed = parse_body(path, body, model_override=request.headers.get("x-llm-d-model-name-rewrite"))
-            llm_request = LLMRequest(f"debug-{uuid.uuid4()}", parsed.model, parsed.tokenized, path, body=body)
+            headers = {key.lower(): value for key, value in request.headers.items()}
+            llm_request = assemble_request(router.pipeline, f"debug-{uuid.uuid4()}", path, headers, body).request
             decision = await router.route(llm_request, dry_run=True)
         except RequestError as error:
             return _json({"error": {"message": error.message, "code": error.status}}, status=error.status)

@@ -13,7 +13,8 @@ docs/proposals/004-endpoint-picker-protocol``)
 as llm-d's EPP implements it (``llm-d/llm-d-router: pkg/epp/handlers/``).
 
 No I/O here: the gRPC servicer feeds messages and sends what comes back, so the whole protocol is
-testable without a network.
+testable without a network. The request is built by ``assembly``; body modes and metadata values
+are ``stream_protocol``'s; what a decision and a response record is ``stream_record``'s.
 """
 
 from __future__ import annotations
@@ -21,75 +22,49 @@ from __future__ import annotations
 import enum
 import time
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
 from typing import Any
 
-import orjson
 import structlog
-from envoy.service.ext_proc.v3.external_processor_pb2 import ProcessingRequest, ProcessingResponse
+from envoy.config.core.v3.base_pb2 import Metadata
+from envoy.service.ext_proc.v3.external_processor_pb2 import (
+    HttpBody,
+    HttpHeaders,
+    ProcessingRequest,
+    ProcessingResponse,
+)
+from google.protobuf.struct_pb2 import Struct
 
-from ppc_extproc.errors import BadRequestError, PayloadTooLargeError, ProtocolConfigError, RequestError, SaturatedError
-from ppc_extproc.framework import LLMRequest, ResponseInfo, StreamedKeys
+from ppc_extproc.errors import PayloadTooLargeError, RequestError, SaturatedError
+from ppc_extproc.framework import ResponseInfo
 from ppc_extproc.ids import EndpointId, destination_host_port, endpoint_id
 from ppc_extproc.observability.llmd_metrics import RequestSeries, error_code_for_status
 from ppc_extproc.observability.metrics import Metrics
-from ppc_extproc.observability.tracing import RequestTracer
-from ppc_extproc.plugins.parsers import claims_path
-from ppc_extproc.scheduling.objectives import OBJECTIVE_HEADERS, ModelRewrites, Objectives
+from ppc_extproc.scheduling.objectives import OBJECTIVE_HEADERS
 from ppc_extproc.scheduling.router import Decision, Router
-from ppc_extproc.scheduling.saturation import SaturationDetector
 from ppc_extproc.server import messages
+from ppc_extproc.server.assembly import assemble_request, streaming_prompt
 from ppc_extproc.server.model_name import ModelNameRewriter
+from ppc_extproc.server.stream_protocol import (
+    MAX_REQUEST_ID_CHARS,
+    SERVED_KEY,
+    STREAMING_THRESHOLD_BYTES,
+    SUBSET_KEY,
+    SUBSET_NAMESPACE,
+    BodyMode,
+    StreamOptions,
+    body_mode,
+    header_value,
+    struct_value,
+)
+from ppc_extproc.server.stream_record import record_completion, record_decision
 from ppc_extproc.server.upstream import upstream_reached
 from ppc_extproc.server.usage import UsageParser, UsageSampler
-from ppc_extproc.tokens import ParsedBody, parse_body, token_field_for_path
 from ppc_extproc.tokens.streaming import StreamingPrompt
 
 __all__ = ["BodyMode", "ExtProcStream", "StreamOptions"]
 
 log = structlog.get_logger(__name__)
-
-SUBSET_NAMESPACE = "envoy.lb.subset_hint"
-SUBSET_KEY = "x-gateway-destination-endpoint-subset"
-SERVED_KEY = "x-gateway-destination-endpoint-served"
-_REWRITE_HEADERS = ("x-llm-d-model-name-rewrite", "x-gateway-model-name-rewrite")
-#: Bodies that arrive in several messages are parsed and hashed while they stream in once they
-#: reach this size; smaller ones are parsed whole at the end (cheaper for them).
-STREAMING_THRESHOLD_BYTES = 64 * 1024
-
-
-class BodyMode(enum.IntEnum):
-    """Envoy's ``ProcessingMode.BodySendMode`` values."""
-
-    NONE = 0
-    STREAMED = 1
-    BUFFERED = 2
-    BUFFERED_PARTIAL = 3
-    FULL_DUPLEX_STREAMED = 4
-
-
-@dataclass(frozen=True, slots=True)
-class StreamOptions:
-    #: Request bodies above this size get 413.
-    max_body_bytes: int = 16 * 1024 * 1024
-    #: Mode assumed when Envoy does not send ``protocol_config``.
-    default_body_mode: BodyMode = BodyMode.FULL_DUPLEX_STREAMED
-    #: Error bodies as OpenAI's JSON envelope instead of llm-d's plain text.
-    json_errors: bool = False
-    #: Share of responses whose body is asked for (``mode_override``) when Envoy is configured not
-    #: to send response bodies; their usage feeds the usage and cached-tokens metrics.
-    usage_sample_rate: float = 0.01
-    #: Honour Envoy's ``envoy.lb.subset_hint`` (llm-d's ``--disable-endpoint-subset-filter`` clears it).
-    honour_subset: bool = True
-    #: InferenceModelRewrite rules (a rewrite header, when present, wins over them).
-    rewrites: ModelRewrites | None = None
-    #: InferenceObjective priorities, and the saturation that sheds negative ones (llm-d's legacy
-    #: admission, ``pkg/epp/requestcontrol/admission.go``).
-    objectives: Objectives | None = None
-    saturation: SaturationDetector | None = None
-    #: OpenTelemetry spans per request (``--tracing``); None: no per-request work.
-    tracer: RequestTracer | None = None
 
 
 class _Phase(enum.Enum):
@@ -97,41 +72,6 @@ class _Phase(enum.Enum):
     BODY = "body"
     ROUTED = "routed"
     DONE = "done"
-
-
-#: Longest request id (and model name) kept in logs and recent decisions; longer ones are cut.
-MAX_REQUEST_ID_CHARS = 256
-
-
-def _body_mode(field: str, value: int) -> BodyMode:
-    """Envoy's body mode, or a clean error naming the field for a value this service does not know."""
-    try:
-        return BodyMode(value)
-    except ValueError:
-        raise ProtocolConfigError(
-            f"protocol_config.{field} {value} is not a body mode this endpoint picker supports "
-            f"({', '.join(f'{m.value} {m.name}' for m in BodyMode)})"
-        ) from None
-
-
-def _header_value(header: Any) -> str:
-    return str(header.raw_value.decode("utf-8", "replace") if header.raw_value else header.value)
-
-
-def _struct_value(struct: Any, namespace: str, key: str) -> Any:
-    """A value from ``metadata_context.filter_metadata[namespace][key]`` as plain Python."""
-    if struct is None or namespace not in struct.filter_metadata:
-        return None
-    fields = struct.filter_metadata[namespace].fields
-    if key not in fields:
-        return None
-    value = fields[key]
-    kind = value.WhichOneof("kind")
-    if kind == "string_value":
-        return value.string_value
-    if kind == "list_value":
-        return [v.string_value for v in value.list_value.values if v.WhichOneof("kind") == "string_value"]
-    return None
 
 
 class ExtProcStream:
@@ -163,7 +103,7 @@ class ExtProcStream:
         self.body = bytearray()
         #: The body when it came in one message (BUFFERED): used as is, never copied.
         self._whole: bytes | None = None
-        self.metadata: Any = None
+        self.metadata: Metadata | None = None
         self.prompt: StreamingPrompt | None = None
         self.decision: Decision | None = None
         self.stream_flag = False
@@ -228,19 +168,19 @@ class ExtProcStream:
         self._mode_known = True
         if message.HasField("protocol_config"):
             config = message.protocol_config
-            self.request_mode = _body_mode("request_body_mode", config.request_body_mode)
-            self.response_mode = _body_mode("response_body_mode", config.response_body_mode)
+            self.request_mode = body_mode("request_body_mode", config.request_body_mode)
+            self.response_mode = body_mode("response_body_mode", config.response_body_mode)
 
     @property
     def _full_duplex(self) -> bool:
         return self.request_mode == BodyMode.FULL_DUPLEX_STREAMED
 
-    def _request_headers(self, headers: Any) -> tuple[list[ProcessingResponse], bool]:
+    def _request_headers(self, headers: HttpHeaders) -> tuple[list[ProcessingResponse], bool]:
         if self.phase is not _Phase.START:
             self.metrics.anomalies.labels("out_of_order").inc()
             return [messages.continue_headers()], False
         self._received = time.perf_counter()
-        self.headers = {h.key.lower(): _header_value(h) for h in headers.headers.headers}
+        self.headers = {h.key.lower(): header_value(h) for h in headers.headers.headers}
         # Kept in logs and in the recent decisions: a client's megabyte of header must not be.
         self.request_id = self.headers.get("x-request-id", "")[:MAX_REQUEST_ID_CHARS]
         if not self.request_id:
@@ -268,15 +208,30 @@ class ExtProcStream:
     def _id_header(self) -> list[tuple[str, str]]:
         return [("x-request-id", self.request_id)] if self.generated_request_id else []
 
+    def _traced(self, started: float, parse_done: float) -> list[tuple[str, str]]:
+        decision, tracer = self.decision, self.options.tracer
+        assert decision is not None and tracer is not None
+        stages = {"parse": parse_done - started, **decision.ctx.timings, **decision.timings}
+        attributes = {"gen_ai.request.model": decision.ctx.request.model, "ppc_extproc.request_id": self.request_id,
+                      "ppc_extproc.destination": decision.destination}
+        traceparent = tracer.record(self.headers, self._received, started, stages, attributes)
+        return [("traceparent", traceparent)] if traceparent else []
+
+    def _priority(self) -> int:
+        objectives = self.options.objectives
+        if objectives is None:
+            return 0
+        return objectives.priority(next((self.headers[h] for h in OBJECTIVE_HEADERS if self.headers.get(h)), None))
+
     def _subset(self) -> list[str] | None:
         if not self.options.honour_subset:
             return None
-        value = _struct_value(self.metadata, SUBSET_NAMESPACE, SUBSET_KEY)
+        value = struct_value(self.metadata, SUBSET_NAMESPACE, SUBSET_KEY)
         if value is None:
             return None
         return [value] if isinstance(value, str) else list(value)
 
-    async def _request_body(self, body: Any) -> tuple[list[ProcessingResponse], bool]:
+    async def _request_body(self, body: HttpBody) -> tuple[list[ProcessingResponse], bool]:
         if self.phase is _Phase.START:  # body without headers: route it with default headers
             self.metrics.anomalies.labels("out_of_order").inc()
             self.phase = _Phase.BODY
@@ -295,11 +250,7 @@ class ExtProcStream:
             self.body += chunk
         if not body.end_of_stream and len(self.body) >= STREAMING_THRESHOLD_BYTES:
             if self.prompt is None:
-                field = token_field_for_path(self.path)
-                streaming = self.router.pipeline.streaming
-                if field is not None:
-                    hasher = streaming.streaming_processor if streaming is not None else None
-                    self.prompt = StreamingPrompt(field, hasher)
+                self.prompt = streaming_prompt(self.router.pipeline, self.path)
             if self.prompt is not None:
                 self.prompt.feed(self.body)
         if body.end_of_stream:
@@ -316,43 +267,17 @@ class ExtProcStream:
 
     async def _route_body(self, *, end_of_stream: bool) -> list[ProcessingResponse]:
         started = time.perf_counter()
-        parsers = self.router.pipeline.parsers
-        if parsers is not None and not claims_path(parsers, self.path):
-            raise BadRequestError(f"no configured parser handles the request path {self.path.split('?', 1)[0]}")
         body = self._whole if self._whole is not None else bytes(self.body)
-        rewrite = next((self.headers[h] for h in _REWRITE_HEADERS if self.headers.get(h)), None)
-        parsed = None
-        streamed_keys: StreamedKeys | None = None
-        if self.prompt is not None:
-            streamed = self.prompt.finish(body, rewrite)
-            if streamed is not None:
-                parsed, keys = streamed
-                streaming = self.router.pipeline.streaming
-                if keys is not None and streaming is not None:
-                    streamed_keys = StreamedKeys(streaming.name, parsed.model, keys)
-        if parsed is None:
-            if body:
-                parsed = parse_body(self.path, body, model_override=rewrite)
-            else:  # an empty body is routed like a header-only request, then echoed (as llm-d does)
-                parsed = ParsedBody(rewrite or "", False, None, rewrite or "")
-        rewrites = self.options.rewrites
-        if rewrite is None and rewrites and body:
-            target = rewrites.target(parsed.body_model)
-            if target is not None and target != parsed.model:  # the index and tokenizer are the target's
-                parsed, streamed_keys = parse_body(self.path, body, model_override=target), None
+        assembled = assemble_request(self.router.pipeline, self.request_id, self.path, self.headers, body, self.prompt,
+                                     self.options.rewrites)
         parse_done = time.perf_counter()
-        self.stream_flag = parsed.stream
-        forwarded = body
-        if parsed.model != parsed.body_model:
-            forwarded = self._rewritten(body, parsed.model)
-            if parsed.body_model:
-                self.model_back = ModelNameRewriter(parsed.model, parsed.body_model)
-        request = LLMRequest(
-            self.request_id, parsed.model, parsed.tokenized, self.path, self.headers,
-            body=forwarded, streamed_keys=streamed_keys,
-        )
+        request = assembled.request
+        self.stream_flag = assembled.stream
+        forwarded = request.body
+        if assembled.rewritten and assembled.body_model:
+            self.model_back = ModelNameRewriter(request.model, assembled.body_model)
         priority = self._priority()
-        self._labels = (parsed.body_model, parsed.model, priority)
+        self._labels = (assembled.body_model, request.model, priority)
         saturation = self.options.saturation
         if priority < 0 and saturation is not None and saturation.saturated():
             raise SaturatedError("system saturated, sheddable request dropped")
@@ -368,67 +293,13 @@ class ExtProcStream:
             replies = [messages.route_headers_response(self.decision.destination, extra)]
             replies.extend(messages.body_chunks(forwarded, end_of_stream))
         else:
-            new_body = forwarded if forwarded is not body else None
+            new_body = forwarded if assembled.rewritten else None
             if new_body is not None:
                 extra.append(("Content-Length", str(len(new_body))))
             replies = [messages.buffered_route_response(self.decision.destination, extra, new_body)]
-        self._observe(started, parse_done)
+        record_decision(self.metrics, self.recorder, self.request_id, self.decision, self._series,
+                        len(self.body), started, parse_done)
         return replies
-
-    def _traced(self, started: float, parse_done: float) -> list[tuple[str, str]]:
-        decision, tracer = self.decision, self.options.tracer
-        assert decision is not None and tracer is not None
-        stages = {"parse": parse_done - started, **decision.ctx.timings, **decision.timings}
-        attributes = {"gen_ai.request.model": decision.ctx.request.model, "ppc_extproc.request_id": self.request_id,
-                      "ppc_extproc.destination": decision.destination}
-        traceparent = tracer.record(self.headers, self._received, started, stages, attributes)
-        return [("traceparent", traceparent)] if traceparent else []
-
-    def _priority(self) -> int:
-        objectives = self.options.objectives
-        if objectives is None:
-            return 0
-        return objectives.priority(next((self.headers[h] for h in OBJECTIVE_HEADERS if self.headers.get(h)), None))
-
-    @staticmethod
-    def _rewritten(body: bytes, model: str) -> bytes:
-        obj = orjson.loads(body)
-        obj["model"] = model
-        return orjson.dumps(obj, option=orjson.OPT_SORT_KEYS)
-
-    def _observe(self, started: float, parse_done: float) -> None:
-        decision = self.decision
-        assert decision is not None
-        elapsed = time.perf_counter() - started
-        timings = decision.timings
-        stages = {
-            "parse": parse_done - started,
-            **decision.ctx.timings,
-            "score": timings["filter"] + timings["score"] + timings["pick"],
-            "pre_request": timings["pre_request"],
-        }
-        self.metrics.observe_decision(elapsed, stages)
-        if self._series is not None:
-            primary = decision.primary
-            self.metrics.llmd.scheduled(self._series, len(self.body), decision.ctx.request.model,
-                                        primary.name.rpartition("/")[2] or primary.id,
-                                        primary.port, {"parse": stages["parse"], **timings})
-        info = decision.ctx.match_info(decision.primary.id)
-        if info is not None and info.total_blocks:
-            self.metrics.match_ratio.observe(info.match_blocks / info.total_blocks)
-        if self.recorder is not None:
-            self.recorder({
-                "requestId": self.request_id,
-                "destination": decision.destination,
-                "model": decision.ctx.request.model[:MAX_REQUEST_ID_CHARS],
-                "promptTokens": decision.ctx.request.prompt_tokens,
-                "tokenizeOutcome": decision.ctx.request.tokenize_outcome,
-                "matchBlocks": info.match_blocks if info else None,
-                "totalBlocks": info.total_blocks if info else None,
-                "cachedTokensPredicted": info.cached_tokens if info else None,
-                "totals": {ep: round(v, 6) for ep, v in decision.result.primary.totals.items()},
-                "decisionMs": round(elapsed * 1e3, 3),
-            })
 
     def _fail(self, error: RequestError) -> list[ProcessingResponse]:
         self.phase = _Phase.DONE
@@ -443,8 +314,8 @@ class ExtProcStream:
 
     # --- response phase --------------------------------------------------------------------------
 
-    def _response_headers(self, headers: Any, attributes: Any) -> list[ProcessingResponse]:
-        values = {h.key.lower(): _header_value(h) for h in headers.headers.headers}
+    def _response_headers(self, headers: HttpHeaders, attributes: Mapping[str, Struct]) -> list[ProcessingResponse]:
+        values = {h.key.lower(): header_value(h) for h in headers.headers.headers}
         try:
             self.status = int(values.get(":status", "0"))
         except ValueError:
@@ -452,7 +323,7 @@ class ExtProcStream:
         length = values.get("content-length", "")
         self._sized = length.isdigit()  # else the body chunks are counted (when Envoy sends them)
         self._response_bytes = int(length) if self._sized else 0
-        served = _struct_value(self.metadata, "envoy.lb", SERVED_KEY)
+        served = struct_value(self.metadata, "envoy.lb", SERVED_KEY)
         self.served = served if isinstance(served, str) else None
         self.reached = upstream_reached(attributes, values)
         streaming = self.stream_flag or "text/event-stream" in values.get("content-type", "")
@@ -483,7 +354,7 @@ class ExtProcStream:
             self._tokens_released = True
             self.router.response_started(self.request_id)
 
-    def _response_body(self, body: Any) -> list[ProcessingResponse]:
+    def _response_body(self, body: HttpBody) -> list[ProcessingResponse]:
         if self.usage is None:
             self.usage = UsageParser(self.stream_flag)
         self.usage.feed(body.body)
@@ -512,24 +383,9 @@ class ExtProcStream:
             return
         self.metrics.count_request(self._outcome(cancelled), self.status or "none")
         usage = self.usage.finish() if self.usage is not None else None
-        if self._series is not None:
-            if self.status != 200:
-                self.metrics.llmd.failed(self._series, "ModelServerError", running=False)
-            self.metrics.llmd.completed(
-                self._series, time.perf_counter() - self._received, self._response_bytes,
-                usage.prompt_tokens if usage else None, usage.completion_tokens if usage else None,
-                usage.cached_tokens if usage else None,
-            )
         endpoint = self._served_endpoint(decision)
-        predicted = decision.ctx.match_info(endpoint)
-        if usage is not None:
-            for kind, value in (("prompt", usage.prompt_tokens), ("completion", usage.completion_tokens),
-                                ("cached", usage.cached_tokens)):
-                if value:
-                    self.metrics.usage_tokens.labels(kind).inc(value)
-            if usage.cached_tokens is not None and self.status == 200 and predicted is not None:
-                # vLLM reports only the last prompt's cached tokens for a batch: compare like with like
-                self.metrics.observe_cached_tokens(predicted.reported_cached_tokens, usage.cached_tokens)
+        record_completion(self.metrics, self._series, self.status, usage, decision.ctx.match_info(endpoint),
+                          time.perf_counter() - self._received, self._response_bytes)
         self.router.response_complete(
             decision.ctx,
             ResponseInfo(

@@ -10,7 +10,9 @@ remote_connection_failure|…}`` and flags 0x20 (UF); a connection closed before
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+
+from google.protobuf.struct_pb2 import Struct
 
 __all__ = ["upstream_reached"]
 
@@ -22,7 +24,7 @@ ATTRIBUTES = "envoy.filters.http.ext_proc"
 CONNECTION_FAILURE_FLAGS = 0x20 | 0x40
 
 
-def upstream_reached(attributes: Any, headers: dict[str, str]) -> bool | None:
+def upstream_reached(attributes: Mapping[str, Struct], headers: dict[str, str]) -> bool | None:
     """Did Envoy reach the engine? From the ``response.code_details`` / ``response.flags``
     attributes: ``via_upstream`` (the engine answered, a 503 of its own included) → True; a
     connection failure or a connection lost before the response → False; any other reply of

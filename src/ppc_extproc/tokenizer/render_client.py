@@ -27,8 +27,9 @@ import aiohttp
 import numpy as np
 import orjson
 
+from ppc_extproc.tokenizer.anthropic import anthropic_to_chat
 from ppc_extproc.tokenizer.breaker import CircuitBreaker, Ticket
-from ppc_extproc.tokenizer.requests import Api, anthropic_to_chat
+from ppc_extproc.tokenizer.requests import Api
 from ppc_extproc.tokenizer.result import (
     BAD_RESPONSE,
     BREAKER_OPEN,

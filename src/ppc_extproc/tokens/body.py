@@ -1,7 +1,8 @@
 """Request body → model, stream flag and ``TokenizedPrompt``, with 400s that name the field.
 
 Where tokens come from (the request types of vLLM's OpenAI-compatible server,
-``vllm-project/vllm: vllm/entrypoints/openai/protocol.py``):
+``vllm-project/vllm: vllm/entrypoints/openai/protocol.py``; which path is which is the table in
+``ppc_extproc.tokens.paths``):
 
 * ``…/v1/completions``: ``prompt`` as an int array (one prompt) or an array of int arrays (several
   prompts; llm-d rejects this, we support it). A string prompt carries no tokens.
@@ -40,6 +41,7 @@ import simdjson
 from ppc_extproc import native
 from ppc_extproc.errors import BadRequestError
 from ppc_extproc.tokens.le32 import tokens_to_le32
+from ppc_extproc.tokens.paths import TokenField, token_field_for_path
 from ppc_extproc.tokens.prompt import MultimodalFeature, TokenizedPrompt
 
 __all__ = [
@@ -76,33 +78,6 @@ def key_pattern(name: str) -> re.Pattern[bytes]:
 
 
 @dataclass(frozen=True, slots=True)
-class TokenField:
-    """Which body field carries token ids for a request path."""
-
-    name: str
-    batch_allowed: bool
-    features: bool = False
-
-
-_COMPLETIONS = TokenField("prompt", batch_allowed=True)
-_GENERATE = TokenField("token_ids", batch_allowed=False, features=True)
-_EMBEDDINGS = TokenField("input", batch_allowed=True)
-_NO_TOKEN_SUFFIXES = ("/chat/completions", "/v1/messages", "/v1/responses")
-
-
-def token_field_for_path(path: str) -> TokenField | None:
-    """The token field of a request path (query string ignored); None for token-less APIs."""
-    path = path.split("?", 1)[0].rstrip("/")
-    if path.endswith("/inference/v1/generate"):
-        return _GENERATE
-    if path.endswith("/embeddings"):
-        return _EMBEDDINGS
-    if path.endswith(_NO_TOKEN_SUFFIXES):
-        return None
-    return _COMPLETIONS  # llm-d's default parser
-
-
-@dataclass(frozen=True, slots=True)
 class ParsedBody:
     """What routing needs from a request body."""
 
@@ -113,6 +88,9 @@ class ParsedBody:
     tokenized: TokenizedPrompt | None
     #: The body's own ``model`` (differs from ``model`` when rewritten).
     body_model: str = ""
+    #: The body as a JSON object when the parse built one (the reference path), so that nothing
+    #: downstream parses it again; None when a fast path read only what routing needs.
+    obj: dict[str, Any] | None = None
 
 
 # --- fast path --------------------------------------------------------------------------------
@@ -317,12 +295,13 @@ def _parsed(
     prompts: tuple[bytes, ...] | None,
     features: tuple[MultimodalFeature, ...],
     model_override: str | None,
+    obj: dict[str, Any] | None = None,
 ) -> ParsedBody:
     body_model, stream, salt = _scalars(scalars)
     model = model_override or body_model
     if prompts is None:
-        return ParsedBody(model, stream, None, body_model)
-    return ParsedBody(model, stream, TokenizedPrompt(model, prompts, features, salt), body_model)
+        return ParsedBody(model, stream, None, body_model, obj)
+    return ParsedBody(model, stream, TokenizedPrompt(model, prompts, features, salt), body_model, obj)
 
 
 def parsed_from_object(
@@ -330,12 +309,16 @@ def parsed_from_object(
     field: TokenField | None,
     prompts: tuple[bytes, ...] | None,
     model_override: str | None = None,
+    *,
+    whole: bool = False,
 ) -> ParsedBody:
     """A ``ParsedBody`` from a body parsed by orjson whose token arrays are already ``prompts``:
     features, then model, stream and cache_salt are validated — in the order every path uses, so
-    a body with several faults names the same field whichever path reads it."""
+    a body with several faults names the same field whichever path reads it. ``whole``: ``obj``
+    is the entire body (not the sentinel-substituted rest) and is kept in the result."""
     features = _features(obj) if field is not None and field.features else ()
-    return _parsed({k: obj[k] for k in _SCALAR_KEYS if k in obj}, prompts, features, model_override)
+    scalars = {k: obj[k] for k in _SCALAR_KEYS if k in obj}
+    return _parsed(scalars, prompts, features, model_override, obj if whole else None)
 
 
 def sentinel_rest(body: bytes | bytearray, start: int, end: int, field: TokenField) -> dict[str, Any] | None:
@@ -389,7 +372,7 @@ def parse_body_reference(path: str, body: bytes, *, model_override: str | None =
     field = token_field_for_path(path)
     obj = json_object(body)
     prompts = _slow_prompts(obj, field) if field is not None else None
-    return parsed_from_object(obj, field, prompts, model_override)
+    return parsed_from_object(obj, field, prompts, model_override, whole=True)
 
 
 def json_object(body: bytes | bytearray | memoryview) -> dict[str, Any]:

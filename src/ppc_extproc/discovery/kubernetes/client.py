@@ -28,14 +28,22 @@ import asyncio
 import random
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 import aiohttp
 import orjson
 import structlog
 
-from ppc_extproc.discovery.kubernetes.auth import ClusterAccess
+from ppc_extproc.discovery.kubernetes.session import (
+    ApiSession,
+    ApiStatusError,
+    Backoff,
+    BackoffPolicy,
+    Resource,
+    TransientError,
+    WatchTimings,
+    status_error,
+)
 
 __all__ = [
     "ApiSession",
@@ -57,139 +65,12 @@ _SHORT_WATCH_SECONDS = 1.0
 _PAGE_SIZE = 500
 
 
-@dataclass(frozen=True, slots=True)
-class Resource:
-    """A namespaced collection: ``group`` "" is the core API (pods)."""
-
-    group: str
-    version: str
-    plural: str
-    namespace: str
-
-    def path(self) -> str:
-        prefix = f"/api/{self.version}" if not self.group else f"/apis/{self.group}/{self.version}"
-        return f"{prefix}/namespaces/{self.namespace}/{self.plural}"
-
-    def describe(self) -> str:
-        """``pods`` or ``inferencepools.inference.networking.k8s.io`` (RBAC's spelling)."""
-        return self.plural if not self.group else f"{self.plural}.{self.group}"
-
-
-@dataclass(frozen=True, slots=True)
-class BackoffPolicy:
-    """Exponential backoff with jitter (client-go ``wait.NewExponentialBackoffManager``)."""
-
-    initial_seconds: float = 0.8
-    max_seconds: float = 30.0
-    #: A failure this long after the previous one starts again from ``initial_seconds``.
-    reset_after_seconds: float = 120.0
-    #: Each delay is ``d + rand·jitter·d`` (applied after the cap, as in client-go).
-    jitter: float = 1.0
-
-
-class Backoff:
-    """Successive delays of a BackoffPolicy; ``rng`` and ``clock`` are injectable for tests."""
-
-    def __init__(self, policy: BackoffPolicy, rng: Callable[[], float] = random.random,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        self.policy, self.rng, self.clock = policy, rng, clock
-        self._next = policy.initial_seconds
-        self._last: float | None = None
-
-    def delay(self) -> float:
-        """The next delay to wait before retrying."""
-        now = self.clock()
-        if self._last is not None and now - self._last > self.policy.reset_after_seconds:
-            self._next = self.policy.initial_seconds
-        self._last = now
-        base = self._next
-        self._next = min(self._next * 2, self.policy.max_seconds)
-        return base + self.rng() * self.policy.jitter * base
-
-
-@dataclass(frozen=True, slots=True)
-class WatchTimings:
-    """Time bounds of list and watch requests."""
-
-    #: Watches ask the server to end after ``timeoutSeconds`` ∈ [min, 2·min) (client-go: 5 min).
-    min_watch_timeout_seconds: float = 300.0
-    connect_timeout_seconds: float = 10.0
-    #: Bound on one list page, request to last byte.
-    list_timeout_seconds: float = 60.0
-    #: A watch still open this long after its ``timeoutSeconds`` is abandoned and resumed.
-    watch_grace_seconds: float = 30.0
-    backoff: BackoffPolicy = field(default_factory=BackoffPolicy)
-
-
-class ApiStatusError(Exception):
-    """The API server refused a request: HTTP status (or a watch ERROR's ``code``) and its Status."""
-
-    def __init__(self, code: int, reason: str, message: str, verb: str, resource: str) -> None:
-        self.code, self.reason, self.message, self.verb, self.resource = code, reason, message, verb, resource
-        super().__init__(f"{verb} {resource}: {code} {reason}: {message}".rstrip(": "))
-
-    @property
-    def expired(self) -> bool:
-        """410 Gone / Expired, or "too large resource version": the version cannot be served."""
-        return self.code == 410 or self.reason in ("Expired", "Gone") or "too large resource version" in self.message.lower()
-
-
-class _TransientError(Exception):
-    """A failure to retry after a backoff (network, timeout, short watch, undecodable stream)."""
-
-
-def _status_error(body: bytes, code: int, verb: str, resource: str) -> ApiStatusError:
-    reason, message = "", ""
-    try:
-        status = orjson.loads(body)
-        if isinstance(status, dict):
-            reason, message = str(status.get("reason") or ""), str(status.get("message") or "")
-            code = int(status.get("code") or code)
-    except (orjson.JSONDecodeError, ValueError, TypeError):
-        message = body[:200].decode("utf-8", "replace")
-    return ApiStatusError(code, reason, message, verb, resource)
-
-
-class ApiSession:
-    """Requests through ``kubernetes_asyncio``'s client: its TLS, auth headers and token hooks."""
-
-    def __init__(self, access: ClusterAccess) -> None:
-        from kubernetes_asyncio.client import ApiClient
-
-        self.access = access
-        self._client = ApiClient(access.configuration)
-
-    async def get(self, path: str, query: list[tuple[str, str]], timeout: aiohttp.ClientTimeout) -> aiohttp.ClientResponse:
-        """The raw response (status not checked); the caller reads and closes it."""
-        response = await self._client.call_api(
-            path, "GET", query_params=query, header_params={"Accept": "application/json"},
-            auth_settings=["BearerToken"], _preload_content=False, _request_timeout=timeout,
-        )
-        assert isinstance(response, aiohttp.ClientResponse)
-        return response
-
-    async def request(self, method: str, path: str, body: Any, timeout: aiohttp.ClientTimeout) -> aiohttp.ClientResponse:
-        """A JSON request with any verb (status not checked); the caller reads and closes the response."""
-        headers = {"Accept": "application/json"}
-        if body is not None:
-            headers["Content-Type"] = "application/json"
-        response = await self._client.call_api(
-            path, method, header_params=headers, body=body,
-            auth_settings=["BearerToken"], _preload_content=False, _request_timeout=timeout,
-        )
-        assert isinstance(response, aiohttp.ClientResponse)
-        return response
-
-    async def close(self) -> None:
-        await self._client.close()
-
-
 async def _read_bounded(response: aiohttp.ClientResponse, limit: int) -> bytes:
     chunks, size = [], 0
     async for chunk in response.content.iter_chunked(1 << 16):
         size += len(chunk)
         if size > limit:
-            raise _TransientError(f"response larger than {limit} bytes")
+            raise TransientError(f"response larger than {limit} bytes")
         chunks.append(chunk)
     return b"".join(chunks)
 
@@ -256,7 +137,7 @@ class Reflector(Generic[T]):
         body = await _read_bounded(response, _MAX_ERROR_BODY_BYTES) if response.status != 401 else b""
         if response.status == 401:
             self.session.access.invalidate()
-        raise _status_error(body, response.status, verb, self.resource.describe())
+        raise status_error(body, response.status, verb, self.resource.describe())
 
     async def _list_at(self, version: str) -> tuple[list[Any], str]:
         """Every item at ``version`` ("" = latest, paginated), and the list's resourceVersion."""
@@ -282,11 +163,11 @@ class Reflector(Generic[T]):
                 metadata = page.get("metadata") or {}
                 items.extend(page.get("items") or [])
             except (orjson.JSONDecodeError, AttributeError, TypeError) as exc:
-                raise _TransientError(f"undecodable list: {exc}") from None
+                raise TransientError(f"undecodable list: {exc}") from None
             token = str(metadata.get("continue") or "")
             if not token or len(items) >= self.max_objects:
                 return items, str(metadata.get("resourceVersion") or "")
-        raise _TransientError(f"list of {self.resource.describe()} exceeded {max_pages} pages")
+        raise TransientError(f"list of {self.resource.describe()} exceeded {max_pages} pages")
 
     async def list(self) -> None:
         """List and replace the cache (client-go ``Reflector.list`` with ``syncWith``)."""
@@ -335,7 +216,7 @@ class Reflector(Generic[T]):
     def _apply(self, event: Any) -> bool:
         """Apply one watch event; True when the cache changed. Raises ApiStatusError for ERROR."""
         if not isinstance(event, Mapping):
-            raise _TransientError("watch event is not an object")
+            raise TransientError("watch event is not an object")
         kind, obj = event.get("type"), event.get("object")
         name, version = _name_and_version(obj)
         if kind == "ERROR":
@@ -385,7 +266,7 @@ class Reflector(Generic[T]):
                     try:
                         event = orjson.loads(line)
                     except orjson.JSONDecodeError as exc:
-                        raise _TransientError(f"undecodable watch event: {exc}") from None
+                        raise TransientError(f"undecodable watch event: {exc}") from None
                     events += 1
                     changed = self._apply(event)
                     self._progress = True
@@ -395,9 +276,9 @@ class Reflector(Generic[T]):
             log.info("kubernetes_watch_abandoned", resource=self.resource.describe(), timeout_seconds=timeout_seconds)
             return
         except ValueError as exc:  # aiohttp: a line beyond the read buffer
-            raise _TransientError(f"watch event too large: {exc}") from None
+            raise TransientError(f"watch event too large: {exc}") from None
         if events == 0 and time.monotonic() - started < _SHORT_WATCH_SECONDS:
-            raise _TransientError("very short watch: ended within a second without an event")
+            raise TransientError("very short watch: ended within a second without an event")
 
     # -- the loop ------------------------------------------------------------------------------
 
@@ -423,7 +304,7 @@ class Reflector(Generic[T]):
                 if exc.code == 403 and self.fatal_forbidden:
                     raise
                 error = str(exc)
-            except (_TransientError, aiohttp.ClientError, TimeoutError, OSError) as exc:
+            except (TransientError, aiohttp.ClientError, TimeoutError, OSError) as exc:
                 error = f"{type(exc).__name__}: {exc}"
                 self.last_error = error
             delay = self._backoff.delay()

@@ -7,17 +7,12 @@
 
 from __future__ import annotations
 
-from concurrent.futures import Future
-from typing import TYPE_CHECKING, Protocol
-
 from ppc_extproc.events.apply import EventApplier
 from ppc_extproc.events.config import KVEventsConfig
-from ppc_extproc.events.stats import IngestStats, SourceState
+from ppc_extproc.events.null_transport import EventTransport, NullTransport
+from ppc_extproc.events.stats import IngestStats
 from ppc_extproc.events.transport.policy import ReplayPolicy, TransportTuning
 from ppc_extproc.events.transport.zmq_transport import ZmqTransport
-
-if TYPE_CHECKING:
-    from ppc_extproc.events.transport.source import EventEndpoint
 
 __all__ = [
     "EventTransport",
@@ -27,54 +22,6 @@ __all__ = [
     "ZmqTransport",
     "create_transport",
 ]
-
-
-class EventTransport(Protocol):
-    """What the producer drives: lifecycle plus discovery's add/update/delete."""
-
-    def start(self) -> None: ...
-
-    def stop(self, timeout: float = 5.0) -> None: ...
-
-    def add_endpoint(self, endpoint: EventEndpoint) -> Future[None]: ...
-
-    def remove_endpoint(self, endpoint: EventEndpoint) -> Future[None]: ...
-
-    def wait_idle(self, timeout: float = 5.0) -> bool: ...
-
-    def sources(self) -> list[SourceState]: ...
-
-
-def _done() -> Future[None]:
-    future: Future[None] = Future()
-    future.set_result(None)
-    return future
-
-
-class NullTransport:
-    """No subscribers: deleted endpoints are cleared at once."""
-
-    def __init__(self, applier: EventApplier) -> None:
-        self.applier = applier
-
-    def start(self) -> None:
-        pass
-
-    def stop(self, timeout: float = 5.0) -> None:
-        pass
-
-    def add_endpoint(self, endpoint: EventEndpoint) -> Future[None]:
-        return _done()
-
-    def remove_endpoint(self, endpoint: EventEndpoint) -> Future[None]:
-        self.applier.forget_endpoint(endpoint.id)
-        return _done()
-
-    def wait_idle(self, timeout: float = 5.0) -> bool:
-        return True
-
-    def sources(self) -> list[SourceState]:
-        return []
 
 
 def create_transport(

@@ -319,8 +319,7 @@ class Ingestor(SequenceChecks):
     def forget(self, src: Source) -> None:
         """The endpoint is gone: drop its replay and held messages, then its index entries."""
         self._discard(src)
-        self.applier.forget_endpoint(src.endpoint)
-        self.stats.forget(src.endpoint)
+        self.applier.remove_endpoint(src.endpoint)
 
     def reset(self, src: Source) -> None:
         """The endpoint's publisher changed (new address): start over from an empty index."""

@@ -151,8 +151,7 @@ class Subscribers:
             for topic in [t for t, s in self._central_topics.items() if s is src]:
                 del self._central_topics[topic]
         if src is None:
-            self._ingest.applier.forget_endpoint(endpoint.id)
-            self.stats.forget(endpoint.id)
+            self._ingest.applier.remove_endpoint(endpoint.id)
             return
         self._unregister(src)
         close_socket(src.sub, src.monitor)

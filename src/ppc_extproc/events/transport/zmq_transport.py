@@ -212,8 +212,7 @@ class ZmqTransport:
         forgets the endpoint; an addition has nothing to subscribe with."""
         assert command.done is not None and command.endpoint is not None
         if command.kind == "remove":
-            self.applier.forget_endpoint(command.endpoint.id)
-            self.stats.forget(command.endpoint.id)
+            self.applier.remove_endpoint(command.endpoint.id)
             command.done.set_result(None)
         else:
             command.done.cancel()

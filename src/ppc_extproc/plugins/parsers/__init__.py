@@ -16,7 +16,8 @@ Parameters  none
     requestHandler:
       parsers: [{pluginRef: openai-parser}]
 
-Claims follow ``llm-d/llm-d-router: pkg/epp/framework/plugins/requesthandling/parsers/*/``.
+Claims follow ``llm-d/llm-d-router: pkg/epp/framework/plugins/requesthandling/parsers/*/``; the
+suffixes are the path table's (``ppc_extproc.tokens.paths``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from __future__ import annotations
 from ppc_extproc.framework import RequestParser
 from ppc_extproc.framework.params import Section
 from ppc_extproc.plugins.registry import Services, register
+from ppc_extproc.tokens.paths import normalized, parser_suffixes
 
 __all__ = ["DEFAULT_PARSERS", "BuiltinParser", "claims_path"]
 
@@ -46,91 +48,54 @@ class BuiltinParser(RequestParser):
         return self.PATHS
 
 
-@register("openai-parser")
-class OpenAIParser(BuiltinParser):
-    """``openai-parser``: claims completions, chat completions, embeddings, responses, conversations, the render paths,
-    image generations.
+def _doc(type_name: str, claims: str) -> str:
+    """A parser type's documentation (``plugin_doc``): what it claims and how it is configured."""
+    return f"""``{type_name}``: claims {claims}.
 
-    Type        ``openai-parser`` (request parser)
+    Type        ``{type_name}`` (request parser)
     Parameters  none
 
         plugins:
-        - type: openai-parser
+        - type: {type_name}
         requestHandler:
-          parsers: [{pluginRef: openai-parser}]
+          parsers: [{{pluginRef: {type_name}}}]
     """
 
-    PATHS = ("/chat/completions", "/completions", "/embeddings", "/responses", "/conversations",
-             "/chat/completions/render", "/completions/render", "/images/generations")  # fmt: skip
+
+@register("openai-parser")
+class OpenAIParser(BuiltinParser):
+    __doc__ = _doc("openai-parser", "completions, chat completions, embeddings, responses, conversations, "
+                   "the render paths, image generations")
+    PATHS = parser_suffixes("openai")
 
 
 @register("anthropic-parser")
 class AnthropicParser(BuiltinParser):
-    """``anthropic-parser``: claims ``messages`` and ``messages/count_tokens``.
-
-    Type        ``anthropic-parser`` (request parser)
-    Parameters  none
-
-        plugins:
-        - type: anthropic-parser
-        requestHandler:
-          parsers: [{pluginRef: anthropic-parser}]
-    """
-
-    PATHS = ("/messages", "/messages/count_tokens")
+    __doc__ = _doc("anthropic-parser", "``messages`` and ``messages/count_tokens``")
+    PATHS = parser_suffixes("anthropic")
 
 
 @register("vllmhttp-parser")
 class VllmHttpParser(BuiltinParser):
-    """``vllmhttp-parser``: claims vLLM's ``inference/v1/generate``.
-
-    Type        ``vllmhttp-parser`` (request parser)
-    Parameters  none
-
-        plugins:
-        - type: vllmhttp-parser
-        requestHandler:
-          parsers: [{pluginRef: vllmhttp-parser}]
-    """
-
-    PATHS = ("/inference/v1/generate",)
+    __doc__ = _doc("vllmhttp-parser", "vLLM's ``inference/v1/generate``")
+    PATHS = parser_suffixes("vllmhttp")
 
 
 @register("sglanghttp-parser")
 class SGLangHttpParser(BuiltinParser):
-    """``sglanghttp-parser``: claims SGLang's ``generate``.
-
-    Type        ``sglanghttp-parser`` (request parser)
-    Parameters  none
-
-        plugins:
-        - type: sglanghttp-parser
-        requestHandler:
-          parsers: [{pluginRef: sglanghttp-parser}]
-    """
-
-    PATHS = ("/generate",)
+    __doc__ = _doc("sglanghttp-parser", "SGLang's ``generate``")
+    PATHS = parser_suffixes("sglanghttp")
 
 
 @register("passthrough-parser")
 class PassthroughParser(BuiltinParser):
-    """``passthrough-parser``: claims every path, with no body type.
-
-    Type        ``passthrough-parser`` (request parser)
-    Parameters  none
-
-        plugins:
-        - type: passthrough-parser
-        requestHandler:
-          parsers: [{pluginRef: passthrough-parser}]
-    """
-
+    __doc__ = _doc("passthrough-parser", "every path, with no body type")
     PATHS = None
 
 
 def claims_path(parsers: list[RequestParser], path: str) -> bool:
     """Whether one of ``parsers`` handles ``path``."""
-    path = path.split("?", 1)[0].rstrip("/")
+    path = normalized(path)
     for parser in parsers:
         paths = parser.claims()
         if paths is None or any(path.endswith(suffix) for suffix in paths):

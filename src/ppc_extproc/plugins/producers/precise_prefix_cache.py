@@ -50,6 +50,7 @@ import structlog
 
 from ppc_extproc.blockkeys import TokenProcessor, compute_block_extras, fold_cache_salt
 from ppc_extproc.events.apply import EventApplier
+from ppc_extproc.events.null_transport import EventTransport, NullTransport
 from ppc_extproc.events.stats import IngestStats
 from ppc_extproc.framework import (
     PREFIX_CACHE_MATCH_INFO,
@@ -92,7 +93,7 @@ from ppc_extproc.tokens import TokenizedPrompt
 
 if TYPE_CHECKING:
     from ppc_extproc.events.snapshot_format import IndexState
-    from ppc_extproc.events.transport import EventTransport, ZmqTransport
+    from ppc_extproc.events.transport import ZmqTransport
     from ppc_extproc.events.warm_restart import SnapshotWriter
 
 __all__ = ["PrecisePrefixCacheProducer"]
@@ -156,8 +157,9 @@ class PrecisePrefixCacheProducer(
         self._keys_key = _BLOCK_KEYS.of(name)
         self._runs_key = _PREFIX_RUNS.of(name)
         self.seeded_key = _SEEDED.of(name)
-        #: The KV-event transport (ZMQ subscribers); created in ``start``.
-        self.transport: EventTransport | None = None
+        #: The KV-event transport (ZMQ subscribers): replaced in ``start``; until then (and after
+        #: ``stop``) the null transport, which clears a deleted endpoint at once.
+        self.transport: EventTransport = NullTransport(self.applier)
         #: Periodic warm-restart snapshots (``warmRestart.stateDir`` set, per-endpoint or central ZMQ).
         self.snapshots: SnapshotWriter | None = None
 
@@ -190,7 +192,7 @@ class PrecisePrefixCacheProducer(
     def start_transport(self) -> None:
         from ppc_extproc.events.transport import ZmqTransport, create_transport  # ZMQ loads when used
 
-        if self.transport is None:
+        if isinstance(self.transport, NullTransport):
             self.transport = create_transport(self.config.kv_events, self.applier, self.stats)
             if isinstance(self.transport, ZmqTransport) and self.config.warm_restart.state_dir:
                 self._warm_start(self.transport)
@@ -232,9 +234,8 @@ class PrecisePrefixCacheProducer(
         if self.snapshots is not None:
             self.snapshots.stop(final=True)  # on SIGTERM: the last cut, before the thread ends
             self.snapshots = None
-        if self.transport is not None:
-            self.transport.stop(timeout)
-            self.transport = None
+        self.transport.stop(timeout)
+        self.transport = NullTransport(self.applier)
 
     def tick(self, now: float) -> None:
         """Periodic housekeeping: expire speculative entries; report subscriber connections to
@@ -242,7 +243,7 @@ class PrecisePrefixCacheProducer(
         their hold; the entries of a disconnected endpoint are suspended by the ingestion)."""
         self.speculative.expire(now)
         events = self.config.kv_events
-        if self.transport is not None and events.discover_pods and not events.zmq_endpoint:
+        if not isinstance(self.transport, NullTransport) and events.discover_pods and not events.zmq_endpoint:
             for endpoint, source in list(self.stats.sources.items()):
                 self.health.kv_connection(endpoint, source.connected)
 
@@ -381,17 +382,13 @@ class PrecisePrefixCacheProducer(
         """Keep KV-event subscribers and the index in step with the endpoint set."""
         endpoint = event.endpoint
         if event.kind is EndpointEventKind.DELETED:
-            if self.transport is not None:
-                self.transport.remove_endpoint(endpoint)  # drains its queue, then clears
-            else:
-                self.applier.forget_endpoint(endpoint.id)
+            self.transport.remove_endpoint(endpoint)  # drains its queue, then the applier clears it
             log.info("endpoint_removed", endpoint=endpoint.id)
             return
-        if self.transport is not None:
-            previous = event.previous
-            if event.kind is EndpointEventKind.UPDATED and previous is not None and previous.id != endpoint.id:
-                self.transport.remove_endpoint(previous)
-            self.transport.add_endpoint(endpoint)
+        previous = event.previous
+        if event.kind is EndpointEventKind.UPDATED and previous is not None and previous.id != endpoint.id:
+            self.transport.remove_endpoint(previous)
+        self.transport.add_endpoint(endpoint)
 
 
 _SPECULATIVE_LABEL = PodEntry(EndpointId(""), speculative=True).tier_label

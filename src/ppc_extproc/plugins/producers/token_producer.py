@@ -55,10 +55,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-import orjson
 import structlog
 
-from ppc_extproc.errors import BadRequestError, ConfigError
+from ppc_extproc.errors import ConfigError
 from ppc_extproc.framework import (
     TOKENIZED_PROMPT,
     AsyncDataProducer,
@@ -88,6 +87,7 @@ from ppc_extproc.tokenizer.requests import Api
 from ppc_extproc.tokenizer.result import MULTIMODAL_NEEDS_RENDER, NO_TOKENIZER, UNSUPPORTED_BODY, TokenizeResult
 from ppc_extproc.tokenizer.segments import SegmentCache
 from ppc_extproc.tokens import TokenizedPrompt
+from ppc_extproc.tokens.body import json_object
 
 __all__ = ["EstimateBackend", "LocalBackend", "RenderBackend", "TokenProducer", "TokenizeBackend"]
 
@@ -323,12 +323,7 @@ class TokenProducer(AsyncDataProducer, Lifecycle, StateReporter):
         api = api_for_path(request.path)
         if api is None or not request.body:
             return "unsupported", ""
-        try:
-            body = orjson.loads(request.body)
-        except orjson.JSONDecodeError as exc:
-            raise BadRequestError(f"error unmarshaling request body: {exc}") from None
-        if not isinstance(body, dict):
-            raise BadRequestError("request body must be a JSON object")
+        body = request.body_json if request.body_json is not None else json_object(request.body)
         result = await self.backend.tokenize(api, body, request.headers, model=request.model, endpoints=endpoints)
         if result.reason is not None:
             if result.detail:
