@@ -52,7 +52,13 @@ def test_in_cluster_service_account_over_tls_with_token_rotation(tmp_path: Path)
                                             service_account_dir=sa)
             async with running_service(tmp_path, discovery, FakeApiServer.free_port()) as svc:
                 await svc.expect({"127.0.30.1:8000": 0}, {"127.0.30.1:8000": svc.sub("127.0.30.1")}, "the first list")
-                assert {r.token for r in fake.requests} == {"token-1"} and await svc.health() == SERVING
+                assert {r.token for r in fake.requests} == {"token-1"}
+                # readiness follows the first complete list: the endpoint can be visible a moment before
+                deadline = asyncio.get_running_loop().time() + 15
+                while not svc.ready.is_set():
+                    assert asyncio.get_running_loop().time() < deadline, "readiness after the first list"
+                    await asyncio.sleep(0.02)
+                assert await svc.health() == SERVING
                 before = len(fake.requests)
 
                 (sa / "token").write_text("token-2")  # the kubelet rotated the projected token
