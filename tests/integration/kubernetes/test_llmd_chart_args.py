@@ -136,6 +136,15 @@ async def health_status(port: int, service: str) -> int:
         return int(reply.status)
 
 
+def pool_of_pods(fake: Any, tmp_path: Path, hosts: list[str], http_port: int, **env: str) -> dict[str, str]:
+    """The fake API server holds InferencePool ``qwen`` and one Ready pod per host; returns the
+    environment the chart gives the EPP (kubeconfig pointing at the fake, ``NAMESPACE``, ``env``)."""
+    fake.put(POOLS, NAMESPACE, inference_pool("qwen", {"app": "qwen"}, [http_port]))
+    for i, host in enumerate(hosts):
+        fake.put(PODS, NAMESPACE, pod(f"qwen-{i}", host))
+    return {**os.environ, "KUBECONFIG": write_kubeconfig(tmp_path, fake.url), "NAMESPACE": NAMESPACE, **env}
+
+
 def engines(hosts: list[str], http_port: int, kv_port: int) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [sys.executable, "-m", "ppc_extproc_lab.mock_vllm", "--host", hosts[0], "--port", str(http_port),
@@ -234,11 +243,7 @@ def test_chart_argument_list_runs_as_llmd_epp(tmp_path: Path, replicas: int) -> 
         epp: subprocess.Popen[bytes] | None = None
         try:
             async with fake_api() as fake:
-                fake.put(POOLS, NAMESPACE, inference_pool("qwen", {"app": "qwen"}, [http_port]))
-                for i, host in enumerate(hosts):
-                    fake.put(PODS, NAMESPACE, pod(f"qwen-{i}", host))
-                env = {**os.environ, "KUBECONFIG": write_kubeconfig(tmp_path, fake.url), "NAMESPACE": NAMESPACE,
-                       "POD_NAME": "qwen-epp-0"}
+                env = pool_of_pods(fake, tmp_path, hosts, http_port, POD_NAME="qwen-epp-0")
                 args = chart_args(replicas=replicas, config_file=config, grpc_port=grpc_port,
                                   health_port=health_port, metrics_port=metrics_port,
                                   extra_flags={"drain-timeout": "1s"} if replicas > 1 else None)
@@ -355,11 +360,7 @@ def test_image_swap_only_with_the_charts_default_plugins(tmp_path: Path) -> None
         epp: subprocess.Popen[bytes] | None = None
         try:
             async with fake_api() as fake:
-                fake.put(POOLS, NAMESPACE, inference_pool("qwen", {"app": "qwen"}, [http_port]))
-                for i, host in enumerate(hosts):
-                    fake.put(PODS, NAMESPACE, pod(f"qwen-{i}", host))
-                env = {**os.environ, "KUBECONFIG": write_kubeconfig(tmp_path, fake.url), "NAMESPACE": NAMESPACE,
-                       "POD_NAME": "qwen-epp-0"}
+                env = pool_of_pods(fake, tmp_path, hosts, http_port, POD_NAME="qwen-epp-0")
                 # deploy/llm-d-values.yaml's settings: its router.epp.flags (none today) rendered as the chart does.
                 values = yaml.safe_load((Path(__file__).resolve().parents[3] / "deploy" / "llm-d-values.yaml").read_text())
                 flags = {str(k): str(v).lower() if isinstance(v, bool) else str(v)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import random
 import shutil
 import subprocess
@@ -20,8 +19,7 @@ from typing import Any
 import aiohttp
 import grpc
 import pytest
-from fake_apiserver import PODS, POOLS, inference_pool, pod
-from k8s_harness import NAMESPACE, fake_api, write_kubeconfig
+from k8s_harness import NAMESPACE, fake_api
 from test_llmd_chart_args import (
     CONFIG,
     HARNESS,
@@ -30,6 +28,7 @@ from test_llmd_chart_args import (
     chart_args,
     engines,
     free_port,
+    pool_of_pods,
     scrape,
     tls_channel,
     until,
@@ -104,11 +103,8 @@ def test_model_rewrite_routes_by_the_targets_cache(tmp_path: Path) -> None:
         epp: subprocess.Popen[bytes] | None = None
         try:
             async with fake_api() as fake:
-                fake.put(POOLS, NAMESPACE, inference_pool("qwen", {"app": "qwen"}, [http_port]))
-                for i, host in enumerate(hosts):
-                    fake.put(PODS, NAMESPACE, pod(f"qwen-{i}", host))
+                env = pool_of_pods(fake, tmp_path, hosts, http_port)
                 fake.put(REWRITES, NAMESPACE, rewrite_object())
-                env = {**os.environ, "KUBECONFIG": write_kubeconfig(tmp_path, fake.url), "NAMESPACE": NAMESPACE}
                 args = chart_args(replicas=1, config_file=config, grpc_port=grpc_port, health_port=health_port,
                                   metrics_port=metrics_port)
                 with (tmp_path / "epp.log").open("wb") as log_file:
