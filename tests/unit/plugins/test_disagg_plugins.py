@@ -129,3 +129,18 @@ def test_the_ext_proc_reply_sets_the_prefill_header_and_drops_inbound_values() -
     assert set_headers(replies[0])[PREFILL_HEADER] in PREFILL_IDS
     assert set(mutation.remove_headers) >= {PREFILL_HEADER, "x-encoder-hosts-ports"}
     assert set_headers(replies[0])["x-gateway-destination-endpoint"] in {e.id for e in DECODERS}
+
+
+def test_role_labels_from_file_discovery_reach_the_filters() -> None:
+    from pd_helpers import pd_config
+
+    from ppc_extproc.discovery import parse_endpoints_document
+
+    endpoints = parse_endpoints_document("""
+- {name: decode-0, address: 10.1.0.1, port: 8000, labels: {llm-d.ai/role: decode}}
+- {name: prefill-0, address: 10.1.0.2, port: 8000, labels: {llm-d.ai/role: prefill, kubernetes.io/hostname: h1}}
+- {name: plain, address: 10.1.0.3, port: 8000}
+""")
+    decision = decide(router(pd_config(), endpoints), prompt(300))
+    assert decision.primary.id in {"10.1.0.1:8000", "10.1.0.3:8000"}  # an unlabelled pod may decode
+    assert dict(decision.result.headers)[PREFILL_HEADER] == "10.1.0.2:8000"  # only the labelled prefiller
