@@ -369,8 +369,6 @@ class PrecisePrefixCacheProducer(
         if source is not None and len(keys_per_prompt) == 1 and ctx.request.tokenized is not None:
             transfer = self._record_transfer(target.id, source, keys_per_prompt[0], ctx.request.tokenized.prompts[0])
             ctx.put(self._transfer_key, (target.id, transfer))
-            if self.config.speculative_indexing:  # the prefill engine's own events confirm these
-                self.speculative.seed(source.id, keys_per_prompt)
         seeded = self._seed(ctx, target.id, keys_per_prompt)
         if seeded is not None:
             ctx.put(self.seeded_key, seeded)
@@ -393,7 +391,7 @@ class PrecisePrefixCacheProducer(
         engine_block = self.stats.block_sizes.get(target) or self._polled_block_size(target) or self.processor.block_size
         n_tokens = len(tokens) // 4
         boundary = n_tokens // engine_block * engine_block
-        transfer = Transfer(source.id, source.rank, list(keys), n_tokens, engine_block, tokens[boundary * 4 :])
+        transfer = Transfer(source.id, source.rank, keys, n_tokens, engine_block, tokens[boundary * 4 :])
         self.applier.transfers.record(target, transfer)
         return transfer
 
