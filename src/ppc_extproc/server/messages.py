@@ -56,7 +56,7 @@ def _set_route(
     common: CommonResponse, destination: str, extra: Sequence[tuple[str, str]], remove: Sequence[str] = ()
 ) -> None:
     common.clear_route_cache = True
-    if remove:  # Envoy applies removals before sets (ext_proc mutation_utils.cc)
+    if remove:  # applied before the sets: envoyproxy/envoy source/extensions/filters/http/ext_proc/mutation_utils.cc
         common.header_mutation.remove_headers.extend(remove)
     headers = common.header_mutation.set_headers
     header = headers.add().header

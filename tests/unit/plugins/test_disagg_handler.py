@@ -265,3 +265,15 @@ def test_decisions_are_exported_under_llm_d_s_names() -> None:
     assert registry.get_sample_value("llm_d_epp_disagg_decision_total", {**labels, "decision_type": "decode-only"}) == 1
     assert registry.get_sample_value(
         "llm_d_inference_scheduler_disagg_decision_total", {"model_name": "m", "decision_type": "decode-only"}) == 1
+
+
+def test_a_dry_run_decides_without_counting() -> None:
+    import asyncio
+
+    from ppc_extproc.framework import LLMRequest
+
+    loaded = pd_config()
+    p = prompt(300)
+    decision = asyncio.run(router(loaded).route(LLMRequest("d", "m", p), dry_run=True))
+    assert decision.result.kv_source is not None  # the decision is the same
+    assert counts(loaded) == {}

@@ -233,7 +233,8 @@ class DisaggProfileHandler(ProfileHandler, PreRequest, ResponseComplete, PluginR
         prefill = settle_prefill(ctx, results, c.prefill_profile, state, self.health)
         encode = results.get(c.encode_profile)
         decision = decision_type(encode is not None and bool(encode.targets), prefill is not None)
-        self.counters.record(self.family, ctx.request.model, decision, state)
+        if not ctx.dry_run:  # /debug/score decides without routing
+            self.counters.record(self.family, ctx.request.model, decision, state)
 
     def process_results(self, ctx: SchedulingContext, results: Mapping[str, ProfileResult]) -> SchedulingResult:
         c = self.config
