@@ -277,3 +277,15 @@ def test_a_dry_run_decides_without_counting() -> None:
     decision = asyncio.run(router(loaded).route(LLMRequest("d", "m", p), dry_run=True))
     assert decision.result.kv_source is not None  # the decision is the same
     assert counts(loaded) == {}
+
+
+def test_the_approximate_producer_remembers_the_prefill_endpoint_too() -> None:
+    from ppc_extproc.plugins.producers.approx_prefix_cache import ApproxPrefixCacheProducer
+
+    loaded = pd_config()
+    decision = decide(router(loaded), prompt(300))
+    approx = loaded.plugins["approx-prefix-cache-producer"]
+    assert isinstance(approx, ApproxPrefixCacheProducer)
+    held = approx.blocks_per_endpoint()
+    assert decision.result.kv_source is not None
+    assert held[decision.primary.id] == held[decision.result.kv_source.id] == 5
