@@ -1,10 +1,10 @@
 """llm-d's 19 sample EndpointPickerConfigs (``llm-d/llm-d-router: deploy/config/*.yaml``),
 restated here in flow style with the same plugin types, parameters, profiles and data layer.
 
-The nine without P/D, flow control, GPU telemetry or multimodal plugins load, pass
+The twelve without P/D, GPU telemetry or multimodal plugins (flow control included) load, pass
 ``check-config``, and resolve to the pipeline asserted below (the estimate ``token-producer`` and
 the ``approx-prefix-cache-producer`` that llm-d creates for unnamed prefix scorers included). The
-other ten fail on their first unsupported type, naming its category, at that plugin's path.
+other seven fail on their first unsupported type, naming its category, at that plugin's path.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ DEPRECATED_API = "inference.networking.x-k8s.io/v1alpha1"
 IMPLICIT = "(implicit) endpoint-notification-source"
 METRICS = {"metrics-data-source": ["core-metrics-extractor"]}
 
-# --- the nine that load -------------------------------------------------------------------------
+# --- the twelve that load -------------------------------------------------------------------------
 
 LOADABLE: dict[str, str] = {
     "epp-config": """
@@ -152,6 +152,39 @@ plugins:
 schedulingProfiles:
 - {name: default, plugins: [{pluginRef: decode-filter}, {pluginRef: max-score-picker}, {pluginRef: prefix-cache-scorer, weight: 10}]}
 """,
+    "probabilistic-admitter-epp-config": """
+plugins:
+- {type: probabilistic-admitter}
+- {type: random-picker}
+- {type: utilization-detector, parameters: {queueDepthThreshold: 999999999, kvCacheUtilThreshold: 1.0}}
+flowControl: {saturationDetector: {pluginRef: utilization-detector}}
+schedulingProfiles:
+- {name: default, plugins: [{pluginRef: random-picker}]}
+""",
+    "sim-program-aware-config": """
+plugins:
+- {type: program-aware-fairness}
+- {type: queue-scorer}
+- {type: max-score-picker}
+- {type: single-profile-handler}
+featureGates: [flowControl]
+flowControl: {defaultPriorityBand: {fairnessPolicyRef: program-aware-fairness}}
+schedulingProfiles:
+- {name: default, plugins: [{pluginRef: queue-scorer}, {pluginRef: max-score-picker}]}
+""",
+    "soft-reflective-ceiling-epp-config": """
+featureGates: [flowControl]
+plugins:
+- {type: queue-scorer}
+- {type: kv-cache-utilization-scorer}
+- {type: prefix-cache-scorer}
+- {type: soft-reflective-ceiling-policy}
+schedulingProfiles:
+- name: default
+  plugins: [{pluginRef: queue-scorer, weight: 2.0}, {pluginRef: kv-cache-utilization-scorer, weight: 2.0},
+            {pluginRef: prefix-cache-scorer, weight: 3.0}]
+flowControl: {usageLimitPolicyPluginRef: soft-reflective-ceiling-policy}
+""",
 }
 
 
@@ -219,9 +252,29 @@ EXPECTED: dict[str, dict[str, Any]] = {
         "producers": ["token-producer[vllm]", "precise-prefix-cache-producer"],
         "sources": {IMPLICIT: ["precise-prefix-cache-producer"]},
     },
+    # flow control: the detector and the admitter read engine metrics, so a metrics source is made
+    "probabilistic-admitter-epp-config": {
+        "handler": "single-profile-handler",
+        "profiles": {"default": {"filters": [], "scorers": [], "picker": "random-picker"}},
+        "producers": ["inflight-load-producer"],  # for the metrics source
+        "sources": METRICS,
+    },
+    "sim-program-aware-config": {
+        "handler": "single-profile-handler",
+        "profiles": _profile([("queue-scorer", 1.0)], filters=()),
+        "producers": ["inflight-load-producer"],
+        "sources": METRICS,
+    },
+    "soft-reflective-ceiling-epp-config": {
+        "handler": "single-profile-handler",
+        "profiles": _profile([("queue-scorer", 2.0), ("kv-cache-utilization-scorer", 2.0), ("prefix-cache-scorer", 3.0)],
+                             filters=()),
+        "producers": [*_APPROX_CHAIN, "inflight-load-producer"],
+        "sources": {IMPLICIT: ["approx-prefix-cache-producer"], **METRICS},
+    },
 }
 
-# --- the ten that name their first unsupported type ------------------------------------------------
+# --- the seven that name their first unsupported type ------------------------------------------------
 
 #: The prefill and decode profiles of two P/D samples.
 PD_PROFILES = """\
@@ -267,15 +320,6 @@ schedulingProfiles:
 - name: decode
   plugins: [{pluginRef: decode-filter}, {pluginRef: max-score-picker}, {pluginRef: prefix-cache-scorer, weight: 2},
             {pluginRef: queue-scorer, weight: 1}]
-""",
-    "probabilistic-admitter-epp-config": """
-plugins:
-- {type: probabilistic-admitter}
-- {type: random-picker}
-- {type: utilization-detector, parameters: {queueDepthThreshold: 999999999, kvCacheUtilThreshold: 1.0}}
-flowControl: {saturationDetector: {pluginRef: utilization-detector}}
-schedulingProfiles:
-- {name: default, plugins: [{pluginRef: random-picker}]}
 """,
     "sim-e-p-d-epp-config": """
 plugins:
@@ -344,30 +388,6 @@ plugins:
 - {type: prefix-based-pd-decider, parameters: {nonCachedTokens: 16}}
 - {type: disagg-profile-handler, parameters: {deciders: {prefill: prefix-based-pd-decider}}}
 """ + PD_PROFILES,
-    "sim-program-aware-config": """
-plugins:
-- {type: program-aware-fairness}
-- {type: queue-scorer}
-- {type: max-score-picker}
-- {type: single-profile-handler}
-featureGates: [flowControl]
-flowControl: {defaultPriorityBand: {fairnessPolicyRef: program-aware-fairness}}
-schedulingProfiles:
-- {name: default, plugins: [{pluginRef: queue-scorer}, {pluginRef: max-score-picker}]}
-""",
-    "soft-reflective-ceiling-epp-config": """
-featureGates: [flowControl]
-plugins:
-- {type: queue-scorer}
-- {type: kv-cache-utilization-scorer}
-- {type: prefix-cache-scorer}
-- {type: soft-reflective-ceiling-policy}
-schedulingProfiles:
-- name: default
-  plugins: [{pluginRef: queue-scorer, weight: 2.0}, {pluginRef: kv-cache-utilization-scorer, weight: 2.0},
-            {pluginRef: prefix-cache-scorer, weight: 3.0}]
-flowControl: {usageLimitPolicyPluginRef: soft-reflective-ceiling-policy}
-""",
     "epp-mm-embeddings-cache-config": """
 plugins:
 - {type: token-producer, parameters: {modelName: hf-repo/model-name, vllm: {url: "http://localhost:8000"}}}
@@ -400,13 +420,10 @@ schedulingProfiles:
 FIRST_UNSUPPORTED: dict[str, tuple[str, str, str]] = {
     "pd-epp-config": ("plugins[3].type", "prefill-filter", "P/D disaggregation"),
     "pd-topology-epp-config": ("plugins[3].type", "prefill-filter", "P/D disaggregation"),
-    "probabilistic-admitter-epp-config": ("plugins[0].type", "probabilistic-admitter", "admission"),
     "sim-e-p-d-epp-config": ("plugins[1].type", "encode-filter", "P/D disaggregation"),
     "sim-e-pd-epp-config": ("plugins[0].type", "encode-filter", "P/D disaggregation"),
     "sim-epp-gpu-config": ("plugins[0].type", "dcgm-data-source", "GPU telemetry"),
     "sim-pd-epp-config": ("plugins[3].type", "prefill-filter", "P/D disaggregation"),
-    "sim-program-aware-config": ("plugins[0].type", "program-aware-fairness", "flow control"),
-    "soft-reflective-ceiling-epp-config": ("plugins[3].type", "soft-reflective-ceiling-policy", "flow control"),
     "epp-mm-embeddings-cache-config": ("plugins[4].type", "mm-embeddings-cache-producer", "multimodal"),
 }
 #: The two samples still written against the deprecated API group.
@@ -419,7 +436,7 @@ def document(name: str) -> str:
 
 
 def test_the_inventory_is_llm_d_s_nineteen_samples() -> None:
-    assert len(LOADABLE) == 9 and len(UNSUPPORTED) == 10
+    assert len(LOADABLE) == 12 and len(UNSUPPORTED) == 7
     assert set(EXPECTED) == set(LOADABLE) and set(FIRST_UNSUPPORTED) == set(UNSUPPORTED)
 
 
@@ -450,13 +467,13 @@ def _write(tmp_path: Path, names: list[str]) -> list[Path]:
 def test_check_config_accepts_every_loadable_sample(tmp_path: Path) -> None:
     result = check_config(*_write(tmp_path, sorted(LOADABLE)))
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "9 of 9 configurations are valid" in result.stdout
+    assert "12 of 12 configurations are valid" in result.stdout
 
 
 def test_check_config_rejects_every_unsupported_sample(tmp_path: Path) -> None:
     result = check_config(*_write(tmp_path, sorted(UNSUPPORTED)))
     assert result.returncode == 2
-    assert "0 of 10 configurations are valid" in result.stdout
+    assert "0 of 7 configurations are valid" in result.stdout
     for name, (path, type_name, _) in FIRST_UNSUPPORTED.items():
         assert f"{name}.yaml: invalid\n  error: {path}: plugin type '{type_name}'" in result.stdout
 
