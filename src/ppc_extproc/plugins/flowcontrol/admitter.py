@@ -5,7 +5,7 @@ Type        ``probabilistic-admitter`` (admission, before flow control and sched
 Rule        priority ≥ 0, or no endpoints ⇒ admit; else ``saturation`` = mean over endpoints of
             ``max(waiting / queueDepthThreshold, kvUsage / kvCacheUtilThreshold)`` (an endpoint never
             scraped counts 1.0) and the request is rejected (429 ``rejected-saturated``) with
-            probability ``min(saturation^power × k, 1)``: ~2.3 % at 0.15, 100 % from ≈ 0.34
+            probability ``min(saturation^power × k, 1)``: ~2.3 % at 0.15, 100 % from ``(1/k)^(1/power)`` ≈ 0.32
 Parameters  ``queueDepthThreshold`` [5] (> 0), ``kvCacheUtilThreshold`` [0.8] (> 0), ``power`` [5.0]
             (> 0), ``k`` [300.0] (> 0)
 
