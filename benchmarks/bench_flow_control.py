@@ -105,7 +105,7 @@ def main() -> None:
     bodies = [orjson.dumps({"model": "m", "prompt": p, "max_tokens": 8}) for p in prompts]
     messages = [request_messages(b, "/v1/completions", BodyMode.BUFFERED) for b in bodies]
     off, on = build(base), build(gated)
-    for router, _options, loaded, (producer, _, _) in (off, on):
+    for _router, _options, loaded, (producer, _, _) in (off, on):
         warm(producer, prompts)
         refresh(loaded)
     header(f"flow control, not saturated: {args.tokens}-token prompts, 16 endpoints, "
