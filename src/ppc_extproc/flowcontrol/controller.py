@@ -11,9 +11,10 @@ a client that goes away leaves its queue at once (its awaiting task is cancelled
 
 Where this differs from llm-d, on purpose:
 
-* **In-flight credit.** Every request dispatched since an endpoint's metrics were scraped is added
-  to that endpoint's waiting queue when saturation is computed, and every request dispatched but
-  not routed yet is spread over the pool, so a burst between two scrapes cannot overshoot
+* **In-flight credit.** Requests routed to an endpoint since its metrics were scraped, less those
+  that finished there since, are added to its waiting queue when saturation is computed, and
+  requests dispatched but not routed yet are spread over the pool: a burst between two scrapes
+  cannot overshoot, and completions free their capacity before the next scrape shows it
   (``inflightCredit``; llm-d dispatches every 1 ms against 50 ms-old metrics).
 * **No band starves.** While saturation is below 1.0, a band with queued requests waits at most
   ``bandStarvationLimit`` dispatches of other bands before one of its own goes: it gets at least
@@ -121,17 +122,19 @@ class _Band:
 class Ticket:
     """A dispatched request's link back to flow control: where it went and when it ended."""
 
-    __slots__ = ("_controller", "_state", "item")
+    __slots__ = ("_controller", "_endpoint", "_state", "item")
 
     def __init__(self, controller: FlowController, item: FlowItem) -> None:
         self._controller = controller
         self.item = item
+        self._endpoint = EndpointId("")
         self._state = 0  # 0 dispatched, 1 routed, 2 done
 
     def routed(self, endpoint: EndpointId, uncached_tokens: int) -> None:
         """Scheduling picked ``endpoint``; the request costs ``uncached_tokens`` of prefill."""
         if self._state == 0:
             self._state = 1
+            self._endpoint = endpoint
             self._controller._routed(self.item, endpoint, uncached_tokens)
 
     def abandon(self) -> None:
@@ -146,7 +149,7 @@ class Ticket:
         if state == 0:
             self._controller._unplaced_done()
         elif state == 1:
-            self._controller._finished(self.item, prompt_tokens, output_tokens)
+            self._controller._finished(self.item, self._endpoint, prompt_tokens, output_tokens)
 
 
 class FlowController:
@@ -173,8 +176,10 @@ class FlowController:
         self.queued_bytes = 0
         #: Dispatched, not yet routed.
         self.unplaced = 0
-        #: Per endpoint, when each request routed there was routed (pruned at its next scrape).
+        #: Per endpoint, when requests were routed there and when they finished there (each
+        #: pruned at the endpoint's next scrape): the in-flight credit.
         self._routed_at: dict[EndpointId, deque[float]] = {}
+        self._finished_at: dict[EndpointId, deque[float]] = {}
         self._seq = 0
         self._wake: asyncio.TimerHandle | asyncio.Handle | None = None
         self._wake_soon = False
@@ -389,33 +394,47 @@ class FlowController:
         return value
 
     def _credit(self, endpoints: Sequence[EndpointId]) -> dict[EndpointId, int]:
+        """endpoint → requests routed there since its scrape minus those finished there since."""
         credit: dict[EndpointId, int] = {}
-        routed = self._routed_at
+        routed, finished = self._routed_at, self._finished_at
         if not routed:
             return credit
+        if len(routed) > 2 * len(endpoints) + 64:
+            self.forget_missing(endpoints)
         detector = self.policies.detector
         for endpoint in endpoints:
-            times = routed.get(endpoint)
-            if not times:
+            started = routed.get(endpoint)
+            ended = finished.get(endpoint)
+            if not started and not ended:
                 continue
             scraped = detector.metrics_time(endpoint)
             if scraped is None:
                 continue
-            while times and times[0] <= scraped:
-                times.popleft()
-            if times:
-                credit[endpoint] = len(times)
+            net = 0
+            if started:
+                while started and started[0] <= scraped:
+                    started.popleft()
+                net += len(started)
+            if ended:
+                while ended and ended[0] <= scraped:
+                    ended.popleft()
+                net -= len(ended)
+            if net:
+                credit[endpoint] = net
         return credit
 
     # --- ticket callbacks ------------------------------------------------------------------------
 
+    def _record(self, table: dict[EndpointId, deque[float]], endpoint: EndpointId) -> None:
+        if self.spec.inflight_credit and self.policies.detector.metrics_time(endpoint) is not None:
+            times = table.get(endpoint)
+            if times is None:
+                times = table[endpoint] = deque(maxlen=100_000)
+            times.append(self.clock())
+
     def _routed(self, item: FlowItem, endpoint: EndpointId, uncached_tokens: int) -> None:
         self.unplaced = max(0, self.unplaced - 1)
-        if self.spec.inflight_credit and self.policies.detector.metrics_time(endpoint) is not None:
-            times = self._routed_at.get(endpoint)
-            if times is None:
-                times = self._routed_at[endpoint] = deque(maxlen=100_000)
-            times.append(self.clock())
+        self._record(self._routed_at, endpoint)
         self._band(item.priority).fairness.charged(item.flow_id, item.priority, uncached_tokens)
         if self.queued:
             self._schedule(0.0)
@@ -425,14 +444,19 @@ class FlowController:
         if self.queued:
             self._schedule(0.0)
 
-    def _finished(self, item: FlowItem, prompt_tokens: int | None, output_tokens: int | None) -> None:
+    def _finished(self, item: FlowItem, endpoint: EndpointId, prompt_tokens: int | None,
+                  output_tokens: int | None) -> None:  # fmt: skip
+        self._record(self._finished_at, endpoint)
         self._band(item.priority).fairness.completed(item.flow_id, item.priority, prompt_tokens, output_tokens)
         if self.queued:
             self._schedule(0.0)
 
-    def forget(self, endpoint: EndpointId) -> None:
-        """An endpoint left the pool: its credit goes too."""
-        self._routed_at.pop(endpoint, None)
+    def forget_missing(self, endpoints: Sequence[EndpointId]) -> None:
+        """Endpoints that left the pool: their credit goes too."""
+        keep = set(endpoints)
+        for table in (self._routed_at, self._finished_at):
+            for endpoint in [e for e in table if e not in keep]:
+                del table[endpoint]
 
     # --- bands ------------------------------------------------------------------------------------
 

@@ -112,9 +112,10 @@ class UsageLimitPolicy(Plugin, Protocol):
 
 class SaturationDetector(Plugin, Protocol):
     def saturation(self, endpoints: Iterable[EndpointId], extra: Mapping[EndpointId, int], unplaced: int) -> float:
-        """The pool's saturation over ``endpoints``; ``extra`` counts requests dispatched to each
-        endpoint since its metrics were taken (``in-flight credit``), ``unplaced`` requests
-        dispatched but not routed yet. Empty pool: 1.0."""
+        """The pool's saturation over ``endpoints``; ``extra`` is each endpoint's net change in
+        requests since its metrics were taken (routed there minus finished there: the in-flight
+        credit, possibly negative), ``unplaced`` requests dispatched but not routed yet. Empty
+        pool: 1.0."""
         ...
 
     def stale_endpoints(self) -> int:

@@ -277,3 +277,39 @@ def test_in_flight_credit_bounds_a_burst_between_scrapes() -> None:
 
     assert asyncio.run(burst(credit=False)) == 20
     assert asyncio.run(burst(credit=True)) == 5
+
+
+def test_completions_since_the_scrape_free_their_credit() -> None:
+    """A request that finished since the last scrape gives its place back at once: with 5 routed
+    and 3 finished since the scrape, 3 more may dispatch before the next scrape."""
+
+    async def run() -> int:
+        now = [100.0]
+        store = EngineMetricsStore(clock=lambda: now[0], stale_after_seconds=None)
+        store.set(A, EngineMetrics(0, 0, 0.0, None, None, updated_at=now[0]))
+        detector = UtilizationDetector("u", UtilizationConfig(staleness_seconds=10.0), store, InflightTracker(),
+                                       clock=lambda: now[0])
+        fc = controller(detector, clock=now)
+        tickets = []
+        for i in range(5):
+            now[0] += 0.001
+            ticket = await fc.admit(item(f"r{i}", now=now[0]))
+            ticket.routed(A, 10)
+            tickets.append(ticket)
+        assert fc.saturation() == pytest.approx(1.0)
+        for ticket in tickets[:3]:
+            now[0] += 0.001
+            ticket.finished(10, 1)
+        waiting = [asyncio.create_task(fc.admit(item(f"q{i}", now=now[0]))) for i in range(5)]
+        await asyncio.sleep(0.05)
+        done = [t for t in waiting if t.done()]
+        for task in done:
+            task.result().routed(A, 10)
+        await asyncio.sleep(0.05)
+        dispatched = sum(t.done() for t in waiting)
+        for task in waiting:
+            task.cancel()
+        await asyncio.gather(*waiting, return_exceptions=True)
+        return dispatched
+
+    assert asyncio.run(run()) == 3

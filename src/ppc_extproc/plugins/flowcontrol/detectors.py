@@ -42,8 +42,8 @@ class UtilizationDetector(Filter, SaturationDetector, DataConsumer):
     Formula     per endpoint ``max(waiting / queueDepthThreshold, kvUsage / kvCacheUtilThreshold)``;
                 the pool's saturation is the mean over endpoints; an empty pool is 1.0. With flow
                 control's in-flight credit, requests routed to an endpoint since its metrics were
-                scraped count as waiting there, and requests dispatched but not yet routed are
-                spread over the pool
+                scraped, less those finished there since, count as waiting there (never below 0),
+                and requests dispatched but not yet routed are spread over the pool
     Stale       metrics older than ``metricsStalenessThreshold`` (or missing): with
                 ``staleMetrics: inflight`` (default, ppc-extproc) the endpoint's saturation is its
                 in-flight requests over its capacity — the most requests it was seen running plus
@@ -135,7 +135,7 @@ class UtilizationDetector(Filter, SaturationDetector, DataConsumer):
                     total += (self._inflight.requests(endpoint) + share) / capacity
                 continue
             waiting, kv = fresh
-            queue = (waiting or 0) + extra.get(endpoint, 0) + share
+            queue = max(0.0, (waiting or 0) + extra.get(endpoint, 0) + share)
             total += max(queue / c.queue_depth_threshold, (kv or 0.0) / c.kv_cache_util_threshold)
         self._stale = stale
         if len(self._capacity) > 2 * len(endpoints) + 64:
