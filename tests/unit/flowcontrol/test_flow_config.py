@@ -113,3 +113,18 @@ def test_gate_off_warns_and_runs_only_admitters_and_a_named_detector() -> None:
 def test_enable_eviction_is_accepted_with_a_warning() -> None:
     loaded = load(PICKER + GATE + "flowControl: {enableEviction: true}\n")
     assert any("enableEviction" in w and "not implemented" in w for w in loaded.warnings)
+
+
+def test_check_config_describes_flow_control() -> None:
+    from ppc_extproc.config.describe import describe_config
+
+    gated = describe_config(load(GATE + """\
+plugins: [{type: max-score-picker}, {type: program-aware-fairness}]
+flowControl: {defaultPriorityBand: {fairnessPolicyRef: program-aware-fairness}, bandStarvationLimit: 0}
+"""))
+    (line,) = [line for line in gated if line.startswith("flow control:")]
+    assert "default band fairness program-aware-fairness, ordering fcfs-ordering-policy" in line
+    assert "band starvation limit off (strict priority)" in line
+    legacy = describe_config(load("plugins: [{type: max-score-picker}, {type: probabilistic-admitter}]\n"))
+    assert "admitters: probabilistic-admitter" in legacy
+    assert not any(line.startswith("flow control") for line in describe_config(load(PICKER)))
