@@ -328,9 +328,9 @@ async def serve(
                 on_ready(service)
         await stop.wait()
         log.info("service_stopping", open_streams=service.extproc.active)
-        if service.flow_controller is not None:
-            service.flow_controller.close()  # queued requests: 503 rejected-shutting-down
         await _drain(service, options.drain_timeout_seconds)
+        if service.flow_controller is not None:
+            service.flow_controller.close()  # still queued: 503 rejected-shutting-down
         discovery_stop.set()
     finally:
         await service.health.shutdown()

@@ -154,3 +154,23 @@ def test_stalled_metrics_slow_dispatch_instead_of_halting_it(tmp_path: Path, eng
             assert imm.status.code == 429
             reasons = {h.header.key: h.header.raw_value.decode() for h in imm.headers.set_headers}
             assert reasons["x-llm-d-request-dropped-reason"] == "rejected-ttl-expired"
+
+
+def test_shutdown_drops_queued_requests_with_503_shutting_down(tmp_path: Path, engine: tuple[Engine, int]) -> None:
+    state, port = engine
+    endpoint = f"127.0.0.1:{port}"
+    state.waiting = 10
+    with running_service(tmp_path, CONFIG.format(stale="inflight").replace("1500ms", "60s"),
+                         endpoints=endpoint) as service:
+        store = service.loaded.services.engine_metrics
+        wait_for(lambda: (s := store.snapshot(endpoint)) is not None and s.waiting == 10, "saturated metrics")
+        controller = service.flow_controller
+        assert controller is not None
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            answer = pool.submit(request, service.grpc_port)
+            wait_for(lambda: controller.queued == 1, "request queued")
+            service.request_stop()
+            imm = answer.result(timeout=20).immediate_response
+        assert imm.status.code == 503
+        reasons = {h.header.key: h.header.raw_value.decode() for h in imm.headers.set_headers}
+        assert reasons["x-llm-d-request-dropped-reason"] == "rejected-shutting-down"
