@@ -278,3 +278,19 @@ def test_probabilistic_admitter_parameters_must_be_positive() -> None:
     assert error.path == "plugins[0].parameters.power"
     loaded = load("plugins: [{type: probabilistic-admitter, parameters: {k: 1000}}, {type: max-score-picker}]\n")
     assert loaded.flow_control is not None and [a.name for a in loaded.flow_control.admitters] == ["probabilistic-admitter"]
+
+
+def test_program_aware_exports_llm_d_s_families() -> None:
+    now = [10.0]
+    pa = program_aware(now, service_unit="uncachedPromptTokens")
+    pa.dispatched(item("a1", 9.0, flow="a"))  # waited 1 s
+    pa.dispatched(item("b1", 7.0, flow="b"))  # waited 3 s
+    pa.charged("a", 0, 100)
+    assert pa.fairness_index() == pytest.approx((1 + 3) ** 2 / (2 * (1 + 9)))
+    families = {f.name: f for f in pa.families()}
+    assert families["llm_d_epp_program_aware_jains_fairness_index"].samples[0].value == pytest.approx(0.8)
+    waits = {s.labels["program_id"]: s.value for s in families["llm_d_epp_program_aware_avg_wait_time_milliseconds"].samples}
+    assert waits == {"a": pytest.approx(1000.0), "b": pytest.approx(3000.0)}
+    service = {s.labels["program_id"]: s.value
+               for s in families["llm_d_epp_program_aware_attained_service_tokens"].samples}
+    assert service == {"a": 100.0, "b": 0.0}

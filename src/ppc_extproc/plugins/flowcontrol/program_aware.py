@@ -15,6 +15,10 @@ Parameters  ``strategy`` [las] (the only one), ``lasWeightService`` [0.8], ``las
             long is forgotten; 0: never), ``evictionSweepSeconds`` [300] (> 0),
             ``serviceUnit`` [tokens]; at most 100,000 programs are tracked (the least recently
             active is forgotten first)
+Metrics     ``llm_d_epp_program_aware_jains_fairness_index`` (Jain's index over the programs' mean
+            queue waits), ``llm_d_epp_program_aware_avg_wait_time_milliseconds{program_id}``,
+            ``llm_d_epp_program_aware_attained_service_tokens{program_id}`` (decayed at scrape
+            time); per-program series for the 1,000 most recently active programs
 
     plugins:
     - type: program-aware-fairness
@@ -28,8 +32,10 @@ from __future__ import annotations
 import math
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+
+from prometheus_client.core import GaugeMetricFamily, Metric
 
 from ppc_extproc.errors import ConfigError
 from ppc_extproc.flowcontrol.types import FairnessPolicy, FlowItem, FlowView, OrderingPolicy
@@ -39,6 +45,7 @@ from ppc_extproc.plugins.registry import Services, register
 __all__ = ["ProgramAwareConfig", "ProgramAwareFairness"]
 
 MAX_PROGRAMS = 100_000
+MAX_LABELLED_PROGRAMS = 1000
 WEIGHT_INPUT, WEIGHT_OUTPUT = 1, 2
 
 
@@ -59,6 +66,8 @@ class _Program:
     anchor: float = 0.0
     last_active: float = 0.0
     in_flight: int = 0
+    waits: int = 0
+    wait_total: float = 0.0
 
 
 def _normalise(value: float, low: float, high: float) -> float:
@@ -133,6 +142,8 @@ class ProgramAwareFairness(FairnessPolicy):
         now = self.clock()
         program = self._program(item.flow_id, now)
         program.in_flight += 1
+        program.waits += 1
+        program.wait_total += max(0.0, now - item.enqueued)
         program.last_active = now
         self._programs.move_to_end(item.flow_id)
 
@@ -160,3 +171,29 @@ class ProgramAwareFairness(FairnessPolicy):
 
     def __len__(self) -> int:
         return len(self._programs)
+
+    def fairness_index(self) -> float:
+        """Jain's index over the programs' mean queue waits (1.0: equal; no data: 1.0)."""
+        means = [p.wait_total / p.waits for p in self._programs.values() if p.waits]
+        square_sum = sum(m * m for m in means)
+        return 1.0 if not means or square_sum == 0 else sum(means) ** 2 / (len(means) * square_sum)
+
+    def families(self) -> Iterator[Metric]:
+        """llm-d's program-aware families, read at scrape time."""
+        now = self.clock()
+        index = GaugeMetricFamily("llm_d_epp_program_aware_jains_fairness_index",
+                                  "Jain's Fairness Index over the average wait time per program.")  # fmt: skip
+        index.add_metric([], self.fairness_index())
+        yield index
+        waits = GaugeMetricFamily("llm_d_epp_program_aware_avg_wait_time_milliseconds",
+                                  "Running mean of flow-control queue wait time per program.", labels=["program_id"])
+        service = GaugeMetricFamily("llm_d_epp_program_aware_attained_service_tokens",
+                                    "Time-decayed attained service per program, in weighted tokens.",
+                                    labels=["program_id"])  # fmt: skip
+        for flow_id in list(reversed(self._programs))[:MAX_LABELLED_PROGRAMS]:
+            program = self._programs[flow_id]
+            if program.waits:
+                waits.add_metric([flow_id], program.wait_total / program.waits * 1000.0)
+            service.add_metric([flow_id], self.service(flow_id, now))
+        yield waits
+        yield service
