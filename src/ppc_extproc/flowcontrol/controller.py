@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import heapq
+import math
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
@@ -57,6 +58,10 @@ log = structlog.get_logger(__name__)
 POLL_SECONDS = 0.005
 #: Dispatches per cycle before yielding to the event loop.
 MAX_PER_CYCLE = 256
+#: The pool's saturation is computed over every endpoint at most this often (and at most 5 % of
+#: the time when that computation is slow); in between each dispatch adds, and each completion
+#: removes, one request's worth (``SaturationDetector.dispatch_weight``).
+REFRESH_SECONDS = 0.005
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,6 +188,15 @@ class FlowController:
         self._seq = 0
         self._wake: asyncio.TimerHandle | asyncio.Handle | None = None
         self._wake_soon = False
+        #: Saturation as last computed over the whole pool, when, over which endpoints, and the
+        #: dispatches (+) and completions (−) since, each worth ``_weight`` until the next full
+        #: computation (``REFRESH_SECONDS``, longer when a computation is slow).
+        self._sat = 0.0
+        self._sat_at = -math.inf
+        self._sat_endpoints: Sequence[EndpointId] = ()
+        self._delta = 0
+        self._weight = 0.0
+        self._refresh = REFRESH_SECONDS
         #: The last cycle stopped on a gate (not on its per-cycle bound).
         self._gated_last = False
         self._closed = False
@@ -195,7 +209,7 @@ class FlowController:
         if self._closed:
             raise self._drop(item, Outcome.REJECTED_OTHER, dropped("rejected-shutting-down"))
         band = self._band(item.priority)
-        endpoints = self._endpoints()
+        endpoints = self.endpoints()
         if self._may_skip_queue(band, endpoints):
             self._dispatched_now(band)
             self.stats.finished(item, Outcome.DISPATCHED, 0.0)
@@ -228,12 +242,13 @@ class FlowController:
         limit = self.spec.band_starvation_limit
         if limit and self.queued and any(b.requests and b.skipped >= limit for b in self._bands.values()):
             return False  # a lower band is owed this turn
-        saturation = self.saturation(endpoints)
+        saturation = self.saturation()
         ceilings = self.policies.usage_limit.ceilings(saturation, self._order)
         return saturation < ceilings[self._order.index(band.priority)]
 
     def _dispatched_now(self, band: _Band) -> None:
         self.unplaced += 1
+        self._delta += 1
         if self.queued:
             for other in self._bands.values():
                 if other is not band and other.requests:
@@ -272,7 +287,7 @@ class FlowController:
         self.queued += 1
         self.queued_bytes += item.byte_size
         self.stats.queue_changed(item, +1)
-        ttl = item.ttl if self._endpoints() else self.spec.no_endpoint_ttl
+        ttl = item.ttl if self.endpoints() else self.spec.no_endpoint_ttl
         if ttl > 0:
             item.timer = loop.call_later(ttl, self._expire, item)
         self._schedule(0.0)
@@ -303,7 +318,7 @@ class FlowController:
             return
         self._remove(item)
         waited = self.clock() - item.enqueued
-        if self._endpoints():
+        if self.endpoints():
             self.stats.finished(item, Outcome.EVICTED_TTL, waited)
             error = dropped("rejected-ttl-expired")
         else:
@@ -341,11 +356,10 @@ class FlowController:
             self._schedule(POLL_SECONDS if self._gated_last else 0.0)
 
     def _dispatch_one(self) -> bool:
-        endpoints = self._endpoints()
-        if not endpoints:
+        if not self.endpoints():
             self._gated_last = True
             return False
-        saturation = self.saturation(endpoints)
+        saturation = self.saturation()
         ceilings = self.policies.usage_limit.ceilings(saturation, self._order)
         chosen: _Band | None = None
         limit = self.spec.band_starvation_limit
@@ -377,21 +391,42 @@ class FlowController:
         chosen.skipped = 0
         chosen.fairness.dispatched(item)
         self.unplaced += 1
+        self._delta += 1
         self.stats.finished(item, Outcome.DISPATCHED, self.clock() - item.enqueued)
         assert item.future is not None
         item.future.set_result(None)
         return True
 
-    def saturation(self, endpoints: Sequence[EndpointId] | None = None) -> float:
-        """The pool's saturation as dispatch sees it (with the in-flight credit when enabled)."""
-        endpoints = self._endpoints() if endpoints is None else endpoints
+    def endpoints(self) -> Sequence[EndpointId]:
+        """The pool as of the last full saturation computation (at most ``_refresh`` old)."""
+        if time.monotonic() - self._sat_at >= self._refresh:
+            self._recompute()
+        return self._sat_endpoints
+
+    def saturation(self) -> float:
+        """The pool's saturation as dispatch sees it: with the in-flight credit (when enabled),
+        every request dispatched since the last full computation and not finished counts."""
+        if time.monotonic() - self._sat_at >= self._refresh:
+            self._recompute()
+        return self._sat + self._delta * self._weight
+
+    def _recompute(self) -> None:
+        started = time.perf_counter()
+        endpoints = self._sat_endpoints = self._endpoints()
         detector = self.policies.detector
-        if not self.spec.inflight_credit:
-            value = detector.saturation(endpoints, {}, 0)
-        else:
+        credit = self.spec.inflight_credit
+        if credit:
             value = detector.saturation(endpoints, self._credit(endpoints), self.unplaced)
+        else:
+            value = detector.saturation(endpoints, {}, 0)
+        self._sat, self._delta = value, 0
+        # With the credit off only the scraped metrics count (llm-d's rule); a detector reading no
+        # scraped metrics (in-flight counts) sees every dispatch at once either way.
+        counts = credit or not detector.reads_polled_metrics
+        self._weight = detector.dispatch_weight(len(endpoints)) if counts else 0.0
         self.stats.saturation(value, detector.stale_endpoints())
-        return value
+        self._sat_at = time.monotonic()  # real time: how old this computation is, whatever ``clock`` says
+        self._refresh = max(REFRESH_SECONDS, 20 * (time.perf_counter() - started))
 
     def _credit(self, endpoints: Sequence[EndpointId]) -> dict[EndpointId, int]:
         """endpoint → requests routed there since its scrape minus those finished there since."""
@@ -433,7 +468,7 @@ class FlowController:
             times.append(self.clock())
 
     def _routed(self, item: FlowItem, endpoint: EndpointId, uncached_tokens: int) -> None:
-        self.unplaced = max(0, self.unplaced - 1)
+        self.unplaced = max(0, self.unplaced - 1)  # placed: now in the credit (no change in _delta)
         self._record(self._routed_at, endpoint)
         self._band(item.priority).fairness.charged(item.flow_id, item.priority, uncached_tokens)
         if self.queued:
@@ -441,12 +476,14 @@ class FlowController:
 
     def _unplaced_done(self) -> None:
         self.unplaced = max(0, self.unplaced - 1)
+        self._delta -= 1
         if self.queued:
             self._schedule(0.0)
 
     def _finished(self, item: FlowItem, endpoint: EndpointId, prompt_tokens: int | None,
                   output_tokens: int | None) -> None:  # fmt: skip
         self._record(self._finished_at, endpoint)
+        self._delta -= 1
         self._band(item.priority).fairness.completed(item.flow_id, item.priority, prompt_tokens, output_tokens)
         if self.queued:
             self._schedule(0.0)

@@ -122,6 +122,14 @@ class SaturationDetector(Plugin, Protocol):
         """Endpoints whose metrics were stale or missing at the last ``saturation`` call."""
         ...
 
+    #: Whether saturation comes from scraped engine metrics (which lag what was dispatched).
+    reads_polled_metrics: bool
+
+    def dispatch_weight(self, endpoints: int) -> float:
+        """An upper bound on what one more request in flight adds to the saturation of a pool of
+        ``endpoints`` (between two full computations, each dispatch adds this)."""
+        ...
+
     def metrics_time(self, endpoint: EndpointId) -> float | None:
         """When the metrics this detector reads for ``endpoint`` were taken (None: it reads no
         polled metrics, so nothing dispatched is unaccounted)."""

@@ -42,6 +42,11 @@ class FixedSaturation(SaturationDetector):
     def metrics_time(self, endpoint: EndpointId) -> float | None:
         return None
 
+    reads_polled_metrics = True
+
+    def dispatch_weight(self, endpoints: int) -> float:
+        return 0.0
+
 
 def controller(detector: SaturationDetector, spec: FlowControlSpec | None = None, *, round_robin: bool = False,
                endpoints: Sequence[EndpointId] = (A,), clock: list[float] | None = None) -> FlowController:

@@ -66,6 +66,7 @@ class UtilizationDetector(Filter, SaturationDetector, DataConsumer):
     """
 
     type_name = "utilization-detector"
+    reads_polled_metrics = True
 
     def __init__(self, name: str, config: UtilizationConfig, metrics: EngineMetricsStore, inflight: InflightTracker,
                  clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
@@ -146,6 +147,10 @@ class UtilizationDetector(Filter, SaturationDetector, DataConsumer):
     def stale_endpoints(self) -> int:
         return self._stale
 
+    def dispatch_weight(self, endpoints: int) -> float:
+        # one more waiting request on one endpoint (a stale endpoint's capacity is ≥ the threshold)
+        return 1.0 / (max(1, endpoints) * self.config.queue_depth_threshold)
+
     def filter(self, ctx: SchedulingContext, endpoints: Sequence[Endpoint]) -> list[Endpoint]:
         c = self.config
         now = self.clock()
@@ -182,6 +187,7 @@ class ConcurrencyDetector(Filter, SaturationDetector):
     """
 
     type_name = "concurrency-detector"
+    reads_polled_metrics = False
 
     def __init__(self, name: str, inflight: InflightTracker, mode: str = "requests", max_concurrency: int = 100,
                  max_tokens: int = 1_000_000, headroom: float = 0.0) -> None:  # fmt: skip
@@ -205,6 +211,9 @@ class ConcurrencyDetector(Filter, SaturationDetector):
 
     def stale_endpoints(self) -> int:
         return 0
+
+    def dispatch_weight(self, endpoints: int) -> float:
+        return 0.0 if self.mode == "tokens" else 1.0 / (max(1, endpoints) * self.max_concurrency)
 
     def saturation(self, endpoints: Iterable[EndpointId], extra: Mapping[EndpointId, int], unplaced: int) -> float:
         endpoints = list(endpoints)
