@@ -27,6 +27,8 @@ MAX_FAIRNESS_LABEL_VALUES = 1000
 OVERFLOW = "other"
 #: Model pairs kept as label values (metrics.go ``boundModels``).
 MAX_MODEL_LABEL_VALUES = 1000
+#: Request identities whose label values are remembered (then forgotten all at once).
+MAX_LABEL_SETS = 10_000
 
 _GIE, _LLMD = "inference_extension_", "llm_d_epp_"
 _REJECTED = (Outcome.REJECTED_CAPACITY, Outcome.REJECTED_NO_ENDPOINTS, Outcome.REJECTED_OTHER)
@@ -78,6 +80,7 @@ class FlowStats:
     def __init__(self) -> None:
         self._fairness = _Bounded(MAX_FAIRNESS_LABEL_VALUES)
         self._models = _Bounded(MAX_MODEL_LABEL_VALUES)
+        self._seen: dict[tuple[str, int, str, str], tuple[str, str, str, str]] = {}
         #: (fairness_id, priority, outcome, model, target) → histogram
         self.queue_duration: dict[tuple[str, str, str, str, str], _Hist] = {}
         self.enqueue_duration: dict[tuple[str, str, str], _Hist] = {}
@@ -90,12 +93,21 @@ class FlowStats:
         self.stale = 0
         self.bands: dict[str, BandSpec] = {}
 
-    def _flow(self, item: FlowItem) -> tuple[str, str]:
-        return self._fairness(item.flow_id), str(item.priority)
+    def _labels(self, item: FlowItem) -> tuple[str, str, str, str]:
+        """(fairness_id, priority, model_name, target_model_name), bounded; one dict lookup once seen."""
+        key = (item.flow_id, item.priority, item.model, item.target_model)
+        labels = self._seen.get(key)
+        if labels is None:
+            if len(self._seen) >= MAX_LABEL_SETS:
+                self._seen.clear()
+            pair = self._models(f"{item.model}\x00{item.target_model}")
+            model = (OVERFLOW, OVERFLOW) if pair == OVERFLOW else (item.model, item.target_model)
+            labels = self._seen[key] = (self._fairness(item.flow_id), str(item.priority), *model)
+        return labels
 
-    def _model(self, item: FlowItem) -> tuple[str, str]:
-        pair = self._models(f"{item.model}\x00{item.target_model}")
-        return (OVERFLOW, OVERFLOW) if pair == OVERFLOW else (item.model, item.target_model)
+    def _flow(self, item: FlowItem) -> tuple[str, str]:
+        labels = self._labels(item)
+        return labels[0], labels[1]
 
     def enqueued(self, item: FlowItem, seconds: float, outcome: str = "NotYetFinalized") -> None:
         key = (*self._flow(item), outcome)
@@ -105,8 +117,8 @@ class FlowStats:
         hist.observe(seconds)
 
     def finished(self, item: FlowItem, outcome: Outcome, waited: float) -> None:
-        fairness, priority = self._flow(item)
-        key = (fairness, priority, outcome.value, *self._model(item))
+        fairness, priority, model, target = self._labels(item)
+        key = (fairness, priority, outcome.value, model, target)
         hist = self.queue_duration.get(key)
         if hist is None:
             hist = self.queue_duration[key] = _Hist(QUEUE_BUCKETS)
@@ -117,7 +129,7 @@ class FlowStats:
             self.enqueued(item, 0.0, outcome.value)
 
     def queue_changed(self, item: FlowItem, delta: int) -> None:
-        key = (*self._flow(item), *self._model(item))
+        key = self._labels(item)
         entry = self.queue.get(key)
         if entry is None:
             entry = self.queue[key] = [0, 0]
