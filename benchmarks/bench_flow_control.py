@@ -1,7 +1,7 @@
 """What flow control costs a request when the pool is not saturated (the fast path).
 
 In process, no sockets: the ext_proc stream state machine driven as Envoy drives it (BUFFERED:
-headers, then the JSON body) through the default configuration's pipeline, 16 endpoints whose
+headers, then the JSON body) through the default configuration's pipeline, 16 (``--endpoints``) endpoints whose
 engine metrics are fresh and idle (refreshed between requests, as a scraper would), a warm index.
 Two services built from the same configuration text, one with ``featureGates: [flowControl]``
 (every default policy: utilization detector, in-flight credit, global-strict, FCFS, static
@@ -10,7 +10,7 @@ stream's close (admission, routing, the response end that releases it), requests
 between the two (the order swapped every round). Also the admission call
 alone (admit → routed → finished).
 
-    python benchmarks/bench_flow_control.py [--requests 2000] [--rounds 5] [--tokens 1024]
+    python benchmarks/bench_flow_control.py [--requests 2000] [--rounds 5] [--tokens 1024] [--endpoints 16]
 """
 
 from __future__ import annotations
@@ -29,15 +29,32 @@ from prometheus_client import CollectorRegistry
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _common import header, percentile
-from bench_decision import ENDPOINTS, default_config, request_messages, warm
+from bench_decision import default_config, request_messages
 
 from ppc_extproc.config.epp import load_config_text
 from ppc_extproc.enginemetrics import EngineMetrics
+from ppc_extproc.framework import Endpoint
+from ppc_extproc.index import PodEntry
 from ppc_extproc.observability.metrics import Metrics
 from ppc_extproc.scheduling.pool import EndpointPool
 from ppc_extproc.scheduling.router import Router
 from ppc_extproc.server.flow import build_admission
 from ppc_extproc.server.stream import BodyMode, ExtProcStream, StreamOptions
+from ppc_extproc.tokens import TokenizedPrompt
+from ppc_extproc.tokens.le32 import tokens_to_le32
+
+ENDPOINTS: list[Endpoint] = []
+
+
+def warm(producer: object, prompts: list[list[int]]) -> None:
+    """Every endpoint holds a different share of each prompt's prefix; a few hold all of it."""
+    n = len(ENDPOINTS)
+    for tokens in prompts:
+        keys = producer.block_keys(TokenizedPrompt("m", (tokens_to_le32(tokens),)))[0]  # type: ignore[attr-defined]
+        for i, endpoint in enumerate(ENDPOINTS):
+            held = len(keys) if i < 3 else len(keys) * i // n
+            if held:
+                producer.index.add(None, keys[:held], [PodEntry(endpoint.id, "gpu")])  # type: ignore[attr-defined]
 
 
 def build(text: str) -> tuple[Router, StreamOptions, object, object]:
@@ -86,7 +103,7 @@ async def admission_only(admission: object, loaded: object, requests: int) -> li
         refresh(loaded)
         start = time.perf_counter()
         ticket = await admission.admit(f"r{i}", headers, 0, 4000, "m", "m")  # type: ignore[attr-defined]
-        ticket.routed(ENDPOINTS[i % 16].id, 1000)
+        ticket.routed(ENDPOINTS[i % len(ENDPOINTS)].id, 1000)
         ticket.finished(1024, 8)
         samples.append(time.perf_counter() - start)
     return samples
@@ -97,7 +114,9 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--tokens", type=int, default=1024)
+    parser.add_argument("--endpoints", type=int, default=16)
     args = parser.parse_args()
+    ENDPOINTS.extend(Endpoint(f"10.0.{i // 250}.{i % 250 + 1}", 8000) for i in range(args.endpoints))
     base = default_config(16)
     gated = base + "featureGates: [flowControl]\n"
     rng = random.Random(7)
@@ -108,7 +127,7 @@ def main() -> None:
     for _router, _options, loaded, (producer, _, _) in (off, on):
         warm(producer, prompts)
         refresh(loaded)
-    header(f"flow control, not saturated: {args.tokens}-token prompts, 16 endpoints, "
+    header(f"flow control, not saturated: {args.tokens}-token prompts, {args.endpoints} endpoints, "
            f"{args.requests} requests × {args.rounds} rounds")  # fmt: skip
     off_samples: list[float] = []
     on_samples: list[float] = []

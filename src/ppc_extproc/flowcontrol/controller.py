@@ -58,10 +58,11 @@ log = structlog.get_logger(__name__)
 POLL_SECONDS = 0.005
 #: Dispatches per cycle before yielding to the event loop.
 MAX_PER_CYCLE = 256
-#: The pool's saturation is computed over every endpoint at most this often (and at most 5 % of
+#: The pool's saturation is computed over every endpoint at most this often (and at most 2 % of
 #: the time when that computation is slow); in between each dispatch adds, and each completion
-#: removes, one request's worth (``SaturationDetector.dispatch_weight``).
-REFRESH_SECONDS = 0.005
+#: removes, one request's worth (``SaturationDetector.dispatch_weight``). Engine metrics are
+#: scraped every 50 ms, so a new scrape is seen within 20 ms.
+REFRESH_SECONDS = 0.02
 
 
 @dataclass(frozen=True, slots=True)
@@ -426,7 +427,7 @@ class FlowController:
         self._weight = detector.dispatch_weight(len(endpoints)) if counts else 0.0
         self.stats.saturation(value, detector.stale_endpoints())
         self._sat_at = time.monotonic()  # real time: how old this computation is, whatever ``clock`` says
-        self._refresh = max(REFRESH_SECONDS, 20 * (time.perf_counter() - started))
+        self._refresh = max(REFRESH_SECONDS, 50 * (time.perf_counter() - started))
 
     def _credit(self, endpoints: Sequence[EndpointId]) -> dict[EndpointId, int]:
         """endpoint → requests routed there since its scrape minus those finished there since."""
