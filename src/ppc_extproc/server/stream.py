@@ -36,6 +36,7 @@ from envoy.service.ext_proc.v3.external_processor_pb2 import (
 from google.protobuf.struct_pb2 import Struct
 
 from ppc_extproc.errors import PayloadTooLargeError, RequestError, SaturatedError
+from ppc_extproc.flowcontrol.controller import Ticket
 from ppc_extproc.framework import ResponseInfo
 from ppc_extproc.ids import EndpointId, destination_host_port, endpoint_id
 from ppc_extproc.observability.llmd_metrics import RequestSeries, error_code_for_status
@@ -122,6 +123,8 @@ class ExtProcStream:
         #: (model, target model, priority) once the body is parsed: the labels of an early rejection.
         self._labels: tuple[str, str, int] | None = None
         self._received = 0.0
+        #: Set when flow control dispatched this request: told where it went and when it ended.
+        self._ticket: Ticket | None = None
         self._response_bytes = 0
         self._sized = False
 
@@ -278,10 +281,24 @@ class ExtProcStream:
             self.model_back = ModelNameRewriter(request.model, assembled.body_model)
         priority = self._priority()
         self._labels = (assembled.body_model, request.model, priority)
-        saturation = self.options.saturation
-        if priority < 0 and saturation is not None and saturation.saturated():
-            raise SaturatedError("system saturated, sheddable request dropped")
-        self.decision = await self.router.route(request, self._subset())
+        admission = self.options.admission
+        if admission is not None:
+            self._ticket = await admission.admit(self.request_id, self.headers, priority, len(body), assembled.body_model,
+                                                 request.model,
+                                                 waited=started - self._received)  # fmt: skip
+        else:
+            saturation = self.options.saturation
+            if priority < 0 and saturation is not None and saturation.saturated():
+                raise SaturatedError("system saturated, sheddable request dropped")
+        try:
+            self.decision = await self.router.route(request, self._subset())
+        except BaseException:
+            if self._ticket is not None:
+                self._ticket.abandon()
+            raise
+        if self._ticket is not None:
+            primary = self.decision.primary.id
+            self._ticket.routed(primary, self.decision.ctx.uncached_tokens(primary))
         self.phase = _Phase.ROUTED
         self._series = self.metrics.llmd.series(*self._labels)
         extra = [*self._id_header(), *self.decision.result.headers]
@@ -383,8 +400,11 @@ class ExtProcStream:
         decision = self.decision
         if decision is None:
             return
+
         self.metrics.count_request(self._outcome(cancelled), self.status or "none")
         usage = self.usage.finish() if self.usage is not None else None
+        if self._ticket is not None:
+            self._ticket.finished(usage.prompt_tokens if usage else None, usage.completion_tokens if usage else None)
         endpoint = self._served_endpoint(decision)
         record_completion(self.metrics, self._series, self.status, usage, decision.ctx.match_info(endpoint),
                           time.perf_counter() - self._received, self._response_bytes)

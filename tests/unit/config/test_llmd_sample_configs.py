@@ -1,11 +1,11 @@
 """llm-d's 19 sample EndpointPickerConfigs (``llm-d/llm-d-router: deploy/config/*.yaml``),
 restated here in flow style with the same plugin types, parameters, profiles and data layer.
 
-The fourteen without flow control, GPU telemetry or multimodal-cache plugins (the five P/D ones
-included) load, pass ``check-config``, and resolve to the pipeline asserted below (the estimate
-``token-producer`` and the ``approx-prefix-cache-producer`` that llm-d creates for unnamed prefix
-scorers and deciders included). The other five fail on their first unsupported type, naming its
-category, at that plugin's path.
+The seventeen without GPU telemetry or multimodal-cache plugins (the five P/D and three
+flow-control ones included) load, pass ``check-config``, and resolve to the pipeline asserted below
+(the estimate ``token-producer`` and the ``approx-prefix-cache-producer`` that llm-d creates for
+unnamed prefix scorers and deciders included). The other two fail on their first unsupported type,
+naming its category, at that plugin's path.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ DEPRECATED_API = "inference.networking.x-k8s.io/v1alpha1"
 IMPLICIT = "(implicit) endpoint-notification-source"
 METRICS = {"metrics-data-source": ["core-metrics-extractor"]}
 
-# --- the fourteen that load ----------------------------------------------------------------------
+# --- the seventeen that load ----------------------------------------------------------------------
 
 #: The prefill and decode profiles of the P/D samples.
 PD_PROFILES = """\
@@ -235,6 +235,39 @@ plugins:
 - {type: prefix-based-pd-decider, parameters: {nonCachedTokens: 16}}
 - {type: disagg-profile-handler, parameters: {deciders: {prefill: prefix-based-pd-decider}}}
 """ + PD_PROFILES,
+    "probabilistic-admitter-epp-config": """
+plugins:
+- {type: probabilistic-admitter}
+- {type: random-picker}
+- {type: utilization-detector, parameters: {queueDepthThreshold: 999999999, kvCacheUtilThreshold: 1.0}}
+flowControl: {saturationDetector: {pluginRef: utilization-detector}}
+schedulingProfiles:
+- {name: default, plugins: [{pluginRef: random-picker}]}
+""",
+    "sim-program-aware-config": """
+plugins:
+- {type: program-aware-fairness}
+- {type: queue-scorer}
+- {type: max-score-picker}
+- {type: single-profile-handler}
+featureGates: [flowControl]
+flowControl: {defaultPriorityBand: {fairnessPolicyRef: program-aware-fairness}}
+schedulingProfiles:
+- {name: default, plugins: [{pluginRef: queue-scorer}, {pluginRef: max-score-picker}]}
+""",
+    "soft-reflective-ceiling-epp-config": """
+featureGates: [flowControl]
+plugins:
+- {type: queue-scorer}
+- {type: kv-cache-utilization-scorer}
+- {type: prefix-cache-scorer}
+- {type: soft-reflective-ceiling-policy}
+schedulingProfiles:
+- name: default
+  plugins: [{pluginRef: queue-scorer, weight: 2.0}, {pluginRef: kv-cache-utilization-scorer, weight: 2.0},
+            {pluginRef: prefix-cache-scorer, weight: 3.0}]
+flowControl: {usageLimitPolicyPluginRef: soft-reflective-ceiling-policy}
+""",
 }
 
 
@@ -339,20 +372,31 @@ EXPECTED: dict[str, dict[str, Any]] = {
         "producers": ["token-producer[estimate]"],  # the multimodal decider reads its items
         "sources": {},
     },
+    # flow control: the detector and the admitter read engine metrics, so a metrics source is made
+    "probabilistic-admitter-epp-config": {
+        "handler": "single-profile-handler",
+        "profiles": {"default": {"filters": [], "scorers": [], "picker": "random-picker"}},
+        "producers": ["inflight-load-producer"],  # for the metrics source
+        "sources": METRICS,
+    },
+    "sim-program-aware-config": {
+        "handler": "single-profile-handler",
+        "profiles": _profile([("queue-scorer", 1.0)], filters=()),
+        "producers": ["inflight-load-producer"],
+        "sources": METRICS,
+    },
+    "soft-reflective-ceiling-epp-config": {
+        "handler": "single-profile-handler",
+        "profiles": _profile([("queue-scorer", 2.0), ("kv-cache-utilization-scorer", 2.0), ("prefix-cache-scorer", 3.0)],
+                             filters=()),
+        "producers": [*_APPROX_CHAIN, "inflight-load-producer"],
+        "sources": {IMPLICIT: ["approx-prefix-cache-producer"], **METRICS},
+    },
 }
 
-# --- the five that name their first unsupported type ------------------------------------------------
+# --- the two that name their first unsupported type ------------------------------------------------
 
 UNSUPPORTED: dict[str, str] = {
-    "probabilistic-admitter-epp-config": """
-plugins:
-- {type: probabilistic-admitter}
-- {type: random-picker}
-- {type: utilization-detector, parameters: {queueDepthThreshold: 999999999, kvCacheUtilThreshold: 1.0}}
-flowControl: {saturationDetector: {pluginRef: utilization-detector}}
-schedulingProfiles:
-- {name: default, plugins: [{pluginRef: random-picker}]}
-""",
     "sim-epp-gpu-config": """
 plugins:
 - {type: dcgm-data-source, name: dcgm-source, parameters: {port: 9400, interval: "1s"}}
@@ -381,30 +425,6 @@ schedulingProfiles:
   plugins: [{pluginRef: decode-filter}, {pluginRef: gpu-utilization-filter},
             {pluginRef: gpu-utilization-scorer, weight: 2.0}, {pluginRef: kv-cache-utilization-scorer, weight: 1.0},
             {pluginRef: max-score-picker}]
-""",
-    "sim-program-aware-config": """
-plugins:
-- {type: program-aware-fairness}
-- {type: queue-scorer}
-- {type: max-score-picker}
-- {type: single-profile-handler}
-featureGates: [flowControl]
-flowControl: {defaultPriorityBand: {fairnessPolicyRef: program-aware-fairness}}
-schedulingProfiles:
-- {name: default, plugins: [{pluginRef: queue-scorer}, {pluginRef: max-score-picker}]}
-""",
-    "soft-reflective-ceiling-epp-config": """
-featureGates: [flowControl]
-plugins:
-- {type: queue-scorer}
-- {type: kv-cache-utilization-scorer}
-- {type: prefix-cache-scorer}
-- {type: soft-reflective-ceiling-policy}
-schedulingProfiles:
-- name: default
-  plugins: [{pluginRef: queue-scorer, weight: 2.0}, {pluginRef: kv-cache-utilization-scorer, weight: 2.0},
-            {pluginRef: prefix-cache-scorer, weight: 3.0}]
-flowControl: {usageLimitPolicyPluginRef: soft-reflective-ceiling-policy}
 """,
     "epp-mm-embeddings-cache-config": """
 plugins:
@@ -436,10 +456,7 @@ schedulingProfiles:
 
 #: config → (field path, first unsupported type, its category)
 FIRST_UNSUPPORTED: dict[str, tuple[str, str, str]] = {
-    "probabilistic-admitter-epp-config": ("plugins[0].type", "probabilistic-admitter", "admission"),
     "sim-epp-gpu-config": ("plugins[0].type", "dcgm-data-source", "GPU telemetry"),
-    "sim-program-aware-config": ("plugins[0].type", "program-aware-fairness", "flow control"),
-    "soft-reflective-ceiling-epp-config": ("plugins[3].type", "soft-reflective-ceiling-policy", "flow control"),
     "epp-mm-embeddings-cache-config": ("plugins[4].type", "mm-embeddings-cache-producer", "multimodal"),
 }
 #: The two samples still written against the deprecated API group.
@@ -452,7 +469,7 @@ def document(name: str) -> str:
 
 
 def test_the_inventory_is_llm_d_s_nineteen_samples() -> None:
-    assert len(LOADABLE) == 14 and len(UNSUPPORTED) == 5
+    assert len(LOADABLE) == 17 and len(UNSUPPORTED) == 2
     assert set(EXPECTED) == set(LOADABLE) and set(FIRST_UNSUPPORTED) == set(UNSUPPORTED)
 
 
@@ -483,13 +500,13 @@ def _write(tmp_path: Path, names: list[str]) -> list[Path]:
 def test_check_config_accepts_every_loadable_sample(tmp_path: Path) -> None:
     result = check_config(*_write(tmp_path, sorted(LOADABLE)))
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "14 of 14 configurations are valid" in result.stdout
+    assert "17 of 17 configurations are valid" in result.stdout
 
 
 def test_check_config_rejects_every_unsupported_sample(tmp_path: Path) -> None:
     result = check_config(*_write(tmp_path, sorted(UNSUPPORTED)))
     assert result.returncode == 2
-    assert "0 of 5 configurations are valid" in result.stdout
+    assert "0 of 2 configurations are valid" in result.stdout
     for name, (path, type_name, _) in FIRST_UNSUPPORTED.items():
         assert f"{name}.yaml: invalid\n  error: {path}: plugin type '{type_name}'" in result.stdout
 
