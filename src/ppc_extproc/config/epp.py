@@ -393,6 +393,7 @@ def load_config_text(text: str, source: str = "<text>", services: Services | Non
         scheduler=Scheduler(profiles, handler),
         pre_request=list(roles.pre_request),
         response_complete=list(roles.response_complete),
+        response_headers=list(roles.response_headers),
         streaming=streaming,
         parsers=parsers,
     )

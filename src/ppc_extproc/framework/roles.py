@@ -10,6 +10,7 @@ plugin once (``framework.classify``) and wires it by role. Roles:
     EndpointExtractor, MetricsExtractor  what those sources feed
     RequestParser                      claims request paths (``requestHandler.parsers``)
     PreRequest, ResponseComplete       hooks after the pick and when the response ends
+    ResponseHeaderProcessor            headers added to the response sent to the client
     Lifecycle, Ticker, StateReporter   start/stop with the service, periodic housekeeping, state view
     StreamingKeyProducer               computes block keys while a large body streams in
     Discovery                          keeps the endpoint set current (the edge of the data layer)
@@ -59,6 +60,7 @@ __all__ = [
     "ProfileHandler",
     "RequestParser",
     "ResponseComplete",
+    "ResponseHeaderProcessor",
     "Scorer",
     "StateReporter",
     "StreamingKeyProducer",
@@ -175,6 +177,15 @@ class PreRequest(Plugin, Protocol):
 class ResponseComplete(Plugin, Protocol):
     def response_complete(self, ctx: SchedulingContext, info: ResponseInfo) -> None:
         """The response ended, failed or the stream was cancelled: release per-request state."""
+        ...
+
+
+class ResponseHeaderProcessor(Plugin, Protocol):
+    def response_headers(
+        self, ctx: SchedulingContext, result: SchedulingResult, served: EndpointId
+    ) -> list[tuple[str, str]]:
+        """Headers to set on the client's response (llm-d's ``ResponseHeaderProcessor``), once the
+        engine's response headers arrive; ``served`` is the target that answered."""
         ...
 
 

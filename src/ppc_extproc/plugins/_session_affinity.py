@@ -325,11 +325,13 @@ class SessionAffinityCore:
         details: dict[str, object] = {"strategy": self.config.strategy}
         if self.bindings is not None:
             table, stats = self.bindings.table, self.bindings.stats
-            details.update(bindings=len(table), evicted=table.evicted, expired=table.expired,
-                           store_up=self.bindings.store_up, store_reads=stats.reads, store_hits=stats.hits,
-                           store_writes=stats.writes, store_adopted=stats.adopted, store_errors=stats.errors,
-                           store_dropped_writes=stats.dropped_writes, local_fallbacks=stats.local_fallbacks)  # fmt: skip
+            details.update({
+                "bindings": len(table), "evicted": table.evicted, "expired": table.expired,
+                "storeUp": self.bindings.store_up, "storeReads": stats.reads, "storeHits": stats.hits,
+                "storeWrites": stats.writes, "storeAdopted": stats.adopted, "storeErrors": stats.errors,
+                "storeDroppedWrites": stats.dropped_writes, "localFallbacks": stats.local_fallbacks,
+            })
             if detailed:
-                details["bindings_per_endpoint"] = table.per_endpoint()
+                details["bindingsPerEndpoint"] = table.per_endpoint()
         return PluginState(self.name, self.type_name, details=details)
 

@@ -28,13 +28,14 @@ from ppc_extproc.framework import (
     PreRequest,
     RequestParser,
     ResponseComplete,
+    ResponseHeaderProcessor,
     ResponseInfo,
     SchedulingContext,
     SchedulingResult,
     StreamedKeys,
     StreamingKeyProducer,
 )
-from ppc_extproc.ids import RequestKey, destination_host_port
+from ppc_extproc.ids import EndpointId, RequestKey, destination_host_port
 from ppc_extproc.scheduling.health import EndpointHealth
 from ppc_extproc.scheduling.inflight import InflightTracker
 from ppc_extproc.scheduling.pool import EndpointPool
@@ -70,6 +71,8 @@ class Pipeline:
     scheduler: Scheduler
     pre_request: list[PreRequest] = field(default_factory=list)
     response_complete: list[ResponseComplete] = field(default_factory=list)
+    #: Plugins adding headers to the client's response (session tokens).
+    response_headers: list[ResponseHeaderProcessor] = field(default_factory=list)
     #: The producer whose block keys are computed while a large body streams in.
     streaming: StreamingKeyProducer | None = None
     #: ``requestHandler.parsers``; None: every path is handled.
@@ -193,6 +196,16 @@ class Router:
     def response_started(self, request_id: str) -> None:
         """The response's first byte arrived: release the request's in-flight prompt tokens."""
         self.inflight.release_tokens(request_id)
+
+    def response_headers(self, decision: Decision, served: EndpointId) -> list[tuple[str, str]]:
+        """Headers the plugins add to the client's response (none when no plugin does)."""
+        headers: list[tuple[str, str]] = []
+        for plugin in self.pipeline.response_headers:
+            try:
+                headers.extend(plugin.response_headers(decision.ctx, decision.result, served))
+            except Exception:
+                log.exception("response_headers_failed", plugin=plugin.name)
+        return headers
 
     def response_complete(self, ctx: SchedulingContext, info: ResponseInfo) -> None:
         """The response ended (or the stream died): release per-request state in the plugins, and

@@ -38,6 +38,7 @@ from ppc_extproc.framework import (
     PluginState,
     PreRequest,
     ResponseComplete,
+    ResponseHeaderProcessor,
     ResponseInfo,
     SchedulingContext,
     SchedulingResult,
@@ -55,8 +56,8 @@ TYPE_NAME = "session-affinity-filter"
 
 
 @register(TYPE_NAME)
-class SessionAffinityFilter(Filter, AsyncDataProducer, DataConsumer, PreRequest, ResponseComplete, Lifecycle,
-                            Ticker, StateReporter):  # fmt: skip
+class SessionAffinityFilter(Filter, AsyncDataProducer, DataConsumer, PreRequest, ResponseComplete,
+                            ResponseHeaderProcessor, Lifecycle, Ticker, StateReporter):  # fmt: skip
     #: The binding lookup bounds itself (``sharedStore.timeoutMs``) and never fails.
     produce_timeout_seconds: float | None = None
 

@@ -52,6 +52,7 @@ from ppc_extproc.framework import (
     PluginState,
     PreRequest,
     ResponseComplete,
+    ResponseHeaderProcessor,
     ResponseInfo,
     SchedulingContext,
     SchedulingResult,
@@ -70,8 +71,8 @@ TYPE_NAME = "session-affinity-scorer"
 
 
 @register(TYPE_NAME)
-class SessionAffinityScorer(Scorer, AsyncDataProducer, DataConsumer, PreRequest, ResponseComplete, Lifecycle,
-                            Ticker, StateReporter):  # fmt: skip
+class SessionAffinityScorer(Scorer, AsyncDataProducer, DataConsumer, PreRequest, ResponseComplete,
+                            ResponseHeaderProcessor, Lifecycle, Ticker, StateReporter):  # fmt: skip
     #: The binding lookup bounds itself (``sharedStore.timeoutMs``) and never fails.
     produce_timeout_seconds: float | None = None
 
