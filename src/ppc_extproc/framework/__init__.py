@@ -26,6 +26,8 @@ from ppc_extproc.framework.datakeys import (
 from ppc_extproc.framework.endpoint import Endpoint, EndpointEvent, EndpointEventKind
 from ppc_extproc.framework.roles import (
     AsyncDataProducer,
+    CrossReplicaStats,
+    CrossReplicaSyncer,
     DataConsumer,
     DataProducer,
     Discovery,
@@ -57,6 +59,8 @@ __all__ = [
     "TOKENIZED_PROMPT",
     "AsyncDataProducer",
     "Consumes",
+    "CrossReplicaStats",
+    "CrossReplicaSyncer",
     "DataConsumer",
     "DataKey",
     "DataProducer",

@@ -3,6 +3,7 @@
     candidates (pool ∩ subset hint)
     → producers, in data-dependency order (token ids, then match info)
     → scheduler (profile handler → profiles: filters, scorers, picker)
+    → cross-replica syncer, when configured (the prefix's claim across replicas)
     → destination header value → pre-request hooks (speculative entries, LRUs)
     … response_complete hooks when the response ends
 """
@@ -21,6 +22,7 @@ from ppc_extproc.blockkeys import TokenProcessor
 from ppc_extproc.errors import NoEndpointsError, RequestError
 from ppc_extproc.framework import (
     AsyncDataProducer,
+    CrossReplicaSyncer,
     DataKey,
     DataProducer,
     Endpoint,
@@ -77,6 +79,8 @@ class Pipeline:
     streaming: StreamingKeyProducer | None = None
     #: ``requestHandler.parsers``; None: every path is handled.
     parsers: list[RequestParser] | None = None
+    #: ``dataLayer.crossReplicaSyncerPluginRef``: consulted after the pick (fails open).
+    cross_replica: CrossReplicaSyncer | None = None
 
     def streaming_hasher(self) -> StreamingHasher | None:
         """How block keys are computed while a large token-id body streams in, or None when no
@@ -152,6 +156,11 @@ class Router:
         await self._produce(ctx)
         t1 = time.perf_counter()
         result = self.pipeline.scheduler.schedule(ctx, candidates)
+        syncer = self.pipeline.cross_replica
+        if syncer is not None and not dry_run:
+            tc = time.perf_counter()
+            result = await syncer.coordinate(ctx, result)
+            ctx.timings["cross_replica"] = time.perf_counter() - tc
         destination = ",".join(destination_host_port(d) for d in result.destinations)
         t2 = time.perf_counter()
         if not dry_run:

@@ -78,9 +78,10 @@ def test_burst_producer_reading_engine_metrics_gets_a_metrics_source() -> None:
 
 def test_only_the_in_flight_load_producer_reads_the_tracker() -> None:
     """The scorers, the affinity filter and the metrics source read in-flight load from the key
-    its producer writes (or the view the loader hands a source), never from ``Services``."""
+    its producer writes (or the view the loader hands a source), never from ``Services``; the
+    cross-replica syncer holds the tracker to publish this replica's counts and set the peers'."""
     readers = sorted(str(p.relative_to(PLUGINS)) for p in PLUGINS.rglob("*.py") if "services.inflight" in p.read_text())
-    assert readers == ["producers/inflight_load.py"]
+    assert readers == ["datalayer/redis_syncer.py", "producers/inflight_load.py"]
 
 
 def test_each_plugin_is_classified_once_per_load(monkeypatch: pytest.MonkeyPatch) -> None:
