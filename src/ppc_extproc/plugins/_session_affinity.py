@@ -123,6 +123,7 @@ def _store(section: Section) -> StoreConfig:
         address=section.string("address", ""),
         key_prefix=section.string("keyPrefix", default.key_prefix),
         timeout_seconds=section.number("timeoutMs", default.timeout_seconds * 1000, minimum=1, maximum=10_000) / 1000,
+        failure_threshold=section.integer("failureThreshold", default.failure_threshold, minimum=1, maximum=1000),
         retry_seconds=section.number("retrySeconds", default.retry_seconds, minimum=0.01),
         max_pending_writes=section.integer("maxPendingWrites", default.max_pending_writes, minimum=1),
     )

@@ -7,8 +7,9 @@ is configured, with the store never able to fail a request.
     bindings.commit("s-1", picked, replacing=None) # local now; the store in the background
     await bindings.stop()
 
-Failure rule: a store call that fails or takes longer than ``timeout_seconds`` counts an error,
-the store is skipped for ``retry_seconds`` and the local table answers. A binding made while the
+Failure rule: a store call that fails or takes longer than ``timeout_seconds`` counts an error and
+the local table answers; after ``failure_threshold`` in a row the store is skipped for
+``retry_seconds`` (a dead store then costs nothing per request; one slow reply costs no skip). A binding made while the
 store was away is written when it is next used, so replicas re-converge on the store's winner.
 Writes go through a bounded queue drained by one task: a full queue drops the write (counted),
 never the request.
@@ -41,7 +42,9 @@ class StoreConfig:
     key_prefix: str = "ppc-extproc:sessions"
     #: Bound on one store call on the request path (and on each background write).
     timeout_seconds: float = 0.05
-    #: After a failure, how long the store is skipped before it is tried again.
+    #: Failures in a row (errors or timeouts) after which the store is skipped ...
+    failure_threshold: int = 3
+    #: ... for this long, before it is tried again.
     retry_seconds: float = 1.0
     #: Pending background writes; past it a write is dropped (the local binding stays).
     max_pending_writes: int = 10_000
@@ -88,6 +91,7 @@ class SessionBindings:
         self._store = store
         self._clock = clock
         self._skip_until = 0.0
+        self._failures_in_a_row = 0
         self._queue: asyncio.Queue[_Write] | None = None
         self._writer: asyncio.Task[None] | None = None
         self.stats = StoreStats()
@@ -99,7 +103,7 @@ class SessionBindings:
 
     @property
     def store_up(self) -> bool | None:
-        """None without a store; else whether the last call succeeded (or the back-off is over)."""
+        """None without a store; else False while the store is being skipped after failures."""
         if not self.shared:
             return None
         return self._clock() >= self._skip_until
@@ -132,11 +136,18 @@ class SessionBindings:
 
     def _failed(self, operation: str, exc: BaseException) -> None:
         self.stats.errors += 1
-        first = self._clock() >= self._skip_until
-        self._skip_until = self._clock() + self.config.retry_seconds
-        if first:
+        self._failures_in_a_row += 1
+        if self._failures_in_a_row < self.config.failure_threshold:
+            return
+        if self._failures_in_a_row == self.config.failure_threshold:
             log.warning("session_store_unavailable", plugin=self.owner, operation=operation,
                         error=type(exc).__name__, retry_seconds=self.config.retry_seconds)
+        self._skip_until = self._clock() + self.config.retry_seconds
+
+    def _succeeded(self) -> None:
+        if self._failures_in_a_row >= self.config.failure_threshold:
+            log.info("session_store_available", plugin=self.owner)
+        self._failures_in_a_row = 0
 
     async def lookup(self, session: str) -> EndpointId | None:
         """The endpoint ``session`` is bound to: the store's binding when it answers in time
@@ -154,6 +165,7 @@ class SessionBindings:
             self._failed("read", exc)
             self.stats.local_fallbacks += 1
             return self.table.get(session)
+        self._succeeded()
         if shared is not None:
             self.stats.hits += 1
             self.table.bind(session, shared)
@@ -199,6 +211,7 @@ class SessionBindings:
         except Exception as exc:  # any store failure: the local binding stands
             self._failed("write", exc)
             return
+        self._succeeded()
         self.stats.writes += 1
         if winner != write.endpoint:
             self.stats.adopted += 1

@@ -84,6 +84,33 @@ def test_two_replicas_share_bindings_through_valkey(valkey_server: ValkeyServer,
             assert plugin["storeUp"] is True and plugin["storeErrors"] == 0 and plugin["storeHits"] > 0
 
 
+def test_the_store_killed_mid_run_fails_no_request(valkey_server: ValkeyServer, http: httpx.Client) -> None:
+    config = session_config({"strategy": "session_id",
+                             "sessionIdConfig": {"sharedStore": {"address": valkey_server.url, "timeoutMs": 100,
+                                                                 "retrySeconds": 0.2}}})  # fmt: skip
+    with LocalCluster(num_engines=3, service_replicas=2, model=MODEL, engine_args=FAST_ENGINES,
+                      service_config=config) as cluster:  # fmt: skip
+        def turns(first: int, last: int) -> dict[int, set[str]]:
+            """Per session, the engines that served turns ``first`` to ``last - 1`` (all 200)."""
+            served: dict[int, set[str]] = {}
+            for turn in range(first, last):
+                for s in range(6):
+                    resp = complete(http, cluster, f"s{s}-t{turn}", {"x-session-id": f"session-{s}"})
+                    served.setdefault(s, set()).add(resp.headers[ENGINE_HEADER])
+            return served
+
+        assert all(len(e) == 1 for e in turns(0, 4).values())
+        valkey_server.kill()
+        turns(4, 8)  # complete() asserts 200: the local bindings answer (a replica that never saw a
+        # session places it on its own meanwhile: the store is what made them agree)
+        states = [http.get(url + "/debug/state").json()["plugins"]["session-affinity-scorer"]
+                  for url in cluster.service_admin_urls]  # fmt: skip
+        assert sum(s["storeErrors"] for s in states) >= 1 and sum(s["localFallbacks"] for s in states) >= 1
+        valkey_server.restart()  # empty: the next turn writes each replica's binding, the first wins
+        turns(8, 9)
+        assert all(len(e) == 1 for e in turns(9, 14).values()), "replicas did not re-converge"
+
+
 def test_the_session_token_on_the_response_brings_the_client_back(http: httpx.Client) -> None:
     with LocalCluster(num_engines=3, service_replicas=1, model=MODEL, engine_args=FAST_ENGINES,
                       service_config=session_config({})) as cluster:  # fmt: skip

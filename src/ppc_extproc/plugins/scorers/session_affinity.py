@@ -19,7 +19,8 @@ Parameters  ``strategy`` [encoded_endpoint_header | session_id]; ``profileName``
             ``evictionTtlSeconds`` [300], ``evictionSweepSeconds`` [10] — llm-d's; and
             ppc-extproc's ``maxBindings`` [65536] (LRU bound), ``placement`` [none |
             fewestBindings], ``sharedStore`` {``address`` redis://host:port, ``keyPrefix``
-            [ppc-extproc:sessions], ``timeoutMs`` [50], ``retrySeconds`` [1],
+            [ppc-extproc:sessions], ``timeoutMs`` [50], ``failureThreshold`` [3] failures in a row
+            before the store is skipped for ``retrySeconds`` [1],
             ``maxPendingWrites`` [10000]}: bindings shared by replicas through Valkey/Redis
             (``pip install 'ppc-extproc[shared-state]'``); the store down or slow ⇒ local bindings.
             llm-d: ``pkg/epp/framework/plugins/scheduling/scorer/sessionaffinity/``.
