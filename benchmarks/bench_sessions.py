@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import urllib.request
 from pathlib import Path
@@ -31,25 +32,36 @@ from ppc_extproc_lab.valkey import start_valkey
 FAST_ENGINES = ["--prefill-tokens-per-s", "400000", "--decode-ms-per-token", "1"]
 
 
+def _admin(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return json.loads(response.read())
+
+
 def store_stats(cluster: LocalCluster) -> dict[str, int]:
     """Summed store counters of the replicas' session-affinity-scorer."""
     totals: dict[str, int] = {}
     for url in cluster.service_admin_urls:
-        with urllib.request.urlopen(url + "/debug/state", timeout=10) as response:
-            state: dict[str, Any] = json.loads(response.read())
-        plugin = state["plugins"]["session-affinity-scorer"]
+        plugin = _admin(url + "/debug/state")["plugins"]["session-affinity-scorer"]
         for key in ("storeHits", "storeErrors", "storeAdopted", "localFallbacks"):
             totals[key] = totals.get(key, 0) + int(plugin[key])
     return totals
 
 
-def run(store_url: str | None, args: argparse.Namespace, seed: int) -> tuple[SessionReport, dict[str, int]]:
+def decision_ms(cluster: LocalCluster) -> float:
+    """Median decision time (``decisionMs``: body parsed → decision, the store read included) of
+    the session requests the replicas still list in ``/debug/decisions``."""
+    values = [d["decisionMs"] for url in cluster.service_admin_urls
+              for d in _admin(url + "/debug/decisions")["decisions"] if "-turn-" in d["requestId"]]  # fmt: skip
+    return statistics.median(values) if values else float("nan")
+
+
+def run(store_url: str | None, args: argparse.Namespace, seed: int) -> tuple[SessionReport, dict[str, int], float]:
     config = session_cluster_config(store_url)
     with LocalCluster(num_engines=3, service_replicas=3, block_size=16, num_blocks=4096, engine_args=FAST_ENGINES,
                       envoy_variant="override-host", service_config=config) as cluster:  # fmt: skip
         report = run_sessions(cluster, sessions=args.sessions, turns=args.turns, kill_after_turn=args.kill_after - 1,
                               clients=args.clients, seed=seed)  # fmt: skip
-        return report, store_stats(cluster)
+        return report, store_stats(cluster), decision_ms(cluster)
 
 
 def main() -> None:
@@ -64,18 +76,18 @@ def main() -> None:
     header(f"session affinity: {args.sessions} sessions × {args.turns} turns, 3 replicas, engine killed "
            f"after turn {args.kill_after}")  # fmt: skip
     print(f"{'bindings':<9}{'run':>4}{'requests':>9}{'errors':>7}{'kept':>9}{'split':>6}"
-          f"{'max/mean 3 pods':>16}{'max/mean 2 pods':>16}{'p50 ms':>8}{'p99 ms':>8}  store")  # fmt: skip
+          f"{'max/mean 3 pods':>16}{'max/mean 2 pods':>16}{'p50 ms':>8}{'p99 ms':>8}{'decision':>10}  store")  # fmt: skip
     with start_valkey() as valkey:
         for mode, url in (("shared", valkey.url), ("local", None)):
             for i in range(args.runs):
-                report, stats = run(url, args, seed=i)
+                report, stats, decided = run(url, args, seed=i)
                 kept = report.affinity_kept()
                 before = report.sessions_per_engine(final=False)
                 after = report.sessions_per_engine(final=True)
                 print(f"{mode:<9}{i + 1:>4}{len(report.outcomes):>9}{report.errors:>7}"
                       f"{f'{kept}/{report.sessions}':>9}{report.sessions - kept:>6}"
                       f"{report.max_over_mean(before):>16.2f}{report.max_over_mean(after):>16.2f}"
-                      f"{report.latency_ms(0.5):>8.1f}{report.latency_ms(0.99):>8.1f}  {stats}")  # fmt: skip
+                      f"{report.latency_ms(0.5):>8.1f}{report.latency_ms(0.99):>8.1f}{decided:>8.2f}ms  {stats}")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import importlib.util
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -130,6 +131,9 @@ def _store(section: Section) -> StoreConfig:
     section.finish()
     if config.address and not config.address.startswith(("redis://", "rediss://", "unix://")):
         raise ConfigError(section.child_path("address"), f"expected redis://host:port, got {config.address!r}")
+    if config.address and importlib.util.find_spec("redis") is None:
+        raise ConfigError(section.child_path("address"),
+                          "a shared store needs redis-py: pip install 'ppc-extproc[shared-state]'")
     return config
 
 

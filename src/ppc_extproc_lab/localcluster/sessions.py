@@ -125,11 +125,11 @@ class SessionReport:
         return values[min(len(values) - 1, int(q * len(values)))] * 1000 if values else 0.0
 
 
-def _complete(url: str, model: str, session: int, turn: int, prompt: list[int]) -> TurnOutcome:
+def _complete(url: str, model: str, session: int, turn: int, prompt: list[int], tag: str = "") -> TurnOutcome:
     body = json.dumps({"model": model, "prompt": prompt, "max_tokens": 2}).encode()
-    headers = {"content-type": "application/json", "x-request-id": f"session-{session}-turn-{turn}"}
+    headers = {"content-type": "application/json", "x-request-id": f"session-{tag}{session}-turn-{turn}"}
     if session >= 0:
-        headers[SESSION_HEADER] = f"session-{session}"
+        headers[SESSION_HEADER] = f"session-{tag}{session}"
     request = urllib.request.Request(url + "/v1/completions", data=body, headers=headers)
     started = time.monotonic()
     try:
@@ -166,14 +166,15 @@ def run_sessions(
     turn_tokens: int = 48,
     seed: int = 0,
 ) -> SessionReport:
-    """Send the rounds through ``cluster``'s Envoy; kill the busiest engine after ``kill_after_turn``."""
+    """Send the rounds through ``cluster``'s Envoy; kill the busiest engine after ``kill_after_turn``.
+    Session ids are ``session-<seed>-<i>``: runs with other seeds sharing a store do not meet."""
     warm_up(cluster)
     rng = random.Random(seed)
     prompts = [[rng.randrange(1, 150_000) for _ in range(turn_tokens)] for _ in range(sessions)]
     report = SessionReport(sessions, turns, kill_after_turn=kill_after_turn)
     with ThreadPoolExecutor(clients) as pool:
         for turn in range(turns):
-            jobs = [pool.submit(_complete, cluster.listener_url, cluster.model, s, turn, list(prompts[s]))
+            jobs = [pool.submit(_complete, cluster.listener_url, cluster.model, s, turn, list(prompts[s]), f"{seed}-")
                     for s in range(sessions)]  # fmt: skip
             round_outcomes = [job.result() for job in jobs]
             report.outcomes.extend(round_outcomes)
