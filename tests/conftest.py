@@ -7,7 +7,11 @@ is found.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
+
+from ppc_extproc_lab.valkey import ValkeyServer, start_valkey
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -26,3 +30,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if deselected:
         config.hook.pytest_deselected(items=deselected)
         items[:] = [item for item in items if item.get_closest_marker("real_vllm") is None]
+
+
+@pytest.fixture
+def valkey_server() -> Iterator[ValkeyServer]:
+    """A real Valkey (or Redis) server on a free loopback port (``ppc_extproc_lab.valkey``), killed
+    after the test. Its ``host``, ``port`` and ``url`` address it; ``kill()``/``restart()`` take it
+    away and bring it back, empty, on the same port."""
+    with start_valkey() as server:
+        yield server

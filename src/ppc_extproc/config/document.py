@@ -21,6 +21,7 @@ __all__ = [
     "API_VERSIONS",
     "FEATURE_GATES",
     "ConfigDocument",
+    "CrossReplicaSpec",
     "DataLayerSpec",
     "PluginSpec",
     "ProfileRef",
@@ -35,7 +36,7 @@ API_VERSIONS = (API_VERSION, DEPRECATED_API_VERSION)
 #: llm-d's registered gates and their defaults (``cmd/epp/runner/runner.go``).
 FEATURE_GATES = {"flowControl": False, "haPopulateNonLeaderDatastore": True}
 #: Deprecated plugin types accepted under their replacement's name.
-TYPE_ALIASES = {"tokenizer": "token-producer"}
+TYPE_ALIASES = {"tokenizer": "token-producer", "redis-state-store": "redis-syncer"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +79,19 @@ class DataLayerSpec:
     sources: tuple[SourceSpec, ...] = ()
     #: (path, pluginRef) of ``dataLayer.discovery``.
     discovery: tuple[str, str] | None = None
+    #: ``crossReplicaSyncerPluginRef`` and its timing, when set.
+    cross_replica: CrossReplicaSpec | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CrossReplicaSpec:
+    """``dataLayer.crossReplicaSyncerPluginRef``, ``crossReplicaSyncInterval`` (llm-d: 200ms) and
+    ``crossReplicaPublishTimeout`` (1s) (``llm-d/llm-d-router: pkg/epp/datalayer/cross_replica_publisher.go``)."""
+
+    path: str
+    plugin_ref: str
+    sync_interval_seconds: float = 0.2
+    publish_timeout_seconds: float = 1.0
 
 
 @dataclass
@@ -222,13 +236,21 @@ def _data_layer(root: Section) -> DataLayerSpec:
         spec = section.section("discovery")
         discovery = (spec.child_path("pluginRef"), spec.string("pluginRef", ""))
         spec.finish()
-    for ignored in ("peerDiscovery", "crossReplicaSyncerPluginRef", "crossReplicaSyncInterval"):
-        if section.has(ignored):
-            section.raw(ignored)
-            section.warn(ignored, "multi-replica state sync is not implemented; every replica reads every "
-                                  "engine's KV events instead (accepted and ignored)")  # fmt: skip
+    if section.has("peerDiscovery"):
+        section.raw("peerDiscovery")
+        section.warn("peerDiscovery", "peer discovery is not implemented; replicas find each other through "
+                                      "crossReplicaSyncerPluginRef's store (accepted and ignored)")  # fmt: skip
+    cross_replica = None
+    ref = section.string("crossReplicaSyncerPluginRef", "")
+    interval = section.duration("crossReplicaSyncInterval", "200ms")
+    timeout = section.duration("crossReplicaPublishTimeout", "1s")
+    for key, value in (("crossReplicaSyncInterval", interval), ("crossReplicaPublishTimeout", timeout)):
+        if value <= 0:
+            raise ConfigError(section.child_path(key), f"must be positive, got {value}s")
+    if ref:
+        cross_replica = CrossReplicaSpec(section.child_path("crossReplicaSyncerPluginRef"), ref, interval, timeout)
     section.finish()
-    return DataLayerSpec(inject, tuple(sources), discovery)
+    return DataLayerSpec(inject, tuple(sources), discovery, cross_replica)
 
 
 def _request_handler(root: Section) -> list[tuple[str, str]] | None:

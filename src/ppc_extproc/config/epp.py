@@ -31,6 +31,7 @@ from ppc_extproc.config.flowcontrol import FlowControlPlan, resolve_flow_control
 from ppc_extproc.config.producers import order_producers, resolve_producers
 from ppc_extproc.errors import ConfigError
 from ppc_extproc.framework import (
+    CrossReplicaSyncer,
     Discovery,
     EndpointExtractor,
     Filter,
@@ -294,6 +295,18 @@ class _Builder:
             parsers.append(plugin)
         return parsers
 
+    def cross_replica(self) -> CrossReplicaSyncer | None:
+        spec = self.document.data_layer.cross_replica
+        if spec is None:
+            return None
+        plugin = self.plugins.get(spec.plugin_ref)
+        if plugin is None:
+            raise ConfigError(spec.path, f"the plugin {spec.plugin_ref} is not registered")
+        if not plays(plugin, CrossReplicaSyncer):
+            raise ConfigError(spec.path, f"'{spec.plugin_ref}' is not a cross-replica syncer (e.g. redis-syncer)")
+        plugin.configure(spec.sync_interval_seconds, spec.publish_timeout_seconds)
+        return plugin
+
     def discovery(self) -> Discovery | None:
         spec = self.document.data_layer.discovery
         if spec is None:
@@ -388,8 +401,10 @@ def load_config_text(text: str, source: str = "<text>", services: Services | Non
         scheduler=Scheduler(profiles, handler),
         pre_request=list(roles.pre_request),
         response_complete=list(roles.response_complete),
+        response_headers=list(roles.response_headers),
         streaming=streaming,
         parsers=parsers,
+        cross_replica=builder.cross_replica(),
     )
     loaded = LoadedConfig(
         source=source, plugins=builder.in_document_order(), roles=roles, pipeline=pipeline, profiles=profiles,

@@ -28,6 +28,8 @@ from ppc_extproc.framework.datakeys import (
 from ppc_extproc.framework.endpoint import Endpoint, EndpointEvent, EndpointEventKind
 from ppc_extproc.framework.roles import (
     AsyncDataProducer,
+    CrossReplicaStats,
+    CrossReplicaSyncer,
     DataConsumer,
     DataProducer,
     Discovery,
@@ -46,6 +48,7 @@ from ppc_extproc.framework.roles import (
     ProfileHandler,
     RequestParser,
     ResponseComplete,
+    ResponseHeaderProcessor,
     Scorer,
     StateReporter,
     StreamingKeyProducer,
@@ -61,6 +64,8 @@ __all__ = [
     "TOKENIZED_PROMPT",
     "AsyncDataProducer",
     "Consumes",
+    "CrossReplicaStats",
+    "CrossReplicaSyncer",
     "DataConsumer",
     "DataKey",
     "DataProducer",
@@ -88,6 +93,7 @@ __all__ = [
     "ProfileResult",
     "RequestParser",
     "ResponseComplete",
+    "ResponseHeaderProcessor",
     "ResponseInfo",
     "SchedulingContext",
     "SchedulingResult",

@@ -24,6 +24,7 @@ from ppc_extproc.framework.roles import (
     ProfileHandler,
     RequestParser,
     ResponseComplete,
+    ResponseHeaderProcessor,
     Scorer,
     StateReporter,
     StreamingKeyProducer,
@@ -51,6 +52,7 @@ class PluginRoles:
     metrics_extractors: list[MetricsExtractor] = field(default_factory=list)
     pre_request: list[PreRequest] = field(default_factory=list)
     response_complete: list[ResponseComplete] = field(default_factory=list)
+    response_headers: list[ResponseHeaderProcessor] = field(default_factory=list)
     lifecycle: list[Lifecycle] = field(default_factory=list)
     tickers: list[Ticker] = field(default_factory=list)
     state_reporters: list[StateReporter] = field(default_factory=list)
@@ -86,6 +88,7 @@ _ROLES: tuple[tuple[type, str, str], ...] = (
     (DataConsumer, "consumers", ""),
     (PreRequest, "pre_request", ""),
     (ResponseComplete, "response_complete", ""),
+    (ResponseHeaderProcessor, "response_headers", ""),
     (Lifecycle, "lifecycle", ""),
     (Ticker, "tickers", ""),
     (StateReporter, "state_reporters", ""),

@@ -10,7 +10,9 @@ plugin once (``framework.classify``) and wires it by role. Roles:
     EndpointExtractor, MetricsExtractor  what those sources feed
     RequestParser                      claims request paths (``requestHandler.parsers``)
     PreRequest, ResponseComplete       hooks after the pick and when the response ends
+    ResponseHeaderProcessor            headers added to the response sent to the client
     Lifecycle, Ticker, StateReporter   start/stop with the service, periodic housekeeping, state view
+    CrossReplicaSyncer                 shares state with the other replicas (``dataLayer.crossReplicaSyncerPluginRef``)
     StreamingKeyProducer               computes block keys while a large body streams in
     Discovery                          keeps the endpoint set current (the edge of the data layer)
 
@@ -42,6 +44,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AsyncDataProducer",
+    "CrossReplicaStats",
+    "CrossReplicaSyncer",
     "DataConsumer",
     "DataProducer",
     "Discovery",
@@ -60,6 +64,7 @@ __all__ = [
     "ProfileHandler",
     "RequestParser",
     "ResponseComplete",
+    "ResponseHeaderProcessor",
     "Scorer",
     "StateReporter",
     "StreamingKeyProducer",
@@ -193,12 +198,36 @@ class ResponseComplete(Plugin, Protocol):
         ...
 
 
+class ResponseHeaderProcessor(Plugin, Protocol):
+    def response_headers(
+        self, ctx: SchedulingContext, result: SchedulingResult, served: EndpointId
+    ) -> list[tuple[str, str]]:
+        """Headers to set on the client's response (llm-d's ``ResponseHeaderProcessor``), once the
+        engine's response headers arrive; ``served`` is the target that answered."""
+        ...
+
+
 class Lifecycle(Plugin, Protocol):
     """Plugins that own threads, sockets or tasks start with the service and stop with it."""
 
     async def start(self) -> None: ...
 
     async def stop(self) -> None: ...
+
+
+class CrossReplicaSyncer(Plugin, Protocol):
+    """Shares what one replica knows with the others (llm-d's ``CrossReplicaSyncer``); every method
+    fails open: a store that is down or slow leaves the replica on its local state."""
+
+    def configure(self, sync_interval_seconds: float, publish_timeout_seconds: float) -> None:
+        """``dataLayer.crossReplicaSyncInterval`` and ``crossReplicaPublishTimeout``, before start."""
+        ...
+
+    async def coordinate(self, ctx: SchedulingContext, result: SchedulingResult) -> SchedulingResult:
+        """After the local pick, before any pre-request hook: the result to route with (``result``
+        itself, or one whose primary target is the endpoint another replica already chose for this
+        prompt's prefix). Never raises; bounded by its own timeout."""
+        ...
 
 
 class Ticker(Plugin, Protocol):
@@ -225,6 +254,24 @@ class PluginState:
     decisions: Mapping[tuple[str, str, str], int] | None = None
     #: Anything else worth showing, JSON-ready.
     details: Mapping[str, object] = field(default_factory=dict)
+    #: A cross-replica syncer's store health: ``ppc_extproc_cross_replica_*``.
+    cross_replica: CrossReplicaStats | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CrossReplicaStats:
+    """A cross-replica syncer's view of its store, read at scrape time."""
+
+    #: Subscribed and the last publish succeeded (claims run, peers' load counts).
+    up: bool
+    #: Other replicas heard from within the state TTL.
+    peers: int
+    #: outcome → routing decisions (adopted, kept, timeout, error, skipped).
+    claims: Mapping[str, int]
+    #: outcome → publishes of this replica's load (ok, error).
+    syncs: Mapping[str, int]
+    #: Peer messages that did not decode (dropped).
+    malformed: int = 0
 
 
 class StateReporter(Plugin, Protocol):

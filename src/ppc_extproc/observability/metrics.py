@@ -42,7 +42,7 @@ from ppc_extproc import __version__
 from ppc_extproc.observability.llmd_metrics import LlmdRequestMetrics
 
 if TYPE_CHECKING:
-    from ppc_extproc.framework import PluginState
+    from ppc_extproc.framework import CrossReplicaStats, PluginState
 
 __all__ = ["DECISION_BUCKETS", "Metrics", "ServiceState", "StateCollector"]
 
@@ -186,11 +186,36 @@ class StateCollector(Collector):
         for plugin in state.plugins:
             if plugin.index is not None:
                 yield from self._producer(plugin)
+            if plugin.cross_replica is not None:
+                yield from self._cross_replica(plugin.name, plugin.cross_replica)
             if plugin.tokenize is not None:
                 backend, outcomes = plugin.tokenize
                 for outcome, n in outcomes.items():
                     tokenize.add_metric([plugin.name, backend, outcome], n)
         yield tokenize
+
+    @staticmethod
+    def _cross_replica(name: str, stats: CrossReplicaStats) -> Iterator[Any]:
+        up = GaugeMetricFamily("ppc_extproc_cross_replica_store_up",
+                               "1 while the cross-replica store answers (else: routing on local state).", labels=["syncer"])
+        up.add_metric([name], 1.0 if stats.up else 0.0)
+        yield up
+        peers = GaugeMetricFamily("ppc_extproc_cross_replica_peers", "Other replicas heard from within the state TTL.",
+                                  labels=["syncer"])
+        peers.add_metric([name], stats.peers)
+        yield peers
+        syncs = CounterMetricFamily("ppc_extproc_cross_replica_sync", "Publishes of this replica's in-flight load.",
+                                    labels=["syncer", "outcome"])
+        for outcome, n in stats.syncs.items():
+            syncs.add_metric([name, outcome], n)
+        yield syncs
+        claims = CounterMetricFamily(
+            "ppc_extproc_cross_replica_claims", "Routing decisions by prefix-claim outcome (adopted: another "
+            "replica's endpoint; kept: the local pick; timeout/error/skipped: routed on local state).",
+            labels=["syncer", "outcome"])  # fmt: skip
+        for outcome, n in stats.claims.items():
+            claims.add_metric([name, outcome], n)
+        yield claims
 
     @staticmethod
     def _producer(plugin: PluginState) -> Iterator[Any]:

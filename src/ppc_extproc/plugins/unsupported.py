@@ -37,9 +37,6 @@ UNSUPPORTED_TYPES: dict[str, tuple[str, str]] = {
     "label-selector-filter": (_OTHER, "keeps endpoints matching a label selector"),
     "by-label": (_OTHER, "deprecated alias of label-selector-filter"),
     "by-label-selector": (_OTHER, "deprecated alias of label-selector-filter"),
-    "session-affinity-filter": (_OTHER, "keeps the endpoint a session was routed to before"),
-    "session-affinity-scorer": (_OTHER, "prefers the endpoint a session was routed to before"),
-    "session-id-producer": (_OTHER, "extracts a session id from request headers"),
     "header-label-affinity-scorer": (_OTHER, "prefers endpoints whose labels match request headers"),
     "header-profile-handler": (_OTHER, "picks the scheduling profile from a request header"),
     "context-length-aware": (_OTHER, "routes by prompt length to endpoints sized for it"),
@@ -49,7 +46,6 @@ UNSUPPORTED_TYPES: dict[str, tuple[str, str]] = {
     "request-attribute-reporter": (_OTHER, "reports request attributes to the data plane"),
     "vllmgrpc-parser": (_OTHER, "parses vLLM's gRPC engine protocol"),
     "vertexai-parser": (_OTHER, "parses Vertex AI request bodies"),
-    "agent-identity": (_OTHER, "extracts agent identity for fairness"),
     "cross-replica-publisher": (_OTHER, "publishes state to other EPP replicas"),
     "k8s-notification-source": (_OTHER, "Kubernetes object notifications for extractors"),
 }

@@ -3,6 +3,7 @@
     candidates (pool ∩ subset hint)
     → producers, in data-dependency order (token ids, then match info)
     → scheduler (profile handler → profiles: filters, scorers, picker)
+    → cross-replica syncer, when configured (the prefix's claim across replicas)
     → destination header value → pre-request hooks (speculative entries, LRUs)
     … response_complete hooks when the response ends
 """
@@ -21,6 +22,7 @@ from ppc_extproc.blockkeys import TokenProcessor
 from ppc_extproc.errors import NoEndpointsError, RequestError
 from ppc_extproc.framework import (
     AsyncDataProducer,
+    CrossReplicaSyncer,
     DataKey,
     DataProducer,
     Endpoint,
@@ -28,13 +30,14 @@ from ppc_extproc.framework import (
     PreRequest,
     RequestParser,
     ResponseComplete,
+    ResponseHeaderProcessor,
     ResponseInfo,
     SchedulingContext,
     SchedulingResult,
     StreamedKeys,
     StreamingKeyProducer,
 )
-from ppc_extproc.ids import RequestKey, destination_host_port
+from ppc_extproc.ids import EndpointId, RequestKey, destination_host_port
 from ppc_extproc.scheduling.health import EndpointHealth
 from ppc_extproc.scheduling.inflight import InflightTracker
 from ppc_extproc.scheduling.pool import EndpointPool
@@ -70,10 +73,14 @@ class Pipeline:
     scheduler: Scheduler
     pre_request: list[PreRequest] = field(default_factory=list)
     response_complete: list[ResponseComplete] = field(default_factory=list)
+    #: Plugins adding headers to the client's response (session tokens).
+    response_headers: list[ResponseHeaderProcessor] = field(default_factory=list)
     #: The producer whose block keys are computed while a large body streams in.
     streaming: StreamingKeyProducer | None = None
     #: ``requestHandler.parsers``; None: every path is handled.
     parsers: list[RequestParser] | None = None
+    #: ``dataLayer.crossReplicaSyncerPluginRef``: consulted after the pick (fails open).
+    cross_replica: CrossReplicaSyncer | None = None
 
     def streaming_hasher(self) -> StreamingHasher | None:
         """How block keys are computed while a large token-id body streams in, or None when no
@@ -149,6 +156,11 @@ class Router:
         await self._produce(ctx)
         t1 = time.perf_counter()
         result = self.pipeline.scheduler.schedule(ctx, candidates)
+        syncer = self.pipeline.cross_replica
+        if syncer is not None and not dry_run:
+            tc = time.perf_counter()
+            result = await syncer.coordinate(ctx, result)
+            ctx.timings["cross_replica"] = time.perf_counter() - tc
         destination = ",".join(destination_host_port(d) for d in result.destinations)
         t2 = time.perf_counter()
         if not dry_run:
@@ -195,6 +207,16 @@ class Router:
     def response_started(self, request_id: str) -> None:
         """The response's first byte arrived: release the request's in-flight prompt tokens."""
         self.inflight.release_tokens(request_id)
+
+    def response_headers(self, decision: Decision, served: EndpointId) -> list[tuple[str, str]]:
+        """Headers the plugins add to the client's response (none when no plugin does)."""
+        headers: list[tuple[str, str]] = []
+        for plugin in self.pipeline.response_headers:
+            try:
+                headers.extend(plugin.response_headers(decision.ctx, decision.result, served))
+            except Exception:
+                log.exception("response_headers_failed", plugin=plugin.name)
+        return headers
 
     def response_complete(self, ctx: SchedulingContext, info: ResponseInfo) -> None:
         """The response ended (or the stream died): release per-request state in the plugins, and

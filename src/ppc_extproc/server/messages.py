@@ -37,6 +37,7 @@ __all__ = [
     "replace_body",
     "response_headers_for_rewrite",
     "route_headers_response",
+    "set_response_headers",
     "streamed_chunk",
 ]
 
@@ -122,6 +123,15 @@ def body_chunks(body: bytes, end_of_stream: bool = True, *, response: bool = Fal
     for start in range(0, len(body), MAX_CHUNK_BYTES):
         chunk = body[start : start + MAX_CHUNK_BYTES]
         yield streamed_chunk(chunk, end_of_stream and start + MAX_CHUNK_BYTES >= len(body), response=response)
+
+
+def set_response_headers(reply: ProcessingResponse, headers: Sequence[tuple[str, str]]) -> None:
+    """Add ``headers`` to a response-headers reply (session tokens for the client)."""
+    mutation = reply.response_headers.response.header_mutation.set_headers
+    for key, value in headers:
+        header = mutation.add().header
+        header.key = key
+        header.raw_value = value.encode()
 
 
 def continue_headers(*, response: bool = False) -> ProcessingResponse:

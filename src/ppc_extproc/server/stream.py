@@ -334,6 +334,18 @@ class ExtProcStream:
     # --- response phase --------------------------------------------------------------------------
 
     def _response_headers(self, headers: HttpHeaders, attributes: Mapping[str, Struct]) -> list[ProcessingResponse]:
+        replies = self._response_headers_reply(headers, attributes)
+        if self.decision is not None and self.router.pipeline.response_headers:
+            served = self.decision.primary.id
+            if self.served:
+                host, _, port = self.served.split(",")[0].rpartition(":")
+                served = endpoint_id(host, port)
+            extra = self.router.response_headers(self.decision, served)
+            if extra:
+                messages.set_response_headers(replies[0], extra)
+        return replies
+
+    def _response_headers_reply(self, headers: HttpHeaders, attributes: Mapping[str, Struct]) -> list[ProcessingResponse]:
         values = {h.key.lower(): header_value(h) for h in headers.headers.headers}
         try:
             self.status = int(values.get(":status", "0"))

@@ -16,7 +16,7 @@ import yaml
 
 from ppc_extproc.config.epp import default_config_text
 
-__all__ = ["PRECISE_PRODUCER", "default_service_config", "patch_service_config"]
+__all__ = ["PRECISE_PRODUCER", "default_service_config", "patch_service_config", "with_redis_syncer"]
 
 log = structlog.get_logger(__name__)
 
@@ -79,4 +79,18 @@ def patch_service_config(
         discovery["replaySocketPort"] = replay_socket_port
         if block_size is not None:
             params.setdefault("tokenProcessorConfig", {})["blockSizeTokens"] = block_size
+    return out
+
+
+def with_redis_syncer(
+    config: Mapping[str, Any], address: str, *, sync_interval: str = "200ms", **parameters: Any
+) -> dict[str, Any]:
+    """A copy of ``config`` whose replicas share state through the store at ``address``: a
+    ``redis-syncer`` plugin (with ``parameters``) and ``dataLayer.crossReplicaSyncerPluginRef``."""
+    out: dict[str, Any] = copy.deepcopy(dict(config))
+    out["plugins"] = [*(out.get("plugins") or []),
+                      {"type": "redis-syncer", "parameters": {"address": address, **parameters}}]  # fmt: skip
+    layer = out.setdefault("dataLayer", {})
+    layer["crossReplicaSyncerPluginRef"] = "redis-syncer"
+    layer["crossReplicaSyncInterval"] = sync_interval
     return out

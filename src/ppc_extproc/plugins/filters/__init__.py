@@ -4,6 +4,14 @@ from __future__ import annotations
 
 from ppc_extproc.plugins.filters.prefix_cache_affinity import PrefixCacheAffinityFilter
 from ppc_extproc.plugins.filters.role import DecodeFilter, EncodeFilter, PrefillFilter
+from ppc_extproc.plugins.filters.session_affinity import SessionAffinityFilter
 from ppc_extproc.plugins.filters.topology_affinity import TopologyAffinityFilter
 
-__all__ = ["DecodeFilter", "EncodeFilter", "PrefillFilter", "PrefixCacheAffinityFilter", "TopologyAffinityFilter"]
+__all__ = [
+    "DecodeFilter",
+    "EncodeFilter",
+    "PrefillFilter",
+    "PrefixCacheAffinityFilter",
+    "SessionAffinityFilter",
+    "TopologyAffinityFilter",
+]

@@ -98,7 +98,7 @@ if TYPE_CHECKING:
     from ppc_extproc.events.transport import ZmqTransport
     from ppc_extproc.events.warm_restart import SnapshotWriter
 
-__all__ = ["PrecisePrefixCacheProducer"]
+__all__ = ["PRECISE_BLOCK_KEYS", "PrecisePrefixCacheProducer"]
 
 
 
@@ -118,6 +118,9 @@ log = structlog.get_logger(__name__)
 
 # Per request, under the producer's name: what the lookup leaves for the hooks after the pick.
 _BLOCK_KEYS: DataType[list[list[RequestKey]]] = DataType("PreciseBlockKeys")
+#: The request's block keys per prompt, as this producer computed them (a cross-replica syncer
+#: claims the prompt's prefix with them).
+PRECISE_BLOCK_KEYS = _BLOCK_KEYS
 _PREFIX_RUNS: DataType[list[list[PrefixRun]]] = DataType("PrecisePrefixRuns")
 _SEEDED: DataType[Seeded] = DataType("PreciseSpeculativeEntries")
 _TRANSFER: DataType[tuple[EndpointId, Transfer]] = DataType("PreciseKvTransfer")

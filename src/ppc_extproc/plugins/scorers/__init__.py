@@ -10,6 +10,7 @@ from ppc_extproc.plugins.scorers.precise_prefix_cache import PrecisePrefixCacheS
 from ppc_extproc.plugins.scorers.prefix_cache import PrefixCacheScorer
 from ppc_extproc.plugins.scorers.queue_depth import QueueScorer
 from ppc_extproc.plugins.scorers.running_requests import RunningRequestsScorer
+from ppc_extproc.plugins.scorers.session_affinity import SessionAffinityScorer
 from ppc_extproc.plugins.scorers.token_load import TokenLoadScorer
 from ppc_extproc.plugins.scorers.topology_affinity import TopologyAffinityScorer
 
@@ -22,6 +23,7 @@ __all__ = [
     "PrefixCacheScorer",
     "QueueScorer",
     "RunningRequestsScorer",
+    "SessionAffinityScorer",
     "TokenLoadScorer",
     "TopologyAffinityScorer",
 ]

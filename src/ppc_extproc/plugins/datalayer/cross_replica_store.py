@@ -1,0 +1,217 @@
+"""The Valkey/Redis side of ``redis-syncer``: prefix claims on the routing path, in-flight load by
+pub/sub in the background. redis-py (``redis.asyncio``) is imported only when a store is built.
+
+Claims (one ``EVALSHA`` per routing decision): the request's block keys at a few positions
+(``claim_positions``: 1, 2, 3, 4, 6, 8, 11, 16, … blocks, and the last), each a string key
+``<prefix>:c:<key hex>`` naming the endpoint that some replica routed that prefix to, expiring after
+the claim TTL. The script, atomically: reads those keys; if an allowed endpoint other than the local
+pick holds a deeper prefix than the pick's known cached blocks, that endpoint is the answer; then
+it claims every unclaimed key (and refreshes the answer's) for the answer. Two replicas routing
+siblings of one prompt at the same instant therefore agree on one endpoint.
+
+In-flight load (no keys at all): each replica ``PUBLISH``es its own counts on ``<prefix>:inflight``
+after every local change (coalesced to one message per ``min_push_interval``) and at least every
+sync interval; each replica subscribes and keeps the latest message of every other replica for
+``state_ttl`` seconds, so a replica that died stops counting after that.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import structlog
+
+from ppc_extproc.ids import EndpointId, RequestKey
+
+__all__ = ["CLAIM_SCRIPT", "PeerLoad", "RedisStore", "claim_positions", "parse_address"]
+
+log = structlog.get_logger(__name__)
+
+#: KEYS: claim keys; ARGV: ttl ms, pick, pick's known blocks, n allowed, allowed…, depth per key.
+#: Returns {answer, deepest claimed depth of the answer (0: none)}.
+CLAIM_SCRIPT = """
+local ttl = ARGV[1]
+local pick = ARGV[2]
+local known = tonumber(ARGV[3])
+local n = tonumber(ARGV[4])
+local allowed = {}
+for i = 1, n do allowed[ARGV[4 + i]] = true end
+local base = 4 + n
+local owners = redis.call('MGET', unpack(KEYS))
+local best, best_depth = false, 0
+for i = 1, #KEYS do
+  local owner = owners[i]
+  if owner and allowed[owner] then
+    local depth = tonumber(ARGV[base + i])
+    if depth > best_depth then best, best_depth = owner, depth end
+  end
+end
+local answer = pick
+if best and best ~= pick and best_depth > known then answer = best end
+for i = 1, #KEYS do
+  local owner = owners[i]
+  if not owner or owner == answer then redis.call('SET', KEYS[i], answer, 'PX', ttl) end
+end
+if answer == best then return {answer, best_depth} end
+return {answer, 0}
+"""
+
+
+def claim_positions(blocks: int, limit: int = 24) -> list[int]:
+    """Block counts to claim at for a prompt of ``blocks`` blocks: roughly ×1.4 apart (1, 2, 3, 4,
+    6, 8, 11, 16, 23, 32, …), at most ``limit``, always ending at ``blocks`` itself."""
+    out: list[int] = []
+    depth = 1
+    while depth < blocks and len(out) < limit - 1:
+        out.append(depth)
+        depth = max(depth + 1, int(depth * 1.4142 + 0.5))
+    if blocks > 0:
+        out.append(blocks)
+    return out
+
+
+def parse_address(address: str) -> tuple[str, int, int | None]:
+    """``host:port``, ``redis://host:port[/db]`` or ``host`` → (host, port, db or None)."""
+    text = address.strip()
+    db: int | None = None
+    for scheme in ("redis://", "valkey://"):
+        if text.startswith(scheme):
+            text = text[len(scheme):]
+            text, _, path = text.partition("/")
+            db = int(path) if path else None
+            break
+    host, sep, port = text.rpartition(":")
+    if not sep:
+        return text, 6379, db
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"bad port {port!r} in {address!r}")
+    return host.strip("[]") or "localhost", int(port), db
+
+
+class PeerLoad:
+    """The other replicas' latest in-flight messages, aged out after ``state_ttl`` seconds."""
+
+    def __init__(self, replica_id: str, state_ttl: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.replica_id = replica_id
+        self.state_ttl = state_ttl
+        self.clock = clock
+        self._peers: dict[str, tuple[float, dict[EndpointId, tuple[int, int]]]] = {}
+        #: Messages that did not decode (counted and dropped).
+        self.malformed = 0
+
+    def receive(self, payload: bytes | str, max_endpoints: int = 4096) -> bool:
+        """Take one message; True if it changed the view (it came from another replica)."""
+        try:
+            message = json.loads(payload)
+            replica = str(message["r"])
+            counts = {
+                EndpointId(str(ep)): (int(v[0]), int(v[1])) for ep, v in list(message["e"].items())[:max_endpoints]
+            }
+        except (ValueError, KeyError, TypeError, IndexError, AttributeError):
+            self.malformed += 1
+            return False
+        if replica == self.replica_id:
+            return False
+        if counts:
+            self._peers[replica] = (self.clock(), counts)
+        else:
+            self._peers[replica] = (self.clock(), {})
+        return True
+
+    def clear(self) -> None:
+        self._peers.clear()
+
+    def aggregate(self) -> dict[EndpointId, tuple[int, int]]:
+        """Sum over live peers (those heard from within ``state_ttl``); stale peers are dropped."""
+        deadline = self.clock() - self.state_ttl
+        total: dict[EndpointId, tuple[int, int]] = {}
+        for replica, (seen, counts) in list(self._peers.items()):
+            if seen < deadline:
+                del self._peers[replica]
+                continue
+            for ep, (n, t) in counts.items():
+                if n or t:
+                    old = total.get(ep, (0, 0))
+                    total[ep] = (old[0] + n, old[1] + t)
+        return total
+
+    def live(self) -> int:
+        deadline = self.clock() - self.state_ttl
+        return sum(1 for seen, _ in self._peers.values() if seen >= deadline)
+
+
+def encode_load(replica_id: str, counts: dict[EndpointId, tuple[int, int]]) -> str:
+    return json.dumps({"r": replica_id, "e": {ep: [n, t] for ep, (n, t) in counts.items()}}, separators=(",", ":"))
+
+
+class RedisStore:
+    """One redis-py client (a bounded connection pool) plus a pub/sub connection."""
+
+    def __init__(
+        self, host: str, port: int, *, db: int, password: str | None, prefix: str, timeout_seconds: float,
+        max_connections: int = 16,
+    ) -> None:
+        import redis.asyncio as aioredis  # the shared-state extra; only when configured
+        from redis.asyncio.retry import Retry
+        from redis.backoff import NoBackoff
+
+        self.prefix = prefix
+        self.channel = f"{prefix}:inflight"
+        self.timeout_seconds = timeout_seconds
+        self._redis_errors: tuple[type[BaseException], ...] = (aioredis.RedisError, OSError)
+        self.client = aioredis.Redis(
+            host=host, port=port, db=db, password=password, socket_timeout=timeout_seconds,
+            socket_connect_timeout=timeout_seconds, max_connections=max_connections, health_check_interval=0,
+            retry_on_timeout=False, retry=Retry(NoBackoff(), 0),  # the caller retries, on its own schedule
+        )  # fmt: skip
+        self._claim: Any = self.client.register_script(CLAIM_SCRIPT)
+
+    def claim_key(self, key: RequestKey) -> str:
+        return f"{self.prefix}:c:{key:016x}"
+
+    async def claim(
+        self, keys: Sequence[RequestKey], depths: Sequence[int], pick: str, known: int, allowed: Sequence[str],
+        ttl_ms: int,
+    ) -> tuple[str, int]:
+        """Run the claim script: (answer, the answer's claimed depth when it is another replica's)."""
+        reply = await self._claim(
+            keys=[self.claim_key(k) for k in keys],
+            args=[ttl_ms, pick, known, len(allowed), *allowed, *depths],
+        )
+        answer, depth = reply[0], reply[1]
+        return (answer.decode() if isinstance(answer, bytes) else str(answer)), int(depth)
+
+    async def publish(self, payload: str) -> None:
+        async with asyncio.timeout(self.timeout_seconds):
+            await self.client.publish(self.channel, payload)
+
+    async def subscribe(self, on_message: Callable[[bytes], None], on_connected: Callable[[], Awaitable[None]],
+                        poll_seconds: float) -> None:
+        """Subscribe and deliver messages until the connection fails (then raise)."""
+        pubsub: Any = self.client.pubsub(ignore_subscribe_messages=True)
+        try:
+            async with asyncio.timeout(self.timeout_seconds):
+                await pubsub.subscribe(self.channel)
+            await on_connected()
+            while True:
+                message = await pubsub.get_message(timeout=poll_seconds)
+                if message is not None and message.get("type") == "message":
+                    on_message(message["data"])
+        finally:
+            try:
+                await asyncio.wait_for(pubsub.aclose(), self.timeout_seconds)
+            except Exception:
+                pass
+
+    def is_store_error(self, exc: BaseException) -> bool:
+        return isinstance(exc, (*self._redis_errors, TimeoutError))
+
+    async def close(self) -> None:
+        try:
+            await asyncio.wait_for(self.client.aclose(), self.timeout_seconds)
+        except Exception:
+            log.debug("redis_close_failed", exc_info=True)

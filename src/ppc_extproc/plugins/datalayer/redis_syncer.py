@@ -1,0 +1,322 @@
+"""``redis-syncer``: several router replicas route as one through a shared Valkey or Redis.
+
+Type        ``redis-syncer`` (cross-replica syncer; ``redis-state-store``, llm-d's older name, is an alias),
+            referenced by ``dataLayer.crossReplicaSyncerPluginRef``
+Shares      * in-flight requests and uncached prompt tokens per endpoint: every replica publishes
+              its own counts on each change (coalesced) and every ``crossReplicaSyncInterval``;
+              load scorers read local + the other replicas' counts; none on the routing path
+            * speculative entries, as prefix claims: after the local pick, one atomic script
+              (one round trip) reads who already claimed this prompt's prefix; a deeper claim
+              by an allowed endpoint wins over the pick, and the prefix is claimed for the answer
+              (``claimPrefixes: false``: no round trip on the routing path, in-flight only)
+            The KV index is not shared: each replica subscribes to every engine's events.
+Failure     the store is an optimisation. Every call has a timeout (``claimTimeout`` on the
+            routing path, ``crossReplicaPublishTimeout`` in the background); on an error the
+            replica routes on local state (peers' counts dropped, claims skipped until the
+            subscription is back), with no failed request. Re-connects every
+            ``min(crossReplicaSyncInterval, 100ms)``; re-converged one publish later.
+Consumes    the block keys and match info of ``prefixMatchInfoProducerName``
+            [precise-prefix-cache-producer] (claims need its keys)
+Parameters  ``address`` ["localhost:6379"; also ``redis://host:port/db``], ``passwordEnv`` |
+            ``passwordFile`` (a plaintext ``password`` is refused), ``db`` [0], ``stateTTL``
+            ["2s": a replica silent this long stops counting], ``coordinationTTL`` [accepted,
+            unused], ``claimTTL`` ["2s": the speculative TTL], ``claimPrefixes`` [true],
+            ``claimTimeout`` ["5ms"], ``keyPrefix`` ["ppc-extproc"], ``prefixMatchInfoProducerName``
+Keys        ``<keyPrefix>:c:<block key>`` strings expiring after ``claimTTL`` (≤ 24 per request),
+            channel ``<keyPrefix>:inflight``. Standalone Valkey ≥ 7.2 or Redis ≥ 7.0.
+Metrics     ``ppc_extproc_cross_replica_store_up``, ``…_peers``, ``…_sync_total{outcome}``,
+            ``…_claims_total{outcome}`` (adopted, kept, timeout, error, skipped)
+
+    plugins:
+    - type: redis-syncer
+      parameters: {address: "valkey:6379", stateTTL: 2s}
+    dataLayer:
+      crossReplicaSyncerPluginRef: redis-syncer
+      crossReplicaSyncInterval: 200ms
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import threading
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import structlog
+
+from ppc_extproc.errors import ConfigError
+from ppc_extproc.framework import (
+    PREFIX_CACHE_MATCH_INFO,
+    CrossReplicaStats,
+    CrossReplicaSyncer,
+    Endpoint,
+    Lifecycle,
+    PluginState,
+    SchedulingContext,
+    SchedulingResult,
+    StateReporter,
+)
+from ppc_extproc.framework.params import Section
+from ppc_extproc.ids import EndpointId
+from ppc_extproc.plugins.datalayer.cross_replica_store import (
+    PeerLoad,
+    RedisStore,
+    claim_positions,
+    encode_load,
+    parse_address,
+)
+from ppc_extproc.plugins.producers.precise_prefix_cache import PRECISE_BLOCK_KEYS
+from ppc_extproc.plugins.registry import Services, register
+from ppc_extproc.scheduling.inflight import InflightTracker
+
+__all__ = ["RedisSyncer"]
+
+log = structlog.get_logger(__name__)
+
+CLAIM_OUTCOMES = ("adopted", "kept", "timeout", "error", "skipped")
+SYNC_OUTCOMES = ("ok", "error")
+#: Consecutive claim failures after which claims wait for the subscription to come back.
+_CLAIM_FAILURES_OPEN = 3
+_MIN_PUSH_INTERVAL = 0.002
+
+
+@register("redis-syncer")
+class RedisSyncer(CrossReplicaSyncer, Lifecycle, StateReporter):
+    """Shares in-flight load and prefix claims with the other replicas through one store."""
+
+    def __init__(
+        self, name: str, store: RedisStore, inflight: InflightTracker, *, state_ttl: float, claim_ttl: float,
+        claim_prefixes: bool, claim_timeout: float, producer: str,
+    ) -> None:
+        self.name = name
+        self.store = store
+        self.inflight = inflight
+        self.claim_ttl_ms = max(1, int(claim_ttl * 1000))
+        self.claim_prefixes = claim_prefixes
+        self.claim_timeout = claim_timeout
+        self.keys_key = PRECISE_BLOCK_KEYS.of(producer)
+        self.match_key = PREFIX_CACHE_MATCH_INFO.of(producer)
+        self.replica_id = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self.peers = PeerLoad(self.replica_id, state_ttl)
+        self.sync_interval = 0.2
+        self.publish_timeout = 1.0
+        #: True while subscribed and the last publish succeeded: claims run only then.
+        self.up = False
+        self.claims: Counter[str] = Counter({o: 0 for o in CLAIM_OUTCOMES})
+        self.syncs: Counter[str] = Counter({o: 0 for o in SYNC_OUTCOMES})
+        self._claim_failures = 0
+        self._dirty = asyncio.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread = 0
+        self._tasks: list[asyncio.Task[None]] = []
+
+    @classmethod
+    def from_parameters(cls, name: str, params: Section, services: Services) -> RedisSyncer:
+        address = params.string("address", "localhost:6379")
+        try:
+            host, port, url_db = parse_address(address)
+        except ValueError as exc:
+            raise ConfigError(params.child_path("address"), str(exc)) from None
+        params.reject("password", "a plaintext password is refused: use passwordEnv or passwordFile")
+        password_env = params.string("passwordEnv", "")
+        password_file = params.string("passwordFile", "")
+        if password_env and password_file:
+            raise ConfigError(params.child_path("passwordFile"), "passwordEnv and passwordFile are mutually exclusive")
+        password = _password(params, password_env, password_file)
+        db = params.integer("db", url_db or 0, minimum=0)
+        state_ttl = params.duration("stateTTL", "2s")
+        params.duration("coordinationTTL", "180s")
+        claim_ttl = params.duration("claimTTL", "2s")
+        claim_timeout = params.duration("claimTimeout", "5ms")
+        for key, value in (("stateTTL", state_ttl), ("claimTTL", claim_ttl), ("claimTimeout", claim_timeout)):
+            if value < 0.001:
+                raise ConfigError(params.child_path(key), f"must be at least 1ms, got {value}s")
+        prefix = params.string("keyPrefix", "ppc-extproc")
+        claim_prefixes = params.boolean("claimPrefixes", True)
+        producer = params.string("prefixMatchInfoProducerName", "precise-prefix-cache-producer")
+        try:
+            store = RedisStore(host, port, db=db, password=password, prefix=prefix, timeout_seconds=1.0)
+        except ImportError:
+            raise ConfigError(params.path, "redis-syncer needs redis-py: pip install 'ppc-extproc[shared-state]'") from None
+        return cls(name, store, services.inflight, state_ttl=state_ttl, claim_ttl=claim_ttl,
+                   claim_prefixes=claim_prefixes, claim_timeout=claim_timeout, producer=producer)  # fmt: skip
+
+    # --- configuration and lifecycle ------------------------------------------------------------
+
+    def configure(self, sync_interval_seconds: float, publish_timeout_seconds: float) -> None:
+        self.sync_interval = sync_interval_seconds if sync_interval_seconds > 0 else 0.2
+        self.publish_timeout = publish_timeout_seconds if publish_timeout_seconds > 0 else 1.0
+        self.store.timeout_seconds = self.publish_timeout
+
+    async def start(self) -> None:
+        """Start the background publish and subscribe tasks; never waits for the store."""
+        self._loop = asyncio.get_running_loop()
+        self._loop_thread = threading.get_ident()
+        self.inflight.on_change = self._changed
+        self._tasks = [
+            asyncio.create_task(self._subscribe_loop(), name=f"{self.name}-subscribe"),
+            asyncio.create_task(self._publish_loop(), name=f"{self.name}-publish"),
+        ]
+
+    async def stop(self) -> None:
+        self.inflight.on_change = None
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            try:
+                await task
+            except (asyncio.CancelledError, Exception):
+                pass
+        self._tasks = []
+        self.up = False
+        self._go_local()
+        await self.store.close()
+
+    def _changed(self) -> None:
+        if threading.get_ident() == self._loop_thread:
+            self._dirty.set()
+        elif self._loop is not None:
+            try:
+                self._loop.call_soon_threadsafe(self._dirty.set)
+            except RuntimeError:  # the loop is closed: the service is stopping
+                pass
+
+    def _go_local(self) -> None:
+        """The store failed: route on this replica's own state until it is back."""
+        if self.up:
+            log.warning("cross_replica_store_down", plugin=self.name)
+        self.up = False
+        self.peers.clear()
+        self.inflight.set_peer_load({})
+
+    # --- background -----------------------------------------------------------------------------
+
+    async def _subscribe_loop(self) -> None:
+        retry = min(self.sync_interval, 0.1)
+        while True:
+            try:
+                await self.store.subscribe(self._on_message, self._on_subscribed, poll_seconds=self.sync_interval)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                if not self.store.is_store_error(exc):
+                    log.exception("cross_replica_subscribe_failed", plugin=self.name)
+                self._go_local()
+            await asyncio.sleep(retry)
+
+    async def _on_subscribed(self) -> None:
+        await self._publish()  # peers learn our counts at once; ours arrive within one interval
+        if self.syncs["error"] or not self.up:
+            log.info("cross_replica_store_up", plugin=self.name)
+        self.up = True
+        self._claim_failures = 0
+
+    def _on_message(self, data: bytes) -> None:
+        if self.peers.receive(data):
+            self.inflight.set_peer_load(self.peers.aggregate())
+
+    async def _publish_loop(self) -> None:
+        while True:
+            try:
+                await asyncio.wait_for(self._dirty.wait(), self.sync_interval)
+            except TimeoutError:
+                pass
+            self._dirty.clear()
+            try:
+                await self._publish()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                if not self.store.is_store_error(exc):
+                    log.exception("cross_replica_publish_failed", plugin=self.name)
+                self._go_local()
+            if self.up:  # ageing: a replica that stopped publishing stops counting
+                self.inflight.set_peer_load(self.peers.aggregate())
+            await asyncio.sleep(_MIN_PUSH_INTERVAL)
+
+    async def _publish(self) -> None:
+        try:
+            await self.store.publish(encode_load(self.replica_id, self.inflight.local_snapshot()))
+        except BaseException:
+            self.syncs["error"] += 1
+            raise
+        self.syncs["ok"] += 1
+
+    # --- the routing path -----------------------------------------------------------------------
+
+    async def coordinate(self, ctx: SchedulingContext, result: SchedulingResult) -> SchedulingResult:
+        if not self.claim_prefixes or not result.targets:
+            return result
+        if not self.up:
+            self.claims["skipped"] += 1
+            return result
+        keys_per_prompt = ctx.get(self.keys_key)
+        if not keys_per_prompt or not keys_per_prompt[0]:
+            return result
+        keys = keys_per_prompt[0]
+        depths = claim_positions(len(keys))
+        pick = result.targets[0]
+        info = ctx.endpoint_value(pick.id, self.match_key)
+        known = info.cached_block_count if info is not None else 0
+        scored = result.primary.totals
+        allowed = [e for e in ctx.candidates if not scored or e.id in scored]
+        try:
+            async with asyncio.timeout(self.claim_timeout):
+                answer, _depth = await self.store.claim(
+                    [keys[d - 1] for d in depths], depths, pick.id, known, [e.id for e in allowed], self.claim_ttl_ms
+                )
+        except TimeoutError:
+            return self._claim_failed("timeout", result)
+        except Exception as exc:
+            if not self.store.is_store_error(exc):
+                log.exception("cross_replica_claim_failed", plugin=self.name)
+            return self._claim_failed("error", result)
+        self._claim_failures = 0
+        if answer == pick.id:
+            self.claims["kept"] += 1
+            return result
+        return self._retarget(result, allowed, EndpointId(answer))
+
+    def _claim_failed(self, outcome: str, result: SchedulingResult) -> SchedulingResult:
+        self.claims[outcome] += 1
+        self._claim_failures += 1
+        if self._claim_failures >= _CLAIM_FAILURES_OPEN and self.up:
+            self._go_local()  # the subscription loop re-opens claims once the store answers
+        return result
+
+    def _retarget(self, result: SchedulingResult, allowed: list[Endpoint], answer: EndpointId) -> SchedulingResult:
+        target = next((e for e in allowed if e.id == answer), None)
+        if target is None or result.destinations != [t.id for t in result.targets]:
+            self.claims["kept"] += 1  # unknown endpoint, or a data-parallel rewrite: keep the pick
+            return result
+        self.claims["adopted"] += 1
+        targets = [target, *(t for t in result.targets if t.id != answer)][: len(result.targets)]
+        return SchedulingResult(
+            result.primary_profile, result.profile_results, targets, [t.id for t in targets], result.headers
+        )
+
+    # --- state ----------------------------------------------------------------------------------
+
+    def state(self, *, detailed: bool = False) -> PluginState:
+        stats = CrossReplicaStats(self.up, self.peers.live(), dict(self.claims), dict(self.syncs), self.peers.malformed)
+        return PluginState(self.name, self.type_name, cross_replica=stats, details={
+            "replicaId": self.replica_id, "up": stats.up, "peers": stats.peers, "claims": stats.claims,
+            "syncs": stats.syncs, "peerLoad": {ep: list(v) for ep, v in self.inflight.peer_load().items()},
+        })  # fmt: skip
+
+
+def _password(params: Section, env: str, file: str) -> str | None:
+    if env:
+        value = os.environ.get(env)
+        if value is None:
+            raise ConfigError(params.child_path("passwordEnv"), f"the environment variable {env} is not set")
+        return value
+    if file:
+        try:
+            return Path(file).read_text(encoding="utf-8").rstrip("\r\n")
+        except OSError as exc:
+            raise ConfigError(params.child_path("passwordFile"), f"cannot read {file}: {exc.strerror or exc}") from None
+    return None

@@ -1,0 +1,128 @@
+"""``session-affinity-scorer``: prefer the endpoint the request's session was routed to before.
+
+Type        ``session-affinity-scorer`` (scorer; also looks bindings up before scheduling and
+            records them after the pick)
+Formula     bound endpoint among the candidates ⇒ 1.0, every other 0.0; no session, or its
+            endpoint is not a candidate ⇒ 0.0 everywhere (others decide) — with
+            ``placement: fewestBindings``: ``1 − (n(ep) − min n) / (max n − min n)`` over the
+            candidates' binding counts (all 1.0 when equal)
+Strategies  ``encoded_endpoint_header`` (default): header ``x-session-token`` = base64 of the
+            endpoint's identity (its name, ``<namespace>/<pod>-rank-<i>``, else ``ip:port``);
+            the response carries the serving endpoint's token.
+            ``session_id``: server-side bindings of an opaque session id (see below)
+Consumes    the attributes its ``sources`` name (optional: an absent one is skipped)
+Parameters  ``strategy`` [encoded_endpoint_header | session_id]; ``profileName`` [""] (pin the pod
+            of that profile, e.g. ``prefill``; "" ⇒ the primary profile);
+            ``encodedEndpointHeaderConfig.header`` [x-session-token];
+            ``sessionIdConfig``: ``sources`` [``- header: x-session-id``; each entry exactly one of
+            ``header`` or ``attribute`` (+ ``producer``), first non-empty wins],
+            ``evictionTtlSeconds`` [300], ``evictionSweepSeconds`` [10] — llm-d's; and
+            ppc-extproc's ``maxBindings`` [65536] (LRU bound), ``placement`` [none |
+            fewestBindings], ``sharedStore`` {``address`` redis://host:port, ``keyPrefix``
+            [ppc-extproc:sessions], ``timeoutMs`` [50], ``failureThreshold`` [3] failures in a row
+            before the store is skipped for ``retrySeconds`` [1],
+            ``maxPendingWrites`` [10000]}: bindings shared by replicas through Valkey/Redis
+            (``pip install 'ppc-extproc[shared-state]'``); the store down or slow ⇒ local bindings.
+            llm-d: ``pkg/epp/framework/plugins/scheduling/scorer/sessionaffinity/``.
+
+    plugins:
+    - type: agent-identity
+    - type: session-affinity-scorer
+      parameters:
+        strategy: session_id
+        sessionIdConfig:
+          sources: [{header: x-session-id}, {attribute: agent-identity}]
+          evictionTtlSeconds: 300
+          sharedStore: {address: "redis://valkey:6379"}
+    schedulingProfiles:
+    - name: default
+      plugins: [{pluginRef: session-affinity-scorer, weight: 10}, {pluginRef: max-score-picker}]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ppc_extproc.framework import (
+    AsyncDataProducer,
+    Consumes,
+    DataConsumer,
+    DataKey,
+    Endpoint,
+    Lifecycle,
+    PluginState,
+    PreRequest,
+    ResponseComplete,
+    ResponseHeaderProcessor,
+    ResponseInfo,
+    SchedulingContext,
+    SchedulingResult,
+    Scorer,
+    StateReporter,
+    Ticker,
+)
+from ppc_extproc.framework.params import Section
+from ppc_extproc.ids import EndpointId
+from ppc_extproc.plugins._session_affinity import SessionAffinityConfig, SessionAffinityCore, decode_config
+from ppc_extproc.plugins.registry import Services, register
+
+__all__ = ["SessionAffinityScorer"]
+
+TYPE_NAME = "session-affinity-scorer"
+
+
+@register(TYPE_NAME)
+class SessionAffinityScorer(Scorer, AsyncDataProducer, DataConsumer, PreRequest, ResponseComplete,
+                            ResponseHeaderProcessor, Lifecycle, Ticker, StateReporter):  # fmt: skip
+    #: The binding lookup bounds itself (``sharedStore.timeoutMs``) and never fails.
+    produce_timeout_seconds: float | None = None
+
+    def __init__(self, name: str, config: SessionAffinityConfig | None = None, services: Services | None = None) -> None:
+        self.name = name
+        self.core = SessionAffinityCore(name, TYPE_NAME, config or SessionAffinityConfig(), services or Services())
+
+    @classmethod
+    def from_parameters(cls, name: str, params: Section, services: Services) -> SessionAffinityScorer:
+        return cls(name, decode_config(params), services)
+
+    def consumes(self) -> tuple[Consumes[object], ...]:
+        return self.core.consumes()
+
+    def produces(self) -> frozenset[DataKey[object]]:
+        return self.core.produces()
+
+    async def produce_async(self, ctx: SchedulingContext) -> None:
+        await self.core.produce_async(ctx)
+
+    def score(self, ctx: SchedulingContext, endpoints: Sequence[Endpoint]) -> dict[EndpointId, float]:
+        target = self.core.choose(ctx, endpoints)
+        if target is not None:
+            return {e.id: 1.0 if e.id == target.id else 0.0 for e in endpoints}
+        counts = self.core.placement_counts(ctx, endpoints)
+        if not counts:
+            return {e.id: 0.0 for e in endpoints}
+        low, high = min(counts.values()), max(counts.values())
+        if high == low:
+            return dict.fromkeys(counts, 1.0)
+        return {e: 1.0 - (n - low) / (high - low) for e, n in counts.items()}
+
+    def pre_request(self, ctx: SchedulingContext, result: SchedulingResult) -> None:
+        self.core.pre_request(ctx, result)
+
+    def response_complete(self, ctx: SchedulingContext, info: ResponseInfo) -> None:
+        self.core.response_complete(ctx, info)
+
+    def response_headers(self, ctx: SchedulingContext, result: SchedulingResult, served: EndpointId) -> list[tuple[str, str]]:
+        return self.core.response_headers(ctx, result, served)
+
+    async def start(self) -> None:
+        await self.core.start()
+
+    async def stop(self) -> None:
+        await self.core.stop()
+
+    def tick(self, now: float) -> None:
+        self.core.tick(now)
+
+    def state(self, *, detailed: bool = False) -> PluginState:
+        return self.core.state(detailed=detailed)
