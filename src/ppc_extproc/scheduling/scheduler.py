@@ -9,6 +9,7 @@ bound on the rounds so a handler that keeps asking cannot loop forever.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 
 from ppc_extproc.errors import SchedulingError
@@ -18,6 +19,8 @@ from ppc_extproc.scheduling.profile import SchedulingProfile
 __all__ = ["Scheduler"]
 
 _MAX_ROUNDS = 8
+#: llm-d's extension point names for the profile handler (``pkg/epp/scheduling/scheduler.go``).
+PROFILE_PICKER, PROCESS_RESULTS = "ProfilePicker", "ProcessProfilesResults"
 
 
 class Scheduler:
@@ -28,8 +31,11 @@ class Scheduler:
 
     def schedule(self, ctx: SchedulingContext, candidates: Sequence[Endpoint]) -> SchedulingResult:
         results: dict[str, ProfileResult] = {}
+        handler = self.handler
         for _ in range(_MAX_ROUNDS):
-            names = self.handler.pick_profiles(ctx, self._names, results)
+            started = time.perf_counter()
+            names = handler.pick_profiles(ctx, self._names, results)
+            ctx.plugin_time(PROFILE_PICKER, handler.type_name, handler.name, time.perf_counter() - started)
             if not names:
                 break
             for name in names:
@@ -42,7 +48,9 @@ class Scheduler:
                 f"failed to find target endpoint: failed to run any scheduler profile for request "
                 f"{ctx.request.request_id}"
             )
-        result = self.handler.process_results(ctx, results)
+        started = time.perf_counter()
+        result = handler.process_results(ctx, results)
+        ctx.plugin_time(PROCESS_RESULTS, handler.type_name, handler.name, time.perf_counter() - started)
         if not result.targets:
             raise SchedulingError(f"failed to find target endpoint: profile {result.primary_profile!r} picked none")
         return result
