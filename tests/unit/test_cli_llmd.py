@@ -155,6 +155,18 @@ def test_cert_path_serves_tls_from_its_files() -> None:
     assert plain.tls_cert_file is None and not plain.tls_self_signed
 
 
+def test_cert_reload_applies_to_certificate_files_and_warns_without_them() -> None:
+    settings = resolve(parse([*CHART_ONE, "--cert-path", "/certs", "--enable-cert-reload"]), env={})
+    assert settings.tls_cert_reload and settings.no_effect == []
+    assert settings.serve_options()["tls_cert_reload"]
+    files = resolve(parse(["serve", "--tls-cert-file=a", "--tls-key-file=b", "--enable-cert-reload=true"]), env={})
+    assert files.tls_cert_reload and files.no_effect == []
+    self_signed = resolve(parse([*CHART_ONE, "--enable-cert-reload"]), env={})
+    assert not self_signed.tls_cert_reload
+    assert [name for name, _ in self_signed.no_effect] == ["enable-cert-reload"]
+    assert resolve(parse([*CHART_ONE, "--enable-cert-reload=false"]), env={}).no_effect == []
+
+
 def test_logging_flags_map_onto_format_and_level() -> None:
     assert resolve(parse(["serve", "--zap-encoder=console", "--v=4"]), env={}).log_level == "debug"
     assert resolve(parse(["serve", "--v", "2"]), env={}).log_level == "info"

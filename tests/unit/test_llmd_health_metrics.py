@@ -42,8 +42,9 @@ def test_request_families_carry_llmd_names_labels_and_buckets() -> None:
     registry = CollectorRegistry()
     metrics = Metrics(registry)
     series = metrics.llmd.series("client-model", "target-model")
-    metrics.llmd.scheduled(series, 300, "target-model", "qwen-0-rank-0", 8000,
-                           {"parse": 1e-4, "produce": 2e-4, "filter": 1e-5, "score": 3e-4, "pick": 1e-5})
+    metrics.llmd.scheduled(series, 300, "target-model", "qwen-0-rank-0", 8000, 3.2e-4,
+                           [(("Scorer", "prefix-cache-scorer", "prefix"), 3e-4), (("Picker", "max-score-picker",
+                                                                                  "max-score-picker"), 1e-5)])
     pair = {"model_name": "client-model", "target_model_name": "target-model"}
     flow = {**pair, "fairness_id": "default-flow", "priority": "0"}
     assert registry.get_sample_value("inference_objective_running_requests", {"model_name": "client-model"}) == 1
@@ -62,7 +63,10 @@ def test_request_families_carry_llmd_names_labels_and_buckets() -> None:
         "status": "success", "target_model_name": "target-model", "pod_name": "qwen-0-rank-0", "namespace": "",
         "port": "8000"}) == 1
     assert get("llm_d_epp_plugin_duration_seconds_count",
-               {"extension_point": "Scorer", "plugin_type": "all", "plugin_name": "all"}) == 1
+               {"extension_point": "Scorer", "plugin_type": "prefix-cache-scorer", "plugin_name": "prefix"}) == 1
+    assert get("inference_extension_plugin_duration_seconds_bucket", {
+        "extension_point": "Picker", "plugin_type": "max-score-picker", "plugin_name": "max-score-picker",
+        "le": "0.0001"}) == 1
     assert get("inference_extension_scheduler_e2e_duration_seconds_bucket", {"le": "0.0005"}) == 1
     assert get("process_cpu_seconds_total") is not None and get("ppc_extproc_build_info", {
         "version": "0.1.0", "python": __import__("platform").python_version()}) == 1
@@ -84,7 +88,7 @@ def test_priority_labels_llmds_families_and_gies_histograms_merge_over_it() -> N
     metrics = Metrics(registry)
     for priority in (0, -1, -1):
         series = metrics.llmd.series("chat", "qwen", priority)
-        metrics.llmd.scheduled(series, 100, "qwen", "qwen-0-rank-0", 8000, {})
+        metrics.llmd.scheduled(series, 100, "qwen", "qwen-0-rank-0", 8000, 0.0)
         metrics.llmd.completed(series, 0.5, 10, 5, 2, None)
     get = registry.get_sample_value
     pair = {"model_name": "chat", "target_model_name": "qwen"}

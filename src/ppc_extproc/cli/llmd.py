@@ -174,7 +174,8 @@ _FLAGS: tuple[_Flag, ...] = (
           "only the leader is ready (health port readiness)"),
     _Flag("secure-serving", "bool", "TLS on the ext_proc port, with a self-signed certificate made at start "
           "unless --cert-path (llm-d default true; plain serve: false)"),
-    _Flag("enable-cert-reload", "bool", "reload --cert-path on change", no_effect="certificates load at start only"),
+    _Flag("enable-cert-reload", "bool", "re-read --cert-path (or --tls-cert-file/--tls-key-file) when the files "
+          "change: new connections get the new certificate"),
     _Flag("tracing", "bool", "OpenTelemetry spans of the request path, OTLP from OTEL_* (llm-d default true; "
           "plain serve: off; needs ppc-extproc[tracing])"),
     _Flag("metrics-endpoint-auth", "bool", "TokenReview + SubjectAccessReview (get /metrics) of the bearer token "
@@ -200,7 +201,7 @@ _FLAGS: tuple[_Flag, ...] = (
 #: Booleans whose value, not just presence, decides whether the no-effect warning applies: a flag
 #: turning off a feature we lack anyway is accurate as given.
 _WARN_WHEN_TRUE = frozenset({
-    "ha-enable-leader-election", "secure-serving", "enable-cert-reload", "tracing", "metrics-endpoint-auth",
+    "ha-enable-leader-election", "secure-serving", "tracing", "metrics-endpoint-auth",
     "enable-pprof", "enable-grpc-stream-metrics", "allow-experimental-plugins",
 })
 
@@ -255,6 +256,7 @@ class LlmdSettings:
     tls_cert_file: str | None = None
     tls_key_file: str | None = None
     tls_self_signed: bool = False
+    tls_cert_reload: bool = False
     log_format: str | None = None
     log_level: str | None = None
     pod_name: str | None = None
@@ -268,7 +270,7 @@ class LlmdSettings:
             "leader_election": self.leader_election, "drain_timeout_seconds": self.drain_timeout_seconds,
             "grpc_max_recv_bytes": self.grpc_max_recv_bytes, "grpc_max_send_bytes": self.grpc_max_send_bytes,
             "admin_debug": self.admin_debug, "honour_subset": self.honour_subset,
-            "tls_self_signed": self.tls_self_signed,
+            "tls_self_signed": self.tls_self_signed, "tls_cert_reload": self.tls_cert_reload,
         }
 
 
@@ -334,6 +336,11 @@ def resolve(args: argparse.Namespace, env: dict[str, str] | None = None) -> Llmd
     if secure and cert_path is not None:
         out.tls_cert_file, out.tls_key_file = str(Path(cert_path) / "tls.crt"), str(Path(cert_path) / "tls.key")
     out.tls_self_signed = bool(secure) and cert_path is None
+    if get("enable-cert-reload"):
+        if out.tls_cert_file is None and getattr(args, "tls_cert_file", None) is None:
+            out.no_effect.append(("enable-cert-reload", "no certificate files to reload (--cert-path unset)"))
+        else:
+            out.tls_cert_reload = True
 
     if get("zap-devel"):
         out.log_format, out.log_level = "console", "debug"

@@ -85,6 +85,13 @@ class SchedulingContext:
     dry_run: bool = False
     #: stage → seconds, recorded by plugins that want their stages measured (keys, lookup)
     timings: dict[str, float] = field(default_factory=dict)
+    #: ((extension point, plugin type, plugin name), seconds) per plugin call, in call order: llm-d's
+    #: ``plugin_duration_seconds`` (``llm-d/llm-d-router: pkg/epp/metrics/metrics.go``).
+    plugin_timings: list[tuple[tuple[str, str, str], float]] = field(default_factory=list)
+
+    def plugin_time(self, point: str, type_name: str, name: str, seconds: float) -> None:
+        """Record one plugin call's duration at ``point`` (``Filter``, ``Scorer``, ...)."""
+        self.plugin_timings.append(((point, type_name or name, name), seconds))
 
     def get(self, key: DataKey[T]) -> T | None:
         """The request's value under ``key``, or None when its producer did not write one."""

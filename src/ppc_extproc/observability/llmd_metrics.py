@@ -44,9 +44,12 @@ DEFAULT_PRIORITY = "0"
 MAX_MODEL_LABEL_VALUES = 1000
 OVERFLOW_VALUE = "other"
 
-#: Our routing stages → llm-d's extension points (scheduler.go, requestcontrol/plugins.go).
-EXTENSION_POINTS = {"parse": "RequestParsing", "produce": "DataProducer", "filter": "Filter", "score": "Scorer",
-                    "pick": "Picker", "pre_request": "PreRequest"}
+#: ``plugin_duration_seconds`` labels of the request's parse, which is the service's request
+#: assembly (one function for every path), not a configured plugin.
+PARSE_KEY = ("RequestParsing", "request-assembly", "request-assembly")
+#: Bound on the (extension point, plugin type, plugin name) series: plugins come from the
+#: configuration, so this is never reached by a real one.
+MAX_PLUGIN_SERIES = 256
 
 _CODES = {400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 404: "NotFound", 412: "PreconditionFailed",
           413: "BadRequest", 429: "ResourceExhausted", 500: "Internal", 503: "ServiceUnavailable"}
@@ -142,7 +145,8 @@ class LlmdRequestMetrics(Collector):
         self.scheduler_e2e = _Hist(SCHEDULER_BUCKETS)
         #: (status, target_model_name, endpoint_name, port) → attempts
         self.attempts: dict[tuple[str, str, str, str], int] = {}
-        self.plugins: dict[str, _Hist] = {point: _Hist(SCHEDULER_BUCKETS) for point in EXTENSION_POINTS.values()}
+        #: (extension point, plugin type, plugin name) → histogram
+        self.plugins: dict[tuple[str, str, str], _Hist] = {}
 
     def _bound(self, model: str) -> str:
         if not model or model in self._models:
@@ -164,18 +168,23 @@ class LlmdRequestMetrics(Collector):
         return found
 
     def scheduled(self, series: RequestSeries, request_bytes: int, target: str, endpoint_name: str, port: int,
-                  stages: dict[str, float]) -> None:
-        """A request was routed: llm-d counts it, its size and a running request here."""
+                  scheduling_seconds: float, plugins: Sequence[tuple[tuple[str, str, str], float]] = ()) -> None:
+        """A request was routed: llm-d counts it, its size and a running request here, the
+        scheduling time (filters, scorers, picker) and each plugin call's time."""
         series.requests += 1
         series.running += 1
         series.request_size.observe(request_bytes)
         key = ("success", target, endpoint_name, str(port))
         self.attempts[key] = self.attempts.get(key, 0) + 1
-        self.scheduler_e2e.observe(stages.get("filter", 0.0) + stages.get("score", 0.0) + stages.get("pick", 0.0))
-        for stage, seconds in stages.items():
-            point = EXTENSION_POINTS.get(stage)
-            if point is not None:
-                self.plugins[point].observe(seconds)
+        self.scheduler_e2e.observe(scheduling_seconds)
+        histograms = self.plugins
+        for plugin, seconds in plugins:
+            hist = histograms.get(plugin)
+            if hist is None:
+                if len(histograms) >= MAX_PLUGIN_SERIES:
+                    continue
+                hist = histograms[plugin] = _Hist(SCHEDULER_BUCKETS)
+            hist.observe(seconds)
 
     def failed(self, series: RequestSeries, code: str, *, running: bool) -> None:
         series.errors[code] = series.errors.get(code, 0) + 1
@@ -262,11 +271,10 @@ class LlmdRequestMetrics(Collector):
             yield attempts
             plugins = HistogramMetricFamily(
                 f"{prefix}_plugin_duration_seconds",
-                "Time per extension point; plugin_type and plugin_name are 'all' (ppc-extproc times each stage, "
-                "not each plugin).", labels=["extension_point", "plugin_type", "plugin_name"])
-            for point, h in self.plugins.items():
-                if h.counts[-1] or any(h.counts):
-                    plugins.add_metric([point, "all", "all"], h.buckets(), h.total)
+                "Plugin processing latency in seconds per extension point, plugin type and plugin name.",
+                labels=["extension_point", "plugin_type", "plugin_name"])
+            for labels, h in list(self.plugins.items()):
+                plugins.add_metric(list(labels), h.buckets(), h.total)
             yield plugins
 
 

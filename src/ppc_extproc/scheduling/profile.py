@@ -15,9 +15,12 @@ from ppc_extproc.errors import SaturatedError
 from ppc_extproc.framework import Endpoint, Filter, Picker, ProfileResult, SchedulingContext, Scorer
 from ppc_extproc.ids import EndpointId
 
-__all__ = ["SchedulingProfile", "WeightedScorer"]
+__all__ = ["FILTER", "PICKER", "SCORER", "SchedulingProfile", "WeightedScorer"]
 
 log = structlog.get_logger(__name__)
+
+#: llm-d's extension point names (``llm-d/llm-d-router: pkg/epp/scheduling/scheduler.go``).
+FILTER, SCORER, PICKER = "Filter", "Scorer", "Picker"
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,11 +41,15 @@ class SchedulingProfile:
         result = ProfileResult(targets=[])
         t0 = time.perf_counter()
         endpoints = list(candidates)
+        now = t0
         for flt in self.filters:
             endpoints = flt.filter(ctx, endpoints)
+            done = time.perf_counter()
+            ctx.plugin_time(FILTER, flt.type_name, flt.name, done - now)
+            now = done
             if not endpoints:
                 raise SaturatedError(f"no endpoints available for the given request (filter {flt.name} left none)")
-        t1 = time.perf_counter()
+        t1 = now
         totals: dict[EndpointId, float] = {e.id: 0.0 for e in endpoints}
         for weighted in self.scorers:
             scorer = weighted.scorer
@@ -51,12 +58,17 @@ class SchedulingProfile:
             except Exception:  # a broken scorer contributes nothing rather than failing the request
                 log.exception("scorer_failed", scorer=scorer.name)
                 raw = {}
+            done = time.perf_counter()
+            ctx.plugin_time(SCORER, scorer.type_name, scorer.name, done - now)
+            now = done
             clamped = {ep: min(1.0, max(0.0, raw.get(ep, 0.0))) for ep in totals}
             result.scores[scorer.name] = clamped
             for ep, score in clamped.items():
                 totals[ep] += weighted.weight * score
         t2 = time.perf_counter()
         result.targets = self.picker.pick(ctx, [(e, totals[e.id]) for e in endpoints])
+        t3 = time.perf_counter()
+        ctx.plugin_time(PICKER, self.picker.type_name, self.picker.name, t3 - t2)
         result.totals = totals
-        result.timings = {"filter": t1 - t0, "score": t2 - t1, "pick": time.perf_counter() - t2}
+        result.timings = {"filter": t1 - t0, "score": t2 - t1, "pick": t3 - t2}
         return result

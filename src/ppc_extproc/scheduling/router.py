@@ -47,6 +47,10 @@ __all__ = ["AsyncProducerStep", "Decision", "Pipeline", "ProducerStep", "Router"
 
 log = structlog.get_logger(__name__)
 
+#: llm-d's extension point names (``llm-d/llm-d-router: pkg/epp/requestcontrol/plugin_executor.go``,
+#: ``director.go``).
+DATA_PRODUCER, PRE_REQUEST = "DataProducer", "PreRequest"
+
 
 @dataclass(frozen=True, slots=True)
 class ProducerStep:
@@ -168,11 +172,15 @@ class Router:
             # Under P/D the prefill endpoint computes the prompt: the decode target prefills nothing.
             prefill = ctx.uncached_tokens(primary.id) if result.kv_source is None else 0
             self.inflight.start(request.request_id, primary.id, prefill)
+            now = time.perf_counter()
             for hook in self.pipeline.pre_request:
                 try:
                     hook.pre_request(ctx, result)
                 except Exception:
                     log.exception("pre_request_failed", plugin=hook.name)
+                done = time.perf_counter()
+                ctx.plugin_time(PRE_REQUEST, hook.type_name, hook.name, done - now)
+                now = done
         timings = {"produce": t1 - t0, **result.primary.timings, "pre_request": time.perf_counter() - t2}
         return Decision(result.targets, destination, ctx, result, timings)
 
@@ -184,6 +192,7 @@ class Router:
             if failed and not failed.isdisjoint(step.requires):
                 failed.update(step.producer.produces())  # missing too: its dependants skip as well
                 continue
+            started = time.perf_counter()
             try:
                 if isinstance(step, AsyncProducerStep):
                     timeout = step.producer.produce_timeout_seconds
@@ -199,6 +208,9 @@ class Router:
             except Exception:  # producer errors never fail the request (prefix score becomes 0)
                 log.exception("producer_failed", producer=step.producer.name, request_id=ctx.request.request_id)
                 failed.update(step.producer.produces())
+            finally:
+                ctx.plugin_time(DATA_PRODUCER, step.producer.type_name, step.producer.name,
+                                time.perf_counter() - started)
 
     def route_header_only(self, subset: Sequence[str] | None = None) -> Endpoint:
         """A request without a body (``GET /v1/models``): any routable candidate, at random."""

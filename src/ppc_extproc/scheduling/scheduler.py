@@ -12,6 +12,7 @@ primary one.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 
 from ppc_extproc.errors import SaturatedError, SchedulingError
@@ -21,6 +22,8 @@ from ppc_extproc.scheduling.profile import SchedulingProfile
 __all__ = ["Scheduler"]
 
 _MAX_ROUNDS = 8
+#: llm-d's extension point names for the profile handler (``pkg/epp/scheduling/scheduler.go``).
+PROFILE_PICKER, PROCESS_RESULTS = "ProfilePicker", "ProcessProfilesResults"
 
 
 class Scheduler:
@@ -32,8 +35,11 @@ class Scheduler:
     def schedule(self, ctx: SchedulingContext, candidates: Sequence[Endpoint]) -> SchedulingResult:
         results: dict[str, ProfileResult] = {}
         failures: dict[str, SaturatedError] = {}
+        handler = self.handler
         for _ in range(_MAX_ROUNDS):
-            names = self.handler.pick_profiles(ctx, self._names, results)
+            started = time.perf_counter()
+            names = handler.pick_profiles(ctx, self._names, results)
+            ctx.plugin_time(PROFILE_PICKER, handler.type_name, handler.name, time.perf_counter() - started)
             if not names:
                 break
             for name in names:
@@ -52,7 +58,9 @@ class Scheduler:
                 f"failed to find target endpoint: failed to run any scheduler profile for request "
                 f"{ctx.request.request_id}"
             )
-        result = self.handler.process_results(ctx, results)
+        started = time.perf_counter()
+        result = handler.process_results(ctx, results)
+        ctx.plugin_time(PROCESS_RESULTS, handler.type_name, handler.name, time.perf_counter() - started)
         if not result.targets and result.primary_profile in failures:
             raise failures[result.primary_profile]
         if not result.targets:

@@ -14,10 +14,8 @@ import itertools
 import os
 import signal
 import socket
-import ssl
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import grpc
@@ -45,6 +43,7 @@ from ppc_extproc.server.extproc import ExternalProcessor
 from ppc_extproc.server.flow import build_admission
 from ppc_extproc.server.health import Background, Health, LeaderElection, ProbeHealthServicer
 from ppc_extproc.server.stream import BodyMode, StreamOptions
+from ppc_extproc.server.tls import server_credentials
 
 __all__ = ["ServeOptions", "Service", "configure_gc", "serve"]
 
@@ -111,6 +110,8 @@ class ServeOptions:
     #: TLS on the ext_proc port with a certificate made at start when no certificate files are
     #: given (llm-d's ``--secure-serving`` without ``--cert-path``).
     tls_self_signed: bool = False
+    #: Re-read ``tls_cert_file``/``tls_key_file`` when they change (llm-d's ``--enable-cert-reload``).
+    tls_cert_reload: bool = False
     #: The InferencePool's name and namespace, for llm-d's pool and scheduler metric labels.
     pool_name: str = ""
     pool_namespace: str = ""
@@ -259,19 +260,10 @@ async def serve(
     external_processor_pb2_grpc.add_ExternalProcessorServicer_to_server(service.extproc, server)
     health_pb2_grpc.add_HealthServicer_to_server(service.health.servicer, server)
     address = f"{options.grpc_address}:{options.grpc_port}"
-    if options.tls_cert_file or options.tls_key_file:
-        if not (options.tls_cert_file and options.tls_key_file):
-            raise ConfigError("--tls-cert-file", "TLS needs both --tls-cert-file and --tls-key-file")
-        credentials = grpc.ssl_server_credentials([_tls_pair(options.tls_cert_file, options.tls_key_file)])
+    credentials = server_credentials(options.tls_cert_file, options.tls_key_file,
+                                     self_signed=options.tls_self_signed, reload=options.tls_cert_reload)
+    if credentials is not None:
         service.grpc_port = _add_port(options, lambda: server.add_secure_port(address, credentials))
-    elif options.tls_self_signed:
-        from ppc_extproc.server.selfsigned import self_signed_pair
-
-        pair = self_signed_pair()
-        service.grpc_port = _add_port(
-            options, lambda: server.add_secure_port(address, grpc.ssl_server_credentials([pair]))
-        )
-        log.info("extproc_tls_self_signed")
     else:
         service.grpc_port = _add_port(options, lambda: server.add_insecure_port(address))
 
@@ -378,22 +370,6 @@ def _add_port(options: ServeOptions, add: Callable[[], int]) -> int:
         return add()
     except RuntimeError as exc:
         raise BindError("--grpc-port", f"{host}:{port}", str(exc)) from None
-
-
-def _tls_pair(cert_file: str, key_file: str) -> tuple[bytes, bytes]:
-    """(key, certificate) PEM bytes, checked to load and to match — gRPC only says "Failed to bind"."""
-    pem: dict[str, bytes] = {}
-    for flag, path in (("--tls-cert-file", cert_file), ("--tls-key-file", key_file)):
-        try:
-            pem[flag] = Path(path).read_bytes()
-        except OSError as exc:
-            raise ConfigError(flag, f"cannot read {path}: {exc.strerror or exc}") from None
-    try:
-        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(cert_file, key_file)
-    except ssl.SSLError as exc:
-        reason = "the private key does not match the certificate" if "KEY_VALUES_MISMATCH" in str(exc) else str(exc)
-        raise ConfigError("--tls-key-file", f"{key_file} and {cert_file} cannot serve TLS: {reason}") from None
-    return pem["--tls-key-file"], pem["--tls-cert-file"]
 
 
 async def _drain(service: Service, seconds: float) -> None:

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ppc_extproc.matchinfo import PrefixCacheMatchInfo
-from ppc_extproc.observability.llmd_metrics import RequestSeries
+from ppc_extproc.observability.llmd_metrics import PARSE_KEY, RequestSeries
 from ppc_extproc.observability.metrics import Metrics
 from ppc_extproc.scheduling.router import Decision
 from ppc_extproc.server.stream_protocol import MAX_REQUEST_ID_CHARS
@@ -40,9 +40,10 @@ def record_decision(
     metrics.observe_decision(elapsed, stages)
     if series is not None:
         primary = decision.primary
-        metrics.llmd.scheduled(series, body_bytes, decision.ctx.request.model,
-                               primary.name.rpartition("/")[2] or primary.id,
-                               primary.port, {"parse": stages["parse"], **timings})
+        ctx = decision.ctx
+        ctx.plugin_timings.append((PARSE_KEY, stages["parse"]))
+        metrics.llmd.scheduled(series, body_bytes, ctx.request.model, primary.name.rpartition("/")[2] or primary.id,
+                               primary.port, stages["score"], ctx.plugin_timings)
     info = decision.ctx.match_info(decision.primary.id)
     if info is not None and info.total_blocks:
         metrics.match_ratio.observe(info.match_blocks / info.total_blocks)

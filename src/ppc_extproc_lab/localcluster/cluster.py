@@ -89,6 +89,8 @@ class LocalCluster(ClusterLayout):
         stop_timeout: seconds between SIGTERM and SIGKILL.
         service_health_service: gRPC health service name that must be SERVING.
         replay: give engines a replay endpoint and set ``replaySocketPort``.
+        ext_proc_tls: run the service with ``--secure-serving`` (TLS with a self-signed certificate)
+            and keep the shipped Envoy file's TLS to it; by default both are plaintext.
         tokenizer: a HF model directory: the engines tokenize text, chat and messages with it
             (``--tokenizer``) and the service config gains a local ``token-producer`` on it (unless
             it has a token producer), so chat traffic is routed by the engines' own token ids.
@@ -124,6 +126,7 @@ class LocalCluster(ClusterLayout):
         service_health_service: str = "readiness",
         replay: bool = True,
         tokenizer: str | os.PathLike[str] | None = None,
+        ext_proc_tls: bool = False,
     ) -> None:
         super().__init__(
             num_engines, service_replicas=service_replicas, first_engine_ip=first_engine_ip
@@ -159,6 +162,7 @@ class LocalCluster(ClusterLayout):
         self.service_health_service = service_health_service
         self.replay = replay
         self.tokenizer = str(tokenizer) if tokenizer is not None else None
+        self.ext_proc_tls = ext_proc_tls
 
         self._requested_log_dir = Path(log_dir) if log_dir is not None else None
         self._owns_log_dir = False
@@ -298,6 +302,7 @@ class LocalCluster(ClusterLayout):
                 self.service_health_service,
                 timeout=self.startup_timeout,
                 process=self._services[r],
+                tls=self.ext_proc_tls,
             )
 
     def _single_engine(self, index: int) -> ManagedProcess:
@@ -363,6 +368,7 @@ class LocalCluster(ClusterLayout):
                 admin_port=self.envoy_admin_port,
                 ext_proc_endpoints=self.grpc_targets,
                 upstream_endpoints=self.engine_endpoints,
+                ext_proc_tls=self.ext_proc_tls,
             )
 
     def _engine_process(self, index: int, count: int = 1) -> ManagedProcess:
@@ -406,6 +412,7 @@ class LocalCluster(ClusterLayout):
             "--admin-address", "127.0.0.1",
             "--endpoints", ",".join(self.engine_endpoints),
             "--config-file", str(self.service_config_path),
+            *(["--secure-serving"] if self.ext_proc_tls else []),
             *self.service_args,
         ]  # fmt: skip
         # One replica keeps the historical name ("service", service.log).

@@ -12,7 +12,11 @@ A local run changes only addresses and ports:
 * in a cluster load-balanced by ``override_host``, the member list → the engine endpoints;
 * every ext_proc filter asks for the ``response.code_details`` and ``response.flags`` attributes
   (:data:`HEALTH_ATTRIBUTES`; the shipped files do already): without them the service cannot tell
-  a dead engine from an engine's own 5xx, and never takes an endpoint out of routing.
+  a dead engine from an engine's own 5xx, and never takes an endpoint out of routing;
+* the shipped files talk TLS to the service (it runs with ``--secure-serving``, llm-d's default);
+  unless ``ext_proc_tls`` is set, the ``ext_proc`` cluster's ``transport_socket`` is removed, as the
+  documented plaintext variant does, because the lab runs its services in plaintext by default
+  (its benchmark figures are plaintext ones; ``LocalCluster(ext_proc_tls=True)`` runs TLS).
 
 Anything else in the file reaches Envoy unchanged; a file without the expected elements is an
 error rather than a silently different setup.
@@ -172,13 +176,15 @@ def rewrite_envoy_config(
     ext_proc_address: str = "127.0.0.1",
     ext_proc_endpoints: Sequence[str] | None = None,
     upstream_endpoints: Sequence[str] | None = None,
+    ext_proc_tls: bool = False,
 ) -> dict[str, Any]:
     """A copy of ``config`` with only the local addresses and ports changed (see module doc).
 
     The ``ext_proc`` cluster gets either the one endpoint ``ext_proc_address:ext_proc_port`` or
     every ``ip:port`` of ``ext_proc_endpoints`` (service replicas; exactly one of the two).
     ``upstream_endpoints`` (``ip:port``) replaces the members of every ``override_host`` cluster;
-    ``None`` leaves them as they are.
+    ``None`` leaves them as they are. ``ext_proc_tls`` keeps the ``ext_proc`` cluster's TLS
+    transport socket (the service runs ``--secure-serving``); without it the socket is removed.
     """
     processors = _ext_proc_addresses(ext_proc_port, ext_proc_address, ext_proc_endpoints)
     out: dict[str, Any] = copy.deepcopy(dict(config))
@@ -202,6 +208,10 @@ def rewrite_envoy_config(
         raise LocalClusterError(
             f"expected one cluster named {EXT_PROC_CLUSTER!r} in the Envoy config"
         )
+    if ext_proc_tls and "transport_socket" not in ext_proc[0]:
+        raise LocalClusterError(f"the {EXT_PROC_CLUSTER!r} cluster has no transport_socket: no TLS to keep")
+    if not ext_proc_tls:
+        ext_proc[0].pop("transport_socket", None)
     ext_proc[0]["load_assignment"] = {
         "cluster_name": EXT_PROC_CLUSTER,
         "endpoints": [
@@ -253,11 +263,12 @@ def render_envoy_config(
     ext_proc_endpoints: Sequence[str] | None = None,
     upstream_endpoints: Sequence[str] | None = None,
     file_name: str | None = None,
+    ext_proc_tls: bool = False,
 ) -> Path:
     """Load a variant (or file), rewrite it for a local run, write it into ``out_dir``; return the path.
 
     ``ext_proc_port`` (one service on loopback) or ``ext_proc_endpoints`` (replicas): see
-    :func:`rewrite_envoy_config`.
+    :func:`rewrite_envoy_config` (and for ``ext_proc_tls``).
     """
     config = rewrite_envoy_config(
         load_envoy_config(variant_or_path),
@@ -266,6 +277,7 @@ def render_envoy_config(
         ext_proc_port=ext_proc_port,
         ext_proc_endpoints=ext_proc_endpoints,
         upstream_endpoints=upstream_endpoints,
+        ext_proc_tls=ext_proc_tls,
     )
     if file_name is None:
         stem = (

@@ -139,9 +139,20 @@ def wait_for_http(
 
 
 def wait_for_grpc_health(
-    target: str, service: str = "", *, timeout: float = 30.0, process: WatchedProcess | None = None
+    target: str,
+    service: str = "",
+    *,
+    timeout: float = 30.0,
+    process: WatchedProcess | None = None,
+    tls: bool = False,
 ) -> None:
-    """Wait until ``grpc.health.v1.Health/Check(service)`` at ``target`` (``host:port``) is SERVING."""
+    """Wait until ``grpc.health.v1.Health/Check(service)`` at ``target`` (``host:port``) is SERVING.
+
+    ``tls``: the port serves TLS; the probe trusts whatever certificate it presents (as llm-d's
+    gateways do a self-signed one) and checks the name ``localhost``.
+    """
+    import ssl
+
     import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
@@ -152,22 +163,45 @@ def wait_for_grpc_health(
         ("grpc.max_reconnect_backoff_ms", 250),
     ]
     last = [""]
-    with grpc.insecure_channel(target, options=options) as channel:
-        stub = health_pb2_grpc.HealthStub(channel)
+    channels: list[grpc.Channel] = []
 
-        def check() -> bool:
-            try:
-                resp = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=1.0)
-            except grpc.RpcError as exc:
-                last[0] = f"{exc.code().name}: {exc.details()}"
-                return False
-            last[0] = health_pb2.HealthCheckResponse.ServingStatus.Name(resp.status)
-            return bool(resp.status == health_pb2.HealthCheckResponse.SERVING)
+    def channel() -> grpc.Channel | None:
+        if channels:
+            return channels[0]
+        if not tls:
+            channels.append(grpc.insecure_channel(target, options=options))
+            return channels[0]
+        host, _, port = target.rpartition(":")
+        try:
+            pem = ssl.get_server_certificate((host.strip("[]"), int(port)), timeout=1.0)
+        except OSError as exc:
+            last[0] = f"TLS handshake: {exc}"
+            return None
+        credentials = grpc.ssl_channel_credentials(root_certificates=pem.encode())
+        channels.append(grpc.secure_channel(
+            target, credentials, options=[*options, ("grpc.ssl_target_name_override", "localhost")]))
+        return channels[0]
 
+    def check() -> bool:
+        ch = channel()
+        if ch is None:
+            return False
+        try:
+            resp = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(service=service), timeout=1.0)
+        except grpc.RpcError as exc:
+            last[0] = f"{exc.code().name}: {exc.details()}"
+            return False
+        last[0] = health_pb2.HealthCheckResponse.ServingStatus.Name(resp.status)
+        return bool(resp.status == health_pb2.HealthCheckResponse.SERVING)
+
+    try:
         wait_for(
             check,
-            what=f"gRPC health {service or '(server)'!s} SERVING at {target}",
+            what=f"gRPC health {service or '(server)'!s} SERVING at {target}" + (" (TLS)" if tls else ""),
             timeout=timeout,
             process=process,
             detail=lambda: last[0],
         )
+    finally:
+        for ch in channels:
+            ch.close()

@@ -14,10 +14,11 @@ import yaml
 from k8s_manifests import DEPLOY, REPO, containers, kustomization, objects, render, role_grants
 
 from ppc_extproc.cli import build_parser
+from ppc_extproc.cli.llmd import resolve
 from ppc_extproc.config.epp import load_config_text
 from ppc_extproc.discovery.kubernetes import KubernetesFlags, config_from_flags
 from ppc_extproc.discovery.kubernetes.pool import parse_inference_pool
-from ppc_extproc.server.health import EXTPROC_SERVICE
+from ppc_extproc.server.health import LIVENESS_SERVICE, READINESS_SERVICE
 
 DOCS = render()
 NAMESPACE = kustomization()["namespace"]
@@ -129,8 +130,15 @@ def test_ports_probes_and_the_pool_point_at_the_service() -> None:
     annotations = epp["spec"]["template"]["metadata"]["annotations"]
     assert annotations["prometheus.io/scrape"] == "true" and int(annotations["prometheus.io/port"]) == args.admin_port
     container = containers(epp)[0]
-    assert container["readinessProbe"]["grpc"] == {"port": args.grpc_port, "service": EXTPROC_SERVICE}
-    assert container["livenessProbe"]["grpc"] == {"port": args.grpc_port, "service": "liveness"}
+    # ext_proc serves TLS, which kubelet's gRPC probes cannot speak: they go to the health port.
+    settings = resolve(args, env={})
+    assert settings.tls_self_signed and settings.grpc_health_port == container_port(epp, "grpc-health")
+    assert container["readinessProbe"]["grpc"] == {"port": settings.grpc_health_port, "service": READINESS_SERVICE}
+    assert container["livenessProbe"]["grpc"] == {"port": settings.grpc_health_port, "service": LIVENESS_SERVICE}
+    assert "appProtocol" not in ports["grpc-ext-proc"]  # kubernetes.io/h2c would say cleartext
+    ext_proc = next(c for c in yaml.safe_load((DEPLOY / "config" / "envoy.yaml").read_text())["static_resources"]["clusters"]
+                    if c["name"] == "ext_proc")
+    assert ext_proc["transport_socket"]["name"] == "envoy.transport_sockets.tls"
     ref = one("InferencePool", "vllm-qwen")["spec"]["endpointPickerRef"]
     assert (ref["kind"], ref["name"], ref["port"]["number"]) == ("Service", "ppc-extproc", ports["grpc-ext-proc"]["port"])
     assert ref["failureMode"] in ("FailOpen", "FailClose")

@@ -218,6 +218,22 @@ def _without_local_fields(config: dict[str, Any]) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_shipped_files_talk_tls_to_the_service_and_the_lab_drops_it_for_plaintext(variant: str) -> None:
+    original = load_envoy_config(variant)
+    tls = _cluster(original, "ext_proc")["transport_socket"]
+    assert tls["name"] == "envoy.transport_sockets.tls"
+    assert tls["typed_config"]["common_tls_context"]["alpn_protocols"] == ["h2"]
+    kept = rewrite_envoy_config(original, listener_port=1, admin_port=2, ext_proc_port=3, ext_proc_tls=True)
+    assert _cluster(kept, "ext_proc")["transport_socket"] == tls
+    plain = rewrite_envoy_config(original, listener_port=1, admin_port=2, ext_proc_port=3)
+    assert "transport_socket" not in _cluster(plain, "ext_proc")
+    for cluster in original["static_resources"]["clusters"]:
+        cluster.pop("transport_socket", None)
+    with pytest.raises(LocalClusterError, match="no transport_socket"):
+        rewrite_envoy_config(original, listener_port=1, admin_port=2, ext_proc_port=3, ext_proc_tls=True)
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_rewrite_changes_only_addresses_and_ports(variant: str) -> None:
     original = load_envoy_config(variant)
     engines = ["127.0.0.2:18000", "127.0.0.3:18000"]
@@ -227,6 +243,7 @@ def test_rewrite_changes_only_addresses_and_ports(variant: str) -> None:
         admin_port=2222,
         ext_proc_port=3333,
         upstream_endpoints=engines,
+        ext_proc_tls=True,
     )
     assert original == load_envoy_config(variant), "the input must not be modified"
     assert _without_local_fields(local) == _without_local_fields(original)
@@ -330,6 +347,7 @@ def test_rewrite_lists_every_service_replica(variant: str) -> None:
         listener_port=1111,
         admin_port=2222,
         ext_proc_endpoints=["127.0.0.1:3333", "127.0.0.1:3334", "[::1]:3335"],
+        ext_proc_tls=True,
     )
     assert _ext_proc_members(local) == [
         {"address": "127.0.0.1", "port_value": 3333},
