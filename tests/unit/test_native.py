@@ -103,6 +103,35 @@ def test_anything_but_plain_uint32_arrays_is_refused(text: bytes, parse) -> None
     assert parse(text, 0) is None
 
 
+@pytest.mark.parametrize("text", [
+    b"[1.0]", b"[1e3]", b"[-1]", b"[01]", b"[4294967296]", b"[1,]", b"[,1]", b"[1 2]", b"[[1]]", b'["1"]',
+    b"[1,,2]", b"[1\x0b]", b"[12,007,3]", b"[1234567,12345678.5]", b"[123456789012]", b"[5,1/2]", b"[5,1:2]",
+    b"[5,\xfa1]", b"[5\xff,1]", b"[99,0000000001]", b"[4294967295,4294967296]",
+])  # fmt: skip
+@pytest.mark.parametrize("parse", ARRAYS, ids=["native", "python"])
+def test_refusals_hold_where_eight_bytes_are_read_at_once(text: bytes, parse) -> None:  # type: ignore[no-untyped-def]
+    # Padding after the array: the extension reads digits 8 bytes at a time when 8 bytes remain.
+    assert parse(text + b' , "pad": "                "}', 0) is None
+
+
+@settings(max_examples=400, deadline=None)
+@given(inner=st.lists(st.sampled_from([b"0", b"1", b"7", b"9", b"12345", b"9876543", b"12345678", b"4294967295",
+                                       b"4294967296", b",", b" ", b"\n", b".", b"e", b"-", b"/", b":", b"\xfa", b"a"]),
+                      max_size=40),
+       pad=st.sampled_from([b"", b"}", b' , "x": "0123456789abcdef"}']))
+def test_the_extension_refuses_and_accepts_exactly_what_the_fallback_does(inner: list[bytes], pad: bytes) -> None:
+    text = b"[" + b"".join(inner) + b"]" + pad
+    assert native.json_uint32_array(text, 0) == native.py_json_uint32_array(text, 0)
+
+
+@pytest.mark.parametrize("digits", range(1, 11))
+@pytest.mark.parametrize("parse", ARRAYS, ids=["native", "python"])
+def test_every_digit_count_parses(digits: int, parse) -> None:  # type: ignore[no-untyped-def]
+    values = [int("9" * digits) if digits < 10 else 2**32 - 1, int("1" + "0" * (digits - 1)), 5]
+    text = b"[" + b",".join(str(v).encode() for v in values) + b'], "model": "m"}'
+    assert parse(text, 0) == (tokens_to_le32(values), text.index(b"]"))
+
+
 @pytest.mark.parametrize("parse", ARRAYS, ids=["native", "python"])
 def test_edges_of_the_uint32_range_and_empty_arrays(parse) -> None:  # type: ignore[no-untyped-def]
     assert parse(b"[ ]", 0) == (b"", 2)
