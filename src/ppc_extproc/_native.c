@@ -5,10 +5,11 @@
  *       a JSON array of plain integers in [0, 2^32) starting at buf[pos] == '['; None for
  *       anything else (floats, exponents, signs, leading zeros, nesting, bad separators), which the
  *       caller hands to the reference parser.
- *   xxh64_chain(parent, tokens_le32, block_size, n_blocks) -> list[int]
+ *   xxh64_chain(parent, tokens_le32, block_size, n_blocks, reuse=None) -> list[int]
  *       key_i = XXH64(LE64(key_{i-1}) || 4*block_size token bytes, seed 0), key_{-1} = parent.
- *   cbor_fnv_chain(parent, tokens_le32, block_size, n_blocks) -> list[int]
+ *   cbor_fnv_chain(parent, tokens_le32, block_size, n_blocks, reuse=None) -> list[int]
  *       key_i = FNV-1a-64(canonical CBOR [key_{i-1}, [t...], null]).
+ *       Both: the leading keys equal to those of the list ``reuse`` are its int objects.
  *
  * Written from the public definitions: XXH64 (Cyan4973/xxHash doc/xxhash_spec.md), FNV-1a 64
  * (draft-eastlake-fnv), CBOR heads (RFC 8949 section 3, shortest form). */
@@ -144,10 +145,14 @@ static uint64_t cbor_fnv_step(uint64_t parent, const unsigned char *block, Py_ss
 }
 
 static PyObject *run_chain(PyObject *args, chain_step step) {
-    PyObject *parent_obj;
+    PyObject *parent_obj, *reuse = Py_None;
     Py_buffer view;
     Py_ssize_t block_size, n_blocks;
-    if (!PyArg_ParseTuple(args, "Oy*nn", &parent_obj, &view, &block_size, &n_blocks)) return NULL;
+    if (!PyArg_ParseTuple(args, "Oy*nn|O", &parent_obj, &view, &block_size, &n_blocks, &reuse)) return NULL;
+    if (reuse != Py_None && !PyList_Check(reuse)) {
+        PyErr_SetString(PyExc_TypeError, "reuse must be a list or None");
+        goto fail;
+    }
     uint64_t parent = PyLong_AsUnsignedLongLong(parent_obj);
     if (parent == (uint64_t)-1 && PyErr_Occurred()) goto fail;
     if (block_size <= 0 || n_blocks < 0 || n_blocks > view.len / (4 * block_size)) {
@@ -176,7 +181,26 @@ static PyObject *run_chain(PyObject *args, chain_step step) {
         PyMem_RawFree(keys);
         return NULL;
     }
-    for (Py_ssize_t i = 0; i < n_blocks; i++) {
+    /* The leading keys equal to reuse's are reuse's objects: a dict probe with the very object it
+     * stores matches by identity, without reading the stored key (a cache miss per block). */
+    Py_ssize_t shared = 0;
+    if (reuse != Py_None) {
+        Py_ssize_t limit = PyList_GET_SIZE(reuse) < n_blocks ? PyList_GET_SIZE(reuse) : n_blocks;
+        while (shared < limit) {
+            PyObject *item = PyList_GET_ITEM(reuse, shared);
+            if (!PyLong_CheckExact(item)) break;
+            uint64_t value = PyLong_AsUnsignedLongLong(item);
+            if (value == (uint64_t)-1 && PyErr_Occurred()) {
+                PyErr_Clear();
+                break;
+            }
+            if (value != keys[shared]) break;
+            Py_INCREF(item);
+            PyList_SET_ITEM(out, shared, item);
+            shared++;
+        }
+    }
+    for (Py_ssize_t i = shared; i < n_blocks; i++) {
         PyObject *key = PyLong_FromUnsignedLongLong(keys[i]);
         if (key == NULL) {
             PyMem_RawFree(keys);

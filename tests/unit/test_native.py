@@ -77,6 +77,42 @@ def test_chains_match_independent_encodings(parent: int, tokens: list[int], bloc
             assert chain(parent, memoryview(data), block_size, n_blocks) == expected[name]
 
 
+@settings(max_examples=150, deadline=None)
+@given(
+    tokens=st.lists(st.integers(0, 2**32 - 1), min_size=1, max_size=120),
+    tail=st.lists(st.integers(0, 2**32 - 1), max_size=60),
+    cut=st.integers(0, 120),
+    block_size=st.integers(1, 16),
+)
+def test_chains_reuse_the_int_objects_of_the_shared_leading_keys(
+    tokens: list[int], tail: list[int], cut: int, block_size: int
+) -> None:
+    first = tokens_to_le32(tokens)
+    second = tokens_to_le32(tokens[:cut] + tail)
+    for chains in CHAINS.values():
+        for chain in chains:
+            previous = chain(7, first, block_size, len(tokens) // block_size)
+            n = len(second) // (4 * block_size)
+            keys = chain(7, second, block_size, n, previous)
+            assert keys == chain(7, second, block_size, n)  # the same values with or without reuse
+            shared = 0
+            while shared < min(n, len(previous)) and keys[shared] == previous[shared]:
+                shared += 1
+            assert all(keys[i] is previous[i] for i in range(shared))
+            assert all(keys[i] is not previous[j] for i in range(shared, n) for j in range(len(previous)))
+
+
+@pytest.mark.parametrize("chain", [c for pair in CHAINS.values() for c in pair])
+def test_reuse_ignores_what_is_not_an_equal_int(chain) -> None:  # type: ignore[no-untyped-def]
+    data = tokens_to_le32(list(range(64)))
+    keys = chain(3, data, 16, 4)
+    assert chain(3, data, 16, 4, [True, *keys[1:]]) == keys
+    assert chain(3, data, 16, 4, ["x"]) == keys
+    assert chain(3, data, 16, 4, [-1, 2**70]) == keys
+    assert chain(3, data, 16, 4, []) == keys
+    assert chain(3, data, 16, 4, keys + [5])[3] is keys[3]
+
+
 @pytest.mark.parametrize("chain", [c for pair in CHAINS.values() for c in pair])
 def test_chain_refuses_more_blocks_than_the_buffer_holds(chain) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(ValueError, match="exceed"):

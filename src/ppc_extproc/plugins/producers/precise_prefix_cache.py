@@ -285,7 +285,7 @@ class PrecisePrefixCacheProducer(
             if tokenized.features and i == 0 and len(tokenized.prompts) == 1:
                 extras = compute_block_extras(tokenized.features, block, n_tokens)
             extras = fold_cache_salt(extras, tokenized.cache_salt, n_tokens // block)
-            keys.append(self.processor.keys(tokens, tokenized.model, extras=extras))
+            keys.append(self.processor.keys(tokens, tokenized.model, extras=extras, recent=True))
         return keys
 
     # --- produce -------------------------------------------------------------------------------
