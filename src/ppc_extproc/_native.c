@@ -5,10 +5,11 @@
  *       a JSON array of plain integers in [0, 2^32) starting at buf[pos] == '['; None for
  *       anything else (floats, exponents, signs, leading zeros, nesting, bad separators), which the
  *       caller hands to the reference parser.
- *   xxh64_chain(parent, tokens_le32, block_size, n_blocks) -> list[int]
+ *   xxh64_chain(parent, tokens_le32, block_size, n_blocks, reuse=None) -> list[int]
  *       key_i = XXH64(LE64(key_{i-1}) || 4*block_size token bytes, seed 0), key_{-1} = parent.
- *   cbor_fnv_chain(parent, tokens_le32, block_size, n_blocks) -> list[int]
+ *   cbor_fnv_chain(parent, tokens_le32, block_size, n_blocks, reuse=None) -> list[int]
  *       key_i = FNV-1a-64(canonical CBOR [key_{i-1}, [t...], null]).
+ *       Both: the leading keys equal to those of the list ``reuse`` are its int objects.
  *
  * Written from the public definitions: XXH64 (Cyan4973/xxHash doc/xxhash_spec.md), FNV-1a 64
  * (draft-eastlake-fnv), CBOR heads (RFC 8949 section 3, shortest form). */
@@ -144,10 +145,14 @@ static uint64_t cbor_fnv_step(uint64_t parent, const unsigned char *block, Py_ss
 }
 
 static PyObject *run_chain(PyObject *args, chain_step step) {
-    PyObject *parent_obj;
+    PyObject *parent_obj, *reuse = Py_None;
     Py_buffer view;
     Py_ssize_t block_size, n_blocks;
-    if (!PyArg_ParseTuple(args, "Oy*nn", &parent_obj, &view, &block_size, &n_blocks)) return NULL;
+    if (!PyArg_ParseTuple(args, "Oy*nn|O", &parent_obj, &view, &block_size, &n_blocks, &reuse)) return NULL;
+    if (reuse != Py_None && !PyList_Check(reuse)) {
+        PyErr_SetString(PyExc_TypeError, "reuse must be a list or None");
+        goto fail;
+    }
     uint64_t parent = PyLong_AsUnsignedLongLong(parent_obj);
     if (parent == (uint64_t)-1 && PyErr_Occurred()) goto fail;
     if (block_size <= 0 || n_blocks < 0 || n_blocks > view.len / (4 * block_size)) {
@@ -176,7 +181,26 @@ static PyObject *run_chain(PyObject *args, chain_step step) {
         PyMem_RawFree(keys);
         return NULL;
     }
-    for (Py_ssize_t i = 0; i < n_blocks; i++) {
+    /* The leading keys equal to reuse's are reuse's objects: a dict probe with the very object it
+     * stores matches by identity, without reading the stored key (a cache miss per block). */
+    Py_ssize_t shared = 0;
+    if (reuse != Py_None) {
+        Py_ssize_t limit = PyList_GET_SIZE(reuse) < n_blocks ? PyList_GET_SIZE(reuse) : n_blocks;
+        while (shared < limit) {
+            PyObject *item = PyList_GET_ITEM(reuse, shared);
+            if (!PyLong_CheckExact(item)) break;
+            uint64_t value = PyLong_AsUnsignedLongLong(item);
+            if (value == (uint64_t)-1 && PyErr_Occurred()) {
+                PyErr_Clear();
+                break;
+            }
+            if (value != keys[shared]) break;
+            Py_INCREF(item);
+            PyList_SET_ITEM(out, shared, item);
+            shared++;
+        }
+    }
+    for (Py_ssize_t i = shared; i < n_blocks; i++) {
         PyObject *key = PyLong_FromUnsignedLongLong(keys[i]);
         if (key == NULL) {
             PyMem_RawFree(keys);
@@ -206,13 +230,38 @@ static PyObject *cbor_fnv_chain(PyObject *self, PyObject *args) {
 
 static inline int is_ws(unsigned char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 
+/* The leading run of ASCII digits in the 8 bytes at p, as (count, value): 8 bytes are read at
+ * once (SWAR: a byte is a digit iff its high nibble is 3 and adding 6 keeps it so; a carry out of
+ * a non-digit byte only reaches later bytes), the digits combined in three multiplications
+ * (simdjson's parse_eight_digits_unrolled, Lemire, "Faster Number Parsing"). Needs 8 readable
+ * bytes at p. count is 8 when all are digits (value then unset). */
+static inline int digit_run8(const unsigned char *p, uint32_t *value) {
+    uint64_t x;
+    memcpy(&x, p, 8);
+#if PY_BIG_ENDIAN
+    x = __builtin_bswap64(x);
+#endif
+    uint64_t bad = ((x & 0xF0F0F0F0F0F0F0F0ULL) ^ 0x3030303030303030ULL) |
+                   (((x + 0x0606060606060606ULL) & 0xF0F0F0F0F0F0F0F0ULL) ^ 0x3030303030303030ULL);
+    if (bad == 0) return 8;
+    int count = __builtin_ctzll(bad) >> 3;
+    if (count == 0) return 0;
+    uint64_t v = (x - 0x3030303030303030ULL) << (8 * (8 - count)); /* leading zeros in front */
+    v = v * 10 + (v >> 8);
+    v = (((v & 0x000000FF000000FFULL) * 0x000F424000000064ULL) +
+         (((v >> 16) & 0x000000FF000000FFULL) * 0x0000271000000001ULL)) >> 32;
+    *value = (uint32_t)v;
+    return count;
+}
+
 /* Parses s[pos..close] as '[' ws (uint (ws ',' ws uint)*)? ws ']' where s[close] is the first ']'
- * after pos (so every loop below stops there without a bounds check). Returns close and the
- * values in out (count in *count), or -1 when the text is anything else. */
-static Py_ssize_t scan_uint32_array(const unsigned char *s, Py_ssize_t close, Py_ssize_t pos, uint32_t *out,
-                                    Py_ssize_t *count) {
+ * after pos (so every loop below stops there without a bounds check) and s has len bytes. Returns
+ * close and the values in out (count in *count), or -1 when the text is anything else. */
+static Py_ssize_t scan_uint32_array(const unsigned char *s, Py_ssize_t len, Py_ssize_t close, Py_ssize_t pos,
+                                    uint32_t *out, Py_ssize_t *count) {
     Py_ssize_t n = 0;
     const unsigned char *p = s + pos, *end = s + close;
+    const Py_ssize_t wide_end = len - 8; /* the last offset with 8 readable bytes */
     if (*p != '[') return -1;
     p++;
     while (is_ws(*p)) p++;
@@ -221,18 +270,26 @@ static Py_ssize_t scan_uint32_array(const unsigned char *s, Py_ssize_t close, Py
         return close;
     }
     for (;;) {
-        unsigned d = (unsigned)*p - '0';
-        if (d > 9) return -1;
-        uint64_t value = d;
-        p++;
-        if (d != 0) { /* no leading zeros: a '0' must stand alone */
-            while ((d = (unsigned)*p - '0') <= 9) {
-                value = value * 10 + d;
-                if (value > 0xFFFFFFFFULL) return -1;
-                p++;
+        uint32_t fast;
+        int run = p - s <= wide_end ? digit_run8(p, &fast) : 8;
+        if (run < 8) {
+            if (run == 0 || (run > 1 && *p == '0')) return -1; /* no leading zeros: "0" stands alone */
+            out[n++] = fast;
+            p += run;
+        } else { /* 8 digits or more, or near the end of the buffer: one digit at a time */
+            unsigned d = (unsigned)*p - '0';
+            if (d > 9) return -1;
+            uint64_t value = d;
+            p++;
+            if (d != 0) {
+                while ((d = (unsigned)*p - '0') <= 9) {
+                    value = value * 10 + d;
+                    if (value > 0xFFFFFFFFULL) return -1;
+                    p++;
+                }
             }
+            out[n++] = (uint32_t)value;
         }
-        out[n++] = (uint32_t)value;
         if (*p == ',') {
             p++;
         } else {
@@ -270,7 +327,7 @@ static PyObject *json_uint32_array(PyObject *self, PyObject *args) {
     uint32_t *values = (uint32_t *)PyBytes_AS_STRING(packed); /* ob_sval is 8-byte aligned */
     Py_ssize_t count = 0, end;
     Py_BEGIN_ALLOW_THREADS
-    end = scan_uint32_array(s, close - s, pos, values, &count);
+    end = scan_uint32_array(s, view.len, close - s, pos, values, &count);
 #if PY_BIG_ENDIAN
     for (Py_ssize_t i = 0; i < count; i++) values[i] = __builtin_bswap32(values[i]);
 #endif

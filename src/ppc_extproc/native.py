@@ -14,8 +14,10 @@ the same results.
   is None) for each key whose value ``mapping`` holds; how many keys were touched. A prompt's
   keys hold few distinct index masks: the caller computes each new mask once.
 * ``runs(values)``: ``[(value, count), ...]`` of consecutive equal values.
-* ``xxh64_chain`` / ``cbor_fnv_chain(parent, tokens_le32, block_size, n_blocks)``: llm-d's request
-  key chains without extras, one call per prompt.
+* ``xxh64_chain`` / ``cbor_fnv_chain(parent, tokens_le32, block_size, n_blocks, reuse=None)``:
+  llm-d's request key chains without extras, one call per prompt; the leading keys equal to those
+  of the list ``reuse`` are its very int objects (a dict probe with the object the dict stores
+  matches by identity, without reading the stored key).
 """
 
 from __future__ import annotations
@@ -73,7 +75,10 @@ def _le32(ids: array[int]) -> array[int]:
     return ids
 
 
-def py_xxh64_chain(parent: int, tokens_le32: bytes | bytearray | memoryview, block_size: int, n_blocks: int) -> list[int]:
+def py_xxh64_chain(
+    parent: int, tokens_le32: bytes | bytearray | memoryview, block_size: int, n_blocks: int,
+    reuse: list[int] | None = None,
+) -> list[int]:
     """Pure-Python ``xxh64_chain``."""
     _check(tokens_le32, block_size, n_blocks)
     view = memoryview(tokens_le32).cast("B")
@@ -83,6 +88,15 @@ def py_xxh64_chain(parent: int, tokens_le32: bytes | bytearray | memoryview, blo
     for start in range(0, n_blocks * step, step):
         parent = digest(parent.to_bytes(8, "little") + view[start : start + step])
         keys.append(parent)
+    return _reuse(keys, reuse)
+
+
+def _reuse(keys: list[int], reuse: list[int] | None) -> list[int]:
+    if reuse is not None:
+        for i, (key, old) in enumerate(zip(keys, reuse)):
+            if type(old) is not int or old != key:
+                break
+            keys[i] = old
     return keys
 
 
@@ -103,7 +117,10 @@ def _fnv_head(h: int, major: int, value: int) -> int:
     return h
 
 
-def py_cbor_fnv_chain(parent: int, tokens_le32: bytes | bytearray | memoryview, block_size: int, n_blocks: int) -> list[int]:
+def py_cbor_fnv_chain(
+    parent: int, tokens_le32: bytes | bytearray | memoryview, block_size: int, n_blocks: int,
+    reuse: list[int] | None = None,
+) -> list[int]:
     """Pure-Python ``cbor_fnv_chain``."""
     _check(tokens_le32, block_size, n_blocks)
     ids = array("I")
@@ -118,7 +135,7 @@ def py_cbor_fnv_chain(parent: int, tokens_le32: bytes | bytearray | memoryview, 
             h = _fnv_head(h, 0, token)
         parent = ((h ^ 0xF6) * _FNV_PRIME) & _M64
         keys.append(parent)
-    return keys
+    return _reuse(keys, reuse)
 
 
 def py_dict_prefix(young: dict[Any, Any], old: dict[Any, Any], keys: list[Any], limit: int) -> tuple[list[Any], bool]:
@@ -171,7 +188,7 @@ def _check(tokens_le32: bytes | bytearray | memoryview, block_size: int, n_block
         raise ValueError("n_blocks full blocks of block_size tokens exceed the buffer")
 
 
-Chain = Callable[[int, bytes | bytearray | memoryview, int, int], list[int]]
+Chain = Callable[[int, bytes | bytearray | memoryview, int, int, list[int] | None], list[int]]
 json_uint32_array: Callable[[bytes | bytearray | memoryview, int], tuple[bytes, int] | None]
 xxh64_chain: Chain
 cbor_fnv_chain: Chain

@@ -119,3 +119,32 @@ def test_chains_match_reference_encoders(block_size: int, tokens: list[int], par
     for algorithm, reference in (("cbor-fnv", _reference_cbor_fnv), ("xxh64", _reference_xxh64)):
         processor = TokenProcessor(TokenProcessorConfig(block_size, "", algorithm))
         assert processor.keys(tokens, "m", parent=parent, extras=extras) == reference(parent, blocks, extras)
+
+
+@pytest.mark.parametrize("algorithm", ["xxh64", "cbor-fnv"])
+def test_recent_prompts_lend_their_key_objects_to_a_shared_prefix(algorithm: str) -> None:
+    processor = TokenProcessor(TokenProcessorConfig(4, "", algorithm))
+    first = processor.keys(list(range(40)), "m", recent=True)
+    extended = processor.keys([*range(32), 99, 98, 97, 96, 95], "m", recent=True)
+    assert extended == processor.keys([*range(32), 99, 98, 97, 96, 95], "m")  # same values either way
+    assert all(a is b for a, b in zip(extended[:8], first[:8]))
+    assert extended[8] is not first[8]
+    other_model = processor.keys(list(range(40)), "other", recent=True)
+    assert other_model[0] != first[0]
+    # The latest prompt of that first block is the one lent next.
+    again = processor.keys(list(range(36)), "m", recent=True)
+    assert all(a is b for a, b in zip(again[:8], extended[:8]))
+
+
+def test_recent_key_lists_are_bounded() -> None:
+    from ppc_extproc.blockkeys import processor as module
+
+    processor = TokenProcessor(TokenProcessorConfig(1, "", "xxh64"))
+    for first in range(module._RECENT_LISTS + 50):
+        processor.keys([first, 1, 2, 3], "m", recent=True)
+    assert len(processor._recent) == module._RECENT_LISTS
+    big = module._RECENT_KEYS // 2 + 1
+    processor.keys([10**6, *range(big)], "m", recent=True)
+    processor.keys([10**6 + 1, *range(big)], "m", recent=True)
+    # Two lists over half the key budget: everything older than the newest is dropped.
+    assert len(processor._recent) == 1 and processor._recent_keys == big + 1

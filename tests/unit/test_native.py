@@ -77,6 +77,42 @@ def test_chains_match_independent_encodings(parent: int, tokens: list[int], bloc
             assert chain(parent, memoryview(data), block_size, n_blocks) == expected[name]
 
 
+@settings(max_examples=150, deadline=None)
+@given(
+    tokens=st.lists(st.integers(0, 2**32 - 1), min_size=1, max_size=120),
+    tail=st.lists(st.integers(0, 2**32 - 1), max_size=60),
+    cut=st.integers(0, 120),
+    block_size=st.integers(1, 16),
+)
+def test_chains_reuse_the_int_objects_of_the_shared_leading_keys(
+    tokens: list[int], tail: list[int], cut: int, block_size: int
+) -> None:
+    first = tokens_to_le32(tokens)
+    second = tokens_to_le32(tokens[:cut] + tail)
+    for chains in CHAINS.values():
+        for chain in chains:
+            previous = chain(7, first, block_size, len(tokens) // block_size)
+            n = len(second) // (4 * block_size)
+            keys = chain(7, second, block_size, n, previous)
+            assert keys == chain(7, second, block_size, n)  # the same values with or without reuse
+            shared = 0
+            while shared < min(n, len(previous)) and keys[shared] == previous[shared]:
+                shared += 1
+            assert all(keys[i] is previous[i] for i in range(shared))
+            assert all(keys[i] is not previous[j] for i in range(shared, n) for j in range(len(previous)))
+
+
+@pytest.mark.parametrize("chain", [c for pair in CHAINS.values() for c in pair])
+def test_reuse_ignores_what_is_not_an_equal_int(chain) -> None:  # type: ignore[no-untyped-def]
+    data = tokens_to_le32(list(range(64)))
+    keys = chain(3, data, 16, 4)
+    assert chain(3, data, 16, 4, [True, *keys[1:]]) == keys
+    assert chain(3, data, 16, 4, ["x"]) == keys
+    assert chain(3, data, 16, 4, [-1, 2**70]) == keys
+    assert chain(3, data, 16, 4, []) == keys
+    assert chain(3, data, 16, 4, keys + [5])[3] is keys[3]
+
+
 @pytest.mark.parametrize("chain", [c for pair in CHAINS.values() for c in pair])
 def test_chain_refuses_more_blocks_than_the_buffer_holds(chain) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(ValueError, match="exceed"):
@@ -101,6 +137,35 @@ def test_uint32_arrays_parse_to_le32(values: list[int], spaces: str) -> None:
 @pytest.mark.parametrize("parse", ARRAYS, ids=["native", "python"])
 def test_anything_but_plain_uint32_arrays_is_refused(text: bytes, parse) -> None:  # type: ignore[no-untyped-def]
     assert parse(text, 0) is None
+
+
+@pytest.mark.parametrize("text", [
+    b"[1.0]", b"[1e3]", b"[-1]", b"[01]", b"[4294967296]", b"[1,]", b"[,1]", b"[1 2]", b"[[1]]", b'["1"]',
+    b"[1,,2]", b"[1\x0b]", b"[12,007,3]", b"[1234567,12345678.5]", b"[123456789012]", b"[5,1/2]", b"[5,1:2]",
+    b"[5,\xfa1]", b"[5\xff,1]", b"[99,0000000001]", b"[4294967295,4294967296]",
+])  # fmt: skip
+@pytest.mark.parametrize("parse", ARRAYS, ids=["native", "python"])
+def test_refusals_hold_where_eight_bytes_are_read_at_once(text: bytes, parse) -> None:  # type: ignore[no-untyped-def]
+    # Padding after the array: the extension reads digits 8 bytes at a time when 8 bytes remain.
+    assert parse(text + b' , "pad": "                "}', 0) is None
+
+
+@settings(max_examples=400, deadline=None)
+@given(inner=st.lists(st.sampled_from([b"0", b"1", b"7", b"9", b"12345", b"9876543", b"12345678", b"4294967295",
+                                       b"4294967296", b",", b" ", b"\n", b".", b"e", b"-", b"/", b":", b"\xfa", b"a"]),
+                      max_size=40),
+       pad=st.sampled_from([b"", b"}", b' , "x": "0123456789abcdef"}']))
+def test_the_extension_refuses_and_accepts_exactly_what_the_fallback_does(inner: list[bytes], pad: bytes) -> None:
+    text = b"[" + b"".join(inner) + b"]" + pad
+    assert native.json_uint32_array(text, 0) == native.py_json_uint32_array(text, 0)
+
+
+@pytest.mark.parametrize("digits", range(1, 11))
+@pytest.mark.parametrize("parse", ARRAYS, ids=["native", "python"])
+def test_every_digit_count_parses(digits: int, parse) -> None:  # type: ignore[no-untyped-def]
+    values = [int("9" * digits) if digits < 10 else 2**32 - 1, int("1" + "0" * (digits - 1)), 5]
+    text = b"[" + b",".join(str(v).encode() for v in values) + b'], "model": "m"}'
+    assert parse(text, 0) == (tokens_to_le32(values), text.index(b"]"))
 
 
 @pytest.mark.parametrize("parse", ARRAYS, ids=["native", "python"])

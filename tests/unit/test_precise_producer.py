@@ -137,6 +137,21 @@ def test_speculative_entries_for_the_pick_expire_after_ttl() -> None:
     assert len(p.index) == 0
 
 
+def test_tick_says_when_the_next_speculative_expiry_is_due() -> None:
+    clock = FakeClock()
+    p = producer({"speculativeIndexing": True, "speculativeTTL": "2s"}, clock)
+    assert p.tick(clock.now) == clock.now + 2.0  # nothing pending: nothing can expire sooner
+    seeded_at = clock.now + 0.5
+    clock.now = seeded_at
+    ctx = produce(p, request(list(range(48))))
+    p.pre_request(ctx, SchedulingResult.of([B]))
+    clock.now += 0.3
+    assert p.tick(clock.now) == seeded_at + 2.0
+    clock.now = seeded_at + 2.0
+    assert p.tick(clock.now) == clock.now + 2.0
+    assert info(produce(p, request(list(range(48)))), B).match_blocks == 0
+
+
 def test_a_prompt_sent_again_seeds_only_the_blocks_its_target_lacks() -> None:
     clock = FakeClock()
     p = producer({"speculativeIndexing": True, "speculativeTTL": "2s"}, clock)

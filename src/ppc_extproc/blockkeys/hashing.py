@@ -52,7 +52,11 @@ class Hasher(Protocol):
         block_size: int,
         n_blocks: int,
         extras: Sequence[BlockExtras] | None,
-    ) -> list[int]: ...
+        reuse: list[int] | None = None,
+    ) -> list[int]:
+        """Keys of ``n_blocks`` blocks after ``parent``; without extras, the leading keys equal to
+        those of ``reuse`` are its int objects (``native.xxh64_chain``)."""
+        ...
 
 
 def _encode_extras_xxh64(extras: BlockExtras) -> bytes:
@@ -84,9 +88,10 @@ class XXH64Hasher:
         block_size: int,
         n_blocks: int,
         extras: Sequence[BlockExtras] | None,
+        reuse: list[int] | None = None,
     ) -> list[int]:
         if extras is None:
-            return native.xxh64_chain(parent, tokens_le32, block_size, n_blocks)
+            return native.xxh64_chain(parent, tokens_le32, block_size, n_blocks, reuse)
         view = memoryview(tokens_le32)
         step = block_size * 4
         keys: list[int] = []
@@ -163,9 +168,10 @@ class CborFnvHasher:
         block_size: int,
         n_blocks: int,
         extras: Sequence[BlockExtras] | None,
+        reuse: list[int] | None = None,
     ) -> list[int]:
         if extras is None:
-            return native.cbor_fnv_chain(parent, tokens_le32, block_size, n_blocks)
+            return native.cbor_fnv_chain(parent, tokens_le32, block_size, n_blocks, reuse)
         ids = le32_to_array(memoryview(tokens_le32)[: n_blocks * block_size * 4])
         heads = [_cbor_head(0, t) for t in range(24)]
         block_head = _cbor_head(4, block_size)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 
 from ppc_extproc.blockkeys.config import TokenProcessorConfig
@@ -13,6 +14,10 @@ from ppc_extproc.tokens.le32 import tokens_to_le32
 __all__ = ["TokenProcessor"]
 
 _ROOT_CACHE_LIMIT = 4096
+#: Bounds of the recent prompts' key lists kept for ``keys(..., recent=True)``: lists, and keys
+#: in all (≈ 40 B each, ints the index mostly holds anyway).
+_RECENT_LISTS = 256
+_RECENT_KEYS = 131_072
 
 
 class TokenProcessor:
@@ -29,6 +34,10 @@ class TokenProcessor:
         self._init_hash = self._hasher.init_hash(self.config.hash_seed)
         self._roots: dict[str, int] = {}
         self._roots_lock = threading.Lock()
+        #: (root, first block's token bytes) → the latest key list of a prompt starting so.
+        self._recent: OrderedDict[tuple[int, bytes], list[int]] = OrderedDict()
+        self._recent_keys = 0
+        self._recent_lock = threading.Lock()
 
     @property
     def algorithm(self) -> str:
@@ -56,11 +65,30 @@ class TokenProcessor:
         *,
         parent: int = 0,
         extras: Sequence[BlockExtras] | None = None,
+        recent: bool = False,
     ) -> list[RequestKey]:
-        """Request keys of every full block of ``tokens``; ``parent`` 0 starts from the model's root."""
+        """Request keys of every full block of ``tokens``; ``parent`` 0 starts from the model's root.
+
+        ``recent`` (the request path): keys shared with the latest prompt that began with the same
+        block are that prompt's int objects, so the index's dict probes match them by identity
+        (the index stores the objects its first writer gave: the speculative seeding of that
+        prompt) instead of comparing against a stored key that is not in the CPU cache."""
         data = memoryview(tokens) if isinstance(tokens, (bytes, bytearray, memoryview)) else tokens_to_le32(tokens)
         n_blocks = len(data) // (4 * self.block_size)
         if n_blocks == 0:
             return []
         start = parent if parent else self.root(model)
-        return self._hasher.chain(start, data, self.block_size, n_blocks, extras)  # type: ignore[return-value]
+        if not recent or extras is not None:
+            return self._hasher.chain(start, data, self.block_size, n_blocks, extras)  # type: ignore[return-value]
+        head = (start, bytes(data[: 4 * self.block_size]))
+        with self._recent_lock:
+            previous = self._recent.get(head)
+        keys = self._hasher.chain(start, data, self.block_size, n_blocks, None, previous)
+        with self._recent_lock:
+            old = self._recent.pop(head, None)
+            self._recent_keys += len(keys) - (len(old) if old is not None else 0)
+            self._recent[head] = keys
+            while len(self._recent) > _RECENT_LISTS or (self._recent_keys > _RECENT_KEYS and len(self._recent) > 1):
+                _, dropped = self._recent.popitem(last=False)
+                self._recent_keys -= len(dropped)
+        return keys  # type: ignore[return-value]

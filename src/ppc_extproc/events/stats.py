@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 __all__ = ["IngestStats", "SourceState"]
@@ -59,6 +60,9 @@ class IngestStats:
     #: Tokens per block of each endpoint's indexed (full-attention) KV-cache group, learned from
     #: its BlockStored events; the request path reads it (one int per endpoint).
     block_sizes: dict[str, int] = field(default_factory=dict)
+    #: Told ``(endpoint, connected)`` when a subscriber connects or loses its connection, on the
+    #: ingestion thread (so it must be thread-safe): endpoint health hears it when it happens.
+    on_connection: Callable[[str, bool], None] | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def event(self, endpoint: str, kind: str, n: int = 1) -> None:
@@ -76,6 +80,13 @@ class IngestStats:
             with self._lock:
                 state = self.sources.setdefault(endpoint, SourceState(endpoint))
         return state
+
+    def set_connected(self, state: SourceState, connected: bool) -> None:
+        """A subscriber's connection changed (ingestion thread): record it, tell ``on_connection``."""
+        state.connected = connected
+        listener = self.on_connection
+        if listener is not None:
+            listener(state.endpoint, connected)
 
     def forget(self, endpoint: str) -> None:
         """Drop a deleted endpoint's live state (counters stay: they are monotonic)."""

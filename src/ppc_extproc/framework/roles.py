@@ -231,8 +231,9 @@ class CrossReplicaSyncer(Plugin, Protocol):
 
 
 class Ticker(Plugin, Protocol):
-    def tick(self, now: float) -> None:
-        """Periodic housekeeping on the service's clock (e.g. expiring speculative entries)."""
+    def tick(self, now: float) -> float | None:
+        """Housekeeping on the service's clock (e.g. expiring speculative entries). Returns when
+        it is next due on that clock; None: at the service's default interval."""
         ...
 
 

@@ -2,8 +2,9 @@
 
 Right after a request is routed to endpoint E, every block key of its prompts gets the entry
 ``(E, tier "", speculative)`` so that the next request with the same prefix follows it, even though
-E's BlockStored arrives only later. Entries expire after ``ttl`` seconds, at the next periodic
-``expire`` call; expiry removes only the speculative entries (confirmed gpu/cpu entries stay).
+E's BlockStored arrives only later. Entries expire after ``ttl`` seconds, at the owner's next
+``expire`` call (``next_expiry`` says when that is worth making); expiry removes only the
+speculative entries (confirmed gpu/cpu entries stay).
 """
 
 from __future__ import annotations
@@ -91,6 +92,14 @@ class SpeculativeIndexer:
         """Remove the speculative entries of every request whose TTL has passed. Returns how many."""
         deadline = self.clock() if now is None else now
         return self._expire(lambda item: item.expires_at <= deadline)
+
+    def next_expiry(self, now: float) -> float:
+        """When ``expire`` next has work: the oldest pending request's expiry time, else a TTL
+        after ``now`` (the TTL is fixed, so whatever is seeded from now on expires later still)."""
+        with self._lock:
+            if self._pending:
+                return self._pending[0].expires_at
+        return now + self.ttl_seconds
 
     def pending(self) -> int:
         return len(self._pending)

@@ -49,7 +49,14 @@ __all__ = ["ServeOptions", "Service", "configure_gc", "serve"]
 
 log = structlog.get_logger(__name__)
 
+#: A ticker that names no next time is ticked this often.
 _TICK_SECONDS = 0.1
+#: Ticks of one plugin are at least this far apart (many near deadlines are served by one tick).
+_MIN_TICK_SECONDS = 0.05
+#: Longest sleep of the housekeeping task, in real seconds (a clock that jumps is seen by then).
+_MAX_WAIT_SECONDS = 1.0
+#: The safety sweep of in-flight requests never finished.
+_INFLIGHT_SWEEP_SECONDS = 60.0
 _GC_GEN0_THRESHOLD = 50_000
 
 
@@ -394,18 +401,25 @@ async def _wait_synced(service: Service, discovery: asyncio.Task[Any], stop: asy
 
 
 async def _housekeeping(service: Service) -> None:
-    """Plugins' periodic housekeeping (speculative-entry expiry), and a safety sweep of in-flight
-    requests never finished."""
-    ticks = 0
+    """Plugins' housekeeping (speculative-entry expiry), each run when it said it is next due, and
+    a safety sweep of in-flight requests never finished. Sleeps until the earliest is due."""
     clock = service.loaded.services.clock
+    tickers = service.loaded.roles.tickers
+    due = [0.0] * len(tickers)
+    sweep_at = clock() + _INFLIGHT_SWEEP_SECONDS
     while True:
-        await asyncio.sleep(_TICK_SECONDS)
-        ticks += 1
         now = clock()
-        for plugin in service.loaded.roles.tickers:
+        for i, plugin in enumerate(tickers):
+            if now < due[i]:
+                continue
+            next_due: float | None = None
             try:
-                plugin.tick(now)
+                next_due = plugin.tick(now)
             except Exception:
                 log.exception("plugin_tick_failed", plugin=plugin.name)
-        if ticks % 600 == 0:
+            due[i] = now + _TICK_SECONDS if next_due is None else max(next_due, now + _MIN_TICK_SECONDS)
+        if now >= sweep_at:
+            sweep_at = now + _INFLIGHT_SWEEP_SECONDS
             service.router.inflight.expire()
+        wait = min([sweep_at, *due]) - now
+        await asyncio.sleep(min(max(wait, 0.0), _MAX_WAIT_SECONDS))

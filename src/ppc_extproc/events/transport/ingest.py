@@ -191,7 +191,7 @@ class Ingestor(SequenceChecks):
         first = not src.connected_once
         src.connected_once = True
         src.replayed_to = -1  # a new connection: nothing old can arrive on it
-        src.state.connected = True
+        self.stats.set_connected(src.state, True)
         self.stats.count(src.endpoint, "connects" if first else "reconnects")
         if not first:
             log.info("kv_subscriber_reconnected", endpoint=src.endpoint, last_seq=src.last_seq)
@@ -207,7 +207,7 @@ class Ingestor(SequenceChecks):
             replays.request(src, ReplayKind.VERIFY, src.last_seq)
 
     def disconnected(self, src: Source) -> None:
-        src.state.connected = False
+        self.stats.set_connected(src.state, False)
         self.stats.count(src.endpoint, "disconnects")
         if not src.state.suspended:
             self.stats.count(src.endpoint, "suspensions")

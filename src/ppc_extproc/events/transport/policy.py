@@ -32,8 +32,9 @@ class TransportTuning:
     replay: ReplayPolicy = field(default_factory=ReplayPolicy)
     #: Messages read from one readable socket before polling again (fairness between sources).
     drain_budget: int = 128
-    #: Longest poll wait; also the resolution of replay timers and reconnect retries.
-    poll_interval_seconds: float = 0.05
+    #: Longest poll wait. Timers (replay deadlines, reconnect retries) end a wait when they are
+    #: due, so an idle thread wakes once per this interval (a safety net, not a resolution).
+    poll_interval_seconds: float = 1.0
     #: After a round in which fewer than ``coalesce_below`` sockets had input, pause this long
     #: so the next round serves several messages per wake-up (adds at most this much latency).
     coalesce_seconds: float = 0.0005

@@ -7,6 +7,9 @@ selector only reports descriptors that were signalled; ``ZMQ_EVENTS`` is then re
 alone. ZMQ_FD is edge-like (it signals when the socket gets new input, and reading ``ZMQ_EVENTS``
 consumes the signal), so a socket whose handler stopped before draining it (the per-socket
 budget) stays in the ready set and is revisited without waiting.
+
+Timers (replay deadlines, socket retries) are not polled at a fixed rate: whoever sets one lowers
+``next_timer`` (``timer_at``), and the owner's loop waits for input no longer than until then.
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ class Reactor:
         self._ready: dict[Socket, None] = {}
         #: Rounds run so far (wake-ups, plus the rounds that revisit undrained sockets).
         self.rounds = 0
+        #: The earliest time (monotonic) a timer of the owner is due; 0.0: at once.
+        self.next_timer = 0.0
 
     def __len__(self) -> int:
         return len(self.handlers)
@@ -49,6 +54,11 @@ class Reactor:
         if priority:
             self._priority.add(sock)
         self._ready[sock] = None  # input may predate the registration
+
+    def timer_at(self, when: float) -> None:
+        """A timer is due at ``when`` (monotonic): the loop's next wait ends by then."""
+        if when < self.next_timer:
+            self.next_timer = when
 
     def remove(self, sock: Socket) -> None:
         """Forget ``sock`` (call before closing it)."""

@@ -144,6 +144,8 @@ class ReplayManager:
                     session.start = source.last_seq + 1
                 self._stats.count(source.endpoint, "replay_retries")
                 self._rerequest(session)
+        for session in self._active:  # replies pushed idle deadlines later than the reactor knows
+            self._reactor.timer_at(min(session.deadline, session.idle_deadline))
 
     def close_all(self) -> None:
         for session in [*self._active, *self._pending]:
@@ -165,6 +167,7 @@ class ReplayManager:
         session.replies = 0
         session.attempts += 1
         session.idle_deadline = self._clock() + self.policy.idle_timeout_seconds
+        self._reactor.timer_at(min(session.deadline, session.idle_deadline))
         dealer = self._context.socket(zmq.DEALER)
         try:
             dealer.setsockopt(zmq.LINGER, 0)

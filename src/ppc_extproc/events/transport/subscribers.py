@@ -94,12 +94,19 @@ class Subscribers:
         return any(src.held for src in self.sources.values())
 
     def tick(self, now: float) -> None:
-        """Retry sockets whose creation failed."""
-        if self.central and self._central_sub is None and now >= self._central_retry_at:
-            self.open_central()
+        """Retry sockets whose creation failed (a failure that sets a retry tells the reactor)."""
+        reactor = self._reactor
+        if self.central and self._central_sub is None:
+            if now >= self._central_retry_at:
+                self.open_central()
+            else:
+                reactor.timer_at(self._central_retry_at)
         for src in list(self.sources.values()):
-            if src.sub is None and src.address and now >= src.retry_at:
-                self._open_source(src)
+            if src.sub is None and src.address:
+                if now >= src.retry_at:
+                    self._open_source(src)
+                else:
+                    reactor.timer_at(src.retry_at)
 
     def close_all(self) -> None:
         for src in self.sources.values():
@@ -138,7 +145,8 @@ class Subscribers:
             close_socket(src.sub, src.monitor)
             self._ingest.reset(src)
         state = self.stats.source(endpoint.id)
-        state.address, state.connected = address, False
+        state.address = address
+        self.stats.set_connected(state, False)
         src = Source(endpoint.id, state, address, replay_address)
         self.sources[endpoint.id] = src
         self._ingest.adopt(src)
@@ -187,6 +195,7 @@ class Subscribers:
         t = self.tuning
         src.backoff = min(max(src.backoff * 2, t.reconnect_interval_seconds), t.reconnect_interval_max_seconds)
         src.retry_at = time.monotonic() + src.backoff
+        self._reactor.timer_at(src.retry_at)
         self.stats.count(src.endpoint, "socket_errors")
         self._warn.warning("kv_subscriber_socket_error", src.endpoint, address=src.address, error=str(exc))
 
@@ -215,6 +224,7 @@ class Subscribers:
                 t.reconnect_interval_max_seconds,
             )
             self._central_retry_at = time.monotonic() + self._central_backoff
+            self._reactor.timer_at(self._central_retry_at)
             self.stats.count(UNATTRIBUTED, "socket_errors")
             self._warn.warning(
                 "kv_central_bind_failed",

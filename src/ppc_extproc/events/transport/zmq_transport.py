@@ -5,7 +5,8 @@ through a command queue plus an inproc PAIR wake-up (``add_endpoint``, ``remove_
 ``wait_idle``, ``stop``). The request path never waits on it: it only reads the (thread-safe)
 index. Each round waits on the sockets' notification descriptors (``Reactor``), drains each
 socket with input for at most ``drain_budget`` messages (one busy publisher cannot starve the
-others), and timers (replay deadlines, socket retries) run every poll interval. Events of one
+others), and timers (replay deadlines, socket retries) run when the earliest is due (an idle
+thread sleeps in the selector, waking at most once per ``poll_interval_seconds``). Events of one
 source are decoded and applied in sequence order, inline: a second queue and thread would only
 add hand-offs under the GIL. Queues are bounded by the SUB receive high-water mark per
 connection (``queue_size``; overflow shows up as a sequence gap) and, during a replay, by the
@@ -269,18 +270,21 @@ class ZmqTransport:
         interval = self.tuning.poll_interval_seconds
         coalesce = self.tuning.coalesce_seconds
         coalesce_below = self.tuning.coalesce_below if coalesce > 0 else 0
-        next_tick = 0.0
+        reactor = self._reactor
         self._on_wake()
         while not self._stopping.is_set():
             try:
-                active = self._reactor.run_once(0.01 if self._barriers else interval)
+                # Until the next timer is due: an idle thread sleeps in the selector.
+                timer = max(0.0, reactor.next_timer - time.monotonic())
+                wait = 0.01 if self._barriers else min(interval, timer)
+                active = reactor.run_once(wait)
                 if 0 < active < coalesce_below:
                     # Few sources had input: let more arrive before the next round, so each
                     # wake-up (select, ZMQ_EVENTS, one failed recv) serves several messages.
                     time.sleep(coalesce)
                 now = time.monotonic()
-                if now >= next_tick:
-                    next_tick = now + interval
+                if now >= reactor.next_timer:
+                    reactor.next_timer = now + interval  # each tick below lowers it to its next timer
                     self._tick(now)
                 if self._barriers and not active and not self._busy():
                     for idle in self._barriers:
@@ -298,6 +302,8 @@ class ZmqTransport:
 
     def _tick(self, now: float) -> None:
         self._ingest.expire_restored(now)
+        if self._ingest.restored.parts:
+            self._reactor.timer_at(self._ingest.restored.deadline)
         if self._ingest.replays is not None:
             self._ingest.replays.tick(now)
         if self._subscribers is not None:

@@ -124,6 +124,8 @@ PRECISE_BLOCK_KEYS = _BLOCK_KEYS
 _PREFIX_RUNS: DataType[list[list[PrefixRun]]] = DataType("PrecisePrefixRuns")
 _SEEDED: DataType[Seeded] = DataType("PreciseSpeculativeEntries")
 _TRANSFER: DataType[tuple[EndpointId, Transfer]] = DataType("PreciseKvTransfer")
+#: Longest time between two reports of every subscriber's connection to endpoint health.
+_RECONCILE_SECONDS = 1.0
 
 
 @register("precise-prefix-cache-producer")
@@ -154,8 +156,13 @@ class PrecisePrefixCacheProducer(
         self.speculative = SpeculativeIndexer(
             self.index, self.config.speculative_ttl_seconds, clock=services.clock
         )
-        #: Told whether each endpoint's KV-event subscriber is connected (per-endpoint mode).
+        #: Told whether each endpoint's KV-event subscriber is connected (per-endpoint mode): by
+        #: the ingestion thread when it changes, and again by ``tick`` (a reconciliation).
         self.health = services.health
+        events = self.config.kv_events
+        self._reports_connections = events.discover_pods and not events.zmq_endpoint
+        if self._reports_connections:
+            self.stats.on_connection = self.health.kv_connection
         #: Polled engine metrics: ``vllm:cache_config_info{block_size}`` until events teach it.
         self.engine_metrics = services.engine_metrics
         #: Per request, for ``pre_request``: the block keys, and the prefix runs the lookup found
@@ -244,16 +251,21 @@ class PrecisePrefixCacheProducer(
         self.transport.stop(timeout)
         self.transport = NullTransport(self.applier)
 
-    def tick(self, now: float) -> None:
-        """Periodic housekeeping: expire speculative entries; report subscriber connections to
-        endpoint health (a soft signal: it corroborates connection failures, and a reconnect ends
-        their hold; the entries of a disconnected endpoint are suspended by the ingestion)."""
+    def tick(self, now: float) -> float:
+        """Housekeeping: expire speculative entries; report subscriber connections to endpoint
+        health again (a soft signal: it corroborates connection failures, and a reconnect ends
+        their hold; the ingestion thread reports each change as it happens, this catches an
+        endpoint health learned of later; the entries of a disconnected endpoint are suspended by
+        the ingestion). Returns when it is next due: the next speculative expiry, and within
+        ``_RECONCILE_SECONDS`` while connections are reported."""
         self.speculative.expire(now)
         self.applier.transfers.expire(now)
-        events = self.config.kv_events
-        if not isinstance(self.transport, NullTransport) and events.discover_pods and not events.zmq_endpoint:
+        due = self.speculative.next_expiry(now)
+        if self._reports_connections and not isinstance(self.transport, NullTransport):
             for endpoint, source in list(self.stats.sources.items()):
                 self.health.kv_connection(endpoint, source.connected)
+            due = min(due, now + _RECONCILE_SECONDS)
+        return due
 
     def state(self, *, detailed: bool = False) -> PluginState:
         return PluginState(
@@ -281,7 +293,7 @@ class PrecisePrefixCacheProducer(
             if tokenized.features and i == 0 and len(tokenized.prompts) == 1:
                 extras = compute_block_extras(tokenized.features, block, n_tokens)
             extras = fold_cache_salt(extras, tokenized.cache_salt, n_tokens // block)
-            keys.append(self.processor.keys(tokens, tokenized.model, extras=extras))
+            keys.append(self.processor.keys(tokens, tokenized.model, extras=extras, recent=True))
         return keys
 
     # --- produce -------------------------------------------------------------------------------
