@@ -138,6 +138,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="decode step length; all running requests decode together (default %(default)s)",
     )
     parser.add_argument(
+        "--kv-transfer-ms-per-token",
+        type=non_negative_float,
+        default=d.kv_transfer_ms_per_token,
+        help="P/D decode legs (kv_transfer_params.do_remote_prefill): transfer time per prompt token "
+        "not cached locally, instead of prefill (default %(default)s)",
+    )
+    parser.add_argument(
         "--seed",
         type=int,
         default=d.seed,
@@ -202,6 +209,7 @@ def options_from_args(args: argparse.Namespace) -> MockVllmOptions:
         distinct_hosts=args.distinct_hosts,
         stream_interval_s=args.stream_interval_ms / 1e3,
         tokenizer=args.tokenizer,
+        kv_transfer_ms_per_token=args.kv_transfer_ms_per_token,
     )
 
 

@@ -4,7 +4,8 @@ vLLM routes: ``POST /v1/completions``, ``POST /inference/v1/generate``, ``GET /v
 ``GET /health``, ``GET /version``, ``GET /metrics``, ``GET /kv_event_sources``,
 ``POST /reset_prefix_cache``, ``POST /tokenize`` (UTF-8 bytes, :mod:`~ppc_extproc_lab.mock_vllm.peer_probes`;
 with ``--tokenizer`` the text routes of :mod:`~ppc_extproc_lab.mock_vllm.text`). Mock routes:
-``POST /mock/restart``, ``POST /mock/faults`` (``{"completions_status": 503, "metrics_status": 404,
+``POST /mock/restart``, ``GET /mock/requests`` (the last inference requests received: path,
+``x-request-id``, token limits, ``stream``, ``kv_transfer_params``), ``POST /mock/faults`` (``{"completions_status": 503, "metrics_status": 404,
 "kv_events": false}``: answer completions / ``/metrics`` with that status, close the KV-event
 publisher for good; ``null`` statuses clear), ``POST /mock/match`` (``{"prompt" | "messages", "cache_salt"?}`` →
 ``{"cached_tokens", "matched_tokens", "block_size"}``, no side effects; ``messages`` need
@@ -33,6 +34,16 @@ import ppc_extproc_lab.mock_vllm.protocol as p
 from ppc_extproc.errors import BadRequestError
 from ppc_extproc.tokenizer.local import LocalTokenizer
 from ppc_extproc_lab.mock_vllm.engine import EngineAborted, EngineRequest, MockEngine, RequestRejected
+from ppc_extproc_lab.mock_vllm.kv_transfer import (
+    DEFAULT_SIDE_CHANNEL_PORT,
+    KV_SIDE,
+    REQUEST_LOG,
+    KvSide,
+    KvTransfer,
+    RequestLog,
+    record_request,
+    response_params,
+)
 from ppc_extproc_lab.mock_vllm.metrics import engine_registry
 from ppc_extproc_lab.mock_vllm.peer_probes import add_peer_probe_routes
 from ppc_extproc_lab.mock_vllm.streaming import ENGINE, STREAM_INTERVAL, STREAM_MIN_INTERVAL_S, TOKENIZER, sse_stream
@@ -90,6 +101,7 @@ def _submit_all(
     max_tokens: int,
     salt: str | None,
     request_id: str | None = None,
+    kv: KvTransfer | None = None,
 ) -> list[EngineRequest]:
     for prompt in prompts:
         MockEngine.validate(prompt, max_tokens)
@@ -101,7 +113,7 @@ def _submit_all(
                 if request_id is None
                 else (request_id if len(prompts) == 1 else f"{request_id}-{i}")
             )
-            reqs.append(engine.submit(prompt, max_tokens, salt, rid))
+            reqs.append(engine.submit(prompt, max_tokens, salt, rid, kv))
     except RequestRejected:
         for r in reqs:
             engine.abort(r, "sibling prompt rejected")
@@ -125,8 +137,9 @@ async def completions(request: web.Request) -> web.StreamResponse:
         return _error("injected by POST /mock/faults", status, "ServiceUnavailableError")
     try:
         body = await _read_json(request)
+        kv = record_request(request, body)
         params = p.parse_completion(body, engine.config.model, _encoder(request, body))
-        reqs = _submit_all(engine, params.prompts, params.max_tokens, params.cache_salt)
+        reqs = _submit_all(engine, params.prompts, params.max_tokens, params.cache_salt, None, kv)
     except RequestRejected as e:
         return _rejected(e)
     cid, created = f"cmpl-{uuid.uuid4().hex}", p.now_created()
@@ -144,15 +157,19 @@ async def completions(request: web.Request) -> web.StreamResponse:
         await _wait_done(engine, reqs)
     except EngineAborted as e:
         return _error(str(e), 500, "InternalServerError")
-    return _json(p.completion_response(cid, created, params, reqs))
+    out = p.completion_response(cid, created, params, reqs)
+    out["kv_transfer_params"] = response_params(request.app[KV_SIDE], reqs[0])
+    return _json(out)
 
 
 async def generate(request: web.Request) -> web.StreamResponse:
     engine = request.app[ENGINE]
     try:
-        params = p.parse_generate(await _read_json(request), engine.config.model)
+        body = await _read_json(request)
+        kv = record_request(request, body)
+        params = p.parse_generate(body, engine.config.model)
         reqs = _submit_all(
-            engine, [params.token_ids], params.max_tokens, params.cache_salt, params.request_id
+            engine, [params.token_ids], params.max_tokens, params.cache_salt, params.request_id, kv
         )
     except RequestRejected as e:
         return _rejected(e)
@@ -170,7 +187,9 @@ async def generate(request: web.Request) -> web.StreamResponse:
         await _wait_done(engine, reqs)
     except EngineAborted as e:
         return _error(str(e), 500, "InternalServerError")
-    return _json(p.generate_response(params, created, reqs[0]))
+    out = p.generate_response(params, created, reqs[0])
+    out["kv_transfer_params"] = response_params(request.app[KV_SIDE], reqs[0])
+    return _json(out)
 
 
 async def models(request: web.Request) -> web.Response:
@@ -293,6 +312,10 @@ async def mock_match(request: web.Request) -> web.Response:
     )
 
 
+async def mock_requests(request: web.Request) -> web.Response:
+    return _json(request.app[REQUEST_LOG].entries())
+
+
 async def mock_state(request: web.Request) -> web.Response:
     info = request.app[_INFO]
     state = request.app[ENGINE].state()
@@ -316,10 +339,18 @@ def create_app(
     engine_index: int = 0,
     tokenizer: LocalTokenizer | None = None,
     stream_interval_s: float = STREAM_MIN_INTERVAL_S,
+    kv_engine_id: str | None = None,
 ) -> web.Application:
-    """The aiohttp application serving ``engine`` as ``advertised_endpoint`` (``ip:port``)."""
+    """The aiohttp application serving ``engine`` as ``advertised_endpoint`` (``ip:port``);
+    ``kv_engine_id`` names it in prefill legs' ``kv_transfer_params`` (default a uuid4, as vLLM)."""
     app = web.Application(client_max_size=64 * 1024 * 1024)
     app[ENGINE] = engine
+    app[REQUEST_LOG] = RequestLog()
+    app[KV_SIDE] = KvSide(
+        kv_engine_id or str(uuid.uuid4()),
+        advertised_endpoint.rpartition(":")[0].strip("[]"),
+        DEFAULT_SIDE_CHANNEL_PORT + engine_index,
+    )
     app[STREAM_INTERVAL] = stream_interval_s
     app[_INFO] = {
         "endpoint": advertised_endpoint,
@@ -350,6 +381,7 @@ def create_app(
     app.router.add_post("/mock/faults", mock_faults)
     app.router.add_post("/mock/match", mock_match)
     app.router.add_get("/mock/state", mock_state)
+    app.router.add_get("/mock/requests", mock_requests)
     if tokenizer is not None:
         add_text_routes(app, tokenizer)  # /tokenize with the real tokenizer among them
     else:

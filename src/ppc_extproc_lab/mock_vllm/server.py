@@ -79,6 +79,8 @@ class MockVllmOptions:
     #: HF model directory (``tokenizer.json`` + chat template): text, chat and messages are
     #: tokenized with it and the render/tokenize routes are served; None ⇒ UTF-8 bytes as ids.
     tokenizer: str | None = None
+    #: P/D decode legs: transfer time per prompt token received from the remote prefill.
+    kv_transfer_ms_per_token: float = 0.01
 
 
 def offset_endpoint(endpoint: str | None, index: int) -> str | None:
@@ -243,6 +245,7 @@ async def _start_engine(options: MockVllmOptions, index: int, tokenizer: LocalTo
                 prefill_tokens_per_s=options.prefill_tokens_per_s,
                 decode_ms_per_token=options.decode_ms_per_token,
                 seed=options.seed,
+                kv_transfer_ms_per_token=options.kv_transfer_ms_per_token,
             ),
             publisher,
         )
