@@ -63,6 +63,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="host used in the topic and the x-mock-vllm-endpoint header (default: --host)",
     )
+    parser.add_argument(
+        "--advertise-port",
+        type=port_or_zero,
+        default=None,
+        help="port used in the topic and the x-mock-vllm-endpoint header, e.g. a sidecar's in front "
+        "of this engine (default: --port)",
+    )
     parser.add_argument("--model", default=d.model, help="served model name (default %(default)s)")
     parser.add_argument(
         "--block-size",
@@ -190,6 +197,7 @@ def options_from_args(args: argparse.Namespace) -> MockVllmOptions:
         host=args.host,
         port=args.port,
         advertise_host=args.advertise_host,
+        advertise_port=args.advertise_port,
         model=args.model,
         block_size=args.block_size,
         kv_groups=args.kv_groups,

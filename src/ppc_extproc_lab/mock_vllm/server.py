@@ -53,6 +53,9 @@ class MockVllmOptions:
     host: str = "127.0.0.1"
     port: int = 8000
     advertise_host: str | None = None
+    #: Port used in the topic and ``x-mock-vllm-endpoint`` (engine ``i``: ``+ i``); None ⇒ the
+    #: bound port. A P/D decode pod advertises its sidecar's port, as the pod's endpoint.
+    advertise_port: int | None = None
     model: str = "mock-model"
     block_size: int = 16
     #: "full" or "hybrid" KV-cache groups (``EngineConfig.kv_groups``).
@@ -193,12 +196,13 @@ async def _start_engine(options: MockVllmOptions, index: int, tokenizer: LocalTo
     try:
         port = sock.getsockname()[1]
         adv_host = (options.advertise_host or options.host).strip("[]")
-        endpoint = f"{adv_host}:{port}"
+        adv_port = port if options.advertise_port is None else options.advertise_port + port_index
+        endpoint = f"{adv_host}:{adv_port}"
         if options.topic is None:
             topic = default_topic(endpoint, options.model)
         else:
             topic = options.topic.format(
-                host=adv_host, port=port, endpoint=endpoint, model=options.model, index=index
+                host=adv_host, port=adv_port, endpoint=endpoint, model=options.model, index=index
             )
         kv_ep = options.kv_events_endpoint
         if kv_ep is None:
