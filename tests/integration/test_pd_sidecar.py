@@ -83,6 +83,7 @@ def test_nixlv2_legs_params_and_cached_tokens_reach_the_client() -> None:
                                    headers={PREFILL_HEADER: p0.endpoint}) as r:
                 assert r.status == 200, await r.text()
                 assert r.headers["x-mock-vllm-endpoint"] == L.decode.endpoint
+                assert r.headers["x-mock-vllm-kv-transfer"] == "decode"
                 out = await r.json()
             prefill_leg = (await L.requests(p0))[-1]
             assert prefill_leg["max_tokens"] == 1 and prefill_leg["min_tokens"] == 1
@@ -151,6 +152,7 @@ def test_without_header_the_decoder_gets_the_request_unchanged() -> None:
             async with L.http.post(f"{L.sidecar_url}/v1/completions", json={"prompt": PROMPT, "max_tokens": 3}) as r:
                 assert r.status == 200
                 assert r.headers["x-mock-vllm-endpoint"] == L.decode.endpoint
+                assert "x-mock-vllm-kv-transfer" not in r.headers
             leg = (await L.requests(L.decode))[-1]
             assert leg["kv_transfer_params"] is None and leg["x_request_id"] is None and leg["max_tokens"] == 3
             assert [(await L.state(p))["requests_total"] for p in L.prefill] == [0, 0]

@@ -9,7 +9,8 @@ with ``--tokenizer`` the text routes of :mod:`~ppc_extproc_lab.mock_vllm.text`).
 "kv_events": false}``: answer completions / ``/metrics`` with that status, close the KV-event
 publisher for good; ``null`` statuses clear), ``POST /mock/match`` (``{"prompt" | "messages", "cache_salt"?}`` →
 ``{"cached_tokens", "matched_tokens", "block_size"}``, no side effects; ``messages`` need
-``--tokenizer``) and ``GET /mock/state``. Every response carries ``x-mock-vllm-endpoint``.
+``--tokenizer``) and ``GET /mock/state``. Every response carries ``x-mock-vllm-endpoint``, a P/D
+leg's also ``x-mock-vllm-kv-transfer`` (:mod:`~ppc_extproc_lab.mock_vllm.kv_transfer`).
 
 Streaming: one SSE ``data: <json>\\n\\n`` chunk per output token, each sent no earlier than the
 token's simulated time; chunks due together are written together and the writer wakes at
@@ -37,10 +38,12 @@ from ppc_extproc_lab.mock_vllm.engine import EngineAborted, EngineRequest, MockE
 from ppc_extproc_lab.mock_vllm.kv_transfer import (
     DEFAULT_SIDE_CHANNEL_PORT,
     KV_SIDE,
+    KV_TRANSFER_HEADER,
     REQUEST_LOG,
     KvSide,
     KvTransfer,
     RequestLog,
+    leg_header,
     record_request,
     response_params,
 )
@@ -367,6 +370,8 @@ def create_app(
 
     async def add_header(request: web.BaseRequest, response: web.StreamResponse) -> None:
         response.headers[ENDPOINT_HEADER] = advertised_endpoint
+        if (leg := leg_header(request)) is not None:
+            response.headers[KV_TRANSFER_HEADER] = leg
 
     app.on_response_prepare.append(add_header)
     app.router.add_post("/v1/completions", completions)

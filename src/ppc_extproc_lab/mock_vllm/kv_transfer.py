@@ -32,11 +32,13 @@ from ppc_extproc_lab.mock_vllm.request import EngineRequest, RequestRejected
 __all__ = [
     "DEFAULT_SIDE_CHANNEL_PORT",
     "KV_SIDE",
+    "KV_TRANSFER_HEADER",
     "REQUEST_LOG",
     "REQUEST_LOG_SIZE",
     "KvSide",
     "KvTransfer",
     "RequestLog",
+    "leg_header",
     "parse_kv_transfer_params",
     "prefill_result_params",
     "record_request",
@@ -45,6 +47,9 @@ __all__ = [
 
 #: ``VLLM_NIXL_SIDE_CHANNEL_PORT``'s default (``vllm/envs.py``); engine ``i`` advertises ``+ i``.
 DEFAULT_SIDE_CHANNEL_PORT: Final = 5600
+#: Response header naming a request's P/D leg: ``prefill`` (``do_remote_decode``), ``decode``
+#: (``do_remote_prefill`` with pullable parameters) or ``decode-invalid`` (prefilled locally).
+KV_TRANSFER_HEADER: Final = "x-mock-vllm-kv-transfer"
 #: Entries kept by ``GET /mock/requests``.
 REQUEST_LOG_SIZE: Final = 256
 
@@ -157,9 +162,25 @@ KV_SIDE: Final = web.AppKey("kv_side", KvSide)
 REQUEST_LOG: Final = web.AppKey("request_log", RequestLog)
 
 
+_KV_ROLE: Final = "mock_kv_role"
+
+
 def record_request(request: web.Request, body: object) -> KvTransfer | None:
-    """Log an inference request and return its P/D role (raises :class:`RequestRejected`)."""
+    """Log an inference request and return its P/D role (raises :class:`RequestRejected`); the
+    role is kept on the request for :func:`leg_header`."""
     log = request.app.get(REQUEST_LOG)
     if log is not None:
         log.record(request.path, request.headers, body)
-    return parse_kv_transfer_params(body.get("kv_transfer_params") if isinstance(body, dict) else None)
+    kv = parse_kv_transfer_params(body.get("kv_transfer_params") if isinstance(body, dict) else None)
+    request[_KV_ROLE] = kv
+    return kv
+
+
+def leg_header(request: web.BaseRequest) -> str | None:
+    """The :data:`KV_TRANSFER_HEADER` value of a request seen by :func:`record_request`."""
+    kv = request.get(_KV_ROLE)
+    if not isinstance(kv, KvTransfer):
+        return None
+    if kv.do_remote_prefill:
+        return "decode" if kv.pull_valid else "decode-invalid"
+    return "prefill" if kv.do_remote_decode else None
