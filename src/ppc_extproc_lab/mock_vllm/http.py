@@ -328,6 +328,7 @@ async def mock_state(request: web.Request) -> web.Response:
         replay_endpoint=info["kv_events_config"].get("replay_endpoint"),
         event_encoding=info["event_encoding"],
         metrics_requests=info["metrics_requests"],
+        kv_engine_id=request.app[KV_SIDE].engine_id,
     )
     return _json(state)
 

@@ -7,7 +7,7 @@
   comma-separated value, name candidates; the first is used (``--enable-prefiller-sampling``:
   a random one). Without a prefiller the request goes to the decoder unchanged.
 * With one, the connector's legs run (:mod:`~ppc_extproc_lab.pd_sidecar.legs`): nixlv2 sends the
-  prefill leg (``x-request-id: <uuid>`` added on both legs), retries it only on 502/503/504 up to
+  prefill leg (``x-request-id: <uuid>`` on both legs unless the client sent one), retries it only on 502/503/504 up to
   ``prefill_max_retries`` times (default 0) ``prefill_retry_backoff_s`` apart, then decodes with
   the prefiller's ``kv_transfer_params`` and rewrites the decode response's
   ``usage.prompt_tokens_details.cached_tokens`` (JSON or each SSE ``data:`` line) to the
@@ -18,6 +18,9 @@
   is what avoids dead prefillers.
 * A decoder that refuses connections: 503 with llm-d's "The decode node is not ready" body;
   any other decoder failure: 502 ``BadGateway``. ``GET /health`` is 200; other paths are proxied.
+* Lab only: ``GET /sidecar/state`` (counters) and ``GET /sidecar/requests`` (the last
+  :data:`REQUEST_LOG_SIZE` requests: the client's ``x-request-id``, the header's value, the
+  prefiller used, the client's status).
 
 Bounds this lab adds (upstream has none): every upstream call has a connect timeout and a
 per-read timeout, a prefill leg a total timeout (504 when exceeded), requests in flight are
@@ -30,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import random
 import uuid
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
@@ -59,6 +63,7 @@ log = structlog.get_logger(__name__)
 PREFILL_HEADER: Final = "x-prefiller-host-port"
 REQUEST_ID_HEADER: Final = "x-request-id"
 CONNECTORS: Final = ("nixlv2", "shared-storage")
+REQUEST_LOG_SIZE: Final = 256
 
 _ROUTES: Final = {
     "/v1/chat/completions": ApiType.CHAT_COMPLETIONS,
@@ -136,8 +141,10 @@ def _forward_headers(
     for key, value in headers.items():
         if key.lower() not in _HOP_BY_HOP and key.lower() != PREFILL_HEADER:
             out.add(key, value)
-    if request_id is not None:
-        out.add(REQUEST_ID_HEADER, request_id)  # Header.Add, as upstream
+    if request_id is not None and REQUEST_ID_HEADER not in out:
+        # Upstream Header.Add()s the uuid after a client's x-request-id, which stays first: the one
+        # vLLM reads. aiohttp's client cannot repeat a header, so only a missing one is added.
+        out[REQUEST_ID_HEADER] = request_id
     if json_body:
         out["Content-Type"] = "application/json"
     return out
@@ -164,6 +171,7 @@ class _Sidecar:
         self.decoder = options.decoder_url.rstrip("/")
         self._slots = asyncio.Semaphore(options.max_in_flight)
         self._rng = random.Random()
+        self.log: deque[dict[str, Any]] = deque(maxlen=REQUEST_LOG_SIZE)
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         if self._slots.locked():
@@ -173,23 +181,32 @@ class _Sidecar:
             self.state.requests += 1
             api = _ROUTES.get(request.path)
             raw = await request.read()
-            candidates = prefill_candidates(request.headers.getall(PREFILL_HEADER, []))
+            values = request.headers.getall(PREFILL_HEADER, [])
+            candidates = prefill_candidates(values)
             prefiller = ""
             if candidates:
                 idx = self._rng.randrange(len(candidates)) if self.options.enable_prefiller_sampling else 0
                 prefiller = candidates[idx]
-            if api is None or not prefiller:
-                return await self._decode(request, raw, _forward_headers(request.headers, json_body=False))
-            try:
-                body = orjson.loads(raw)
-            except orjson.JSONDecodeError as exc:
-                return _error(400, f"invalid JSON: {exc}", "BadRequestError")
-            if not isinstance(body, dict):
-                return _error(400, "invalid JSON: the body must be an object", "BadRequestError")
-            self.state.disaggregated += 1
-            if self.options.kv_connector == "nixlv2":
-                return await self._nixlv2(request, body, api, prefiller)
-            return await self._shared_storage(request, body, prefiller)
+            entry: dict[str, Any] = {"x_request_id": request.headers.get(REQUEST_ID_HEADER), "path": request.path,
+                                     "header": ",".join(values) if values else None, "prefiller": prefiller or None}
+            self.log.append(entry)
+            response = await self._route(request, raw, api, prefiller)
+            entry["status"] = response.status
+            return response
+
+    async def _route(self, request: web.Request, raw: bytes, api: ApiType | None, prefiller: str) -> web.StreamResponse:
+        if api is None or not prefiller:
+            return await self._decode(request, raw, _forward_headers(request.headers, json_body=False))
+        try:
+            body = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            return _error(400, f"invalid JSON: {exc}", "BadRequestError")
+        if not isinstance(body, dict):
+            return _error(400, "invalid JSON: the body must be an object", "BadRequestError")
+        self.state.disaggregated += 1
+        if self.options.kv_connector == "nixlv2":
+            return await self._nixlv2(request, body, api, prefiller)
+        return await self._shared_storage(request, body, prefiller)
 
     async def _nixlv2(
         self, request: web.Request, body: dict[str, Any], api: ApiType, prefiller: str
@@ -312,6 +329,10 @@ def _response_headers(headers: Mapping[str, str]) -> CIMultiDict[str]:
 _SIDECAR: Final = web.AppKey("sidecar", _Sidecar)
 
 
+async def _requests(request: web.Request) -> web.Response:
+    return web.Response(body=orjson.dumps(list(request.app[_SIDECAR].log)), content_type="application/json")
+
+
 async def _health(request: web.Request) -> web.Response:
     return web.Response(status=200)
 
@@ -343,5 +364,6 @@ def create_sidecar_app(options: SidecarOptions) -> web.Application:
 
     app.router.add_get("/health", _health)
     app.router.add_get("/sidecar/state", _state)
+    app.router.add_get("/sidecar/requests", _requests)
     app.router.add_route("*", "/{tail:.*}", dispatch)
     return app
