@@ -30,15 +30,16 @@ def _profile(name: str, role_filter: str) -> dict[str, Any]:
     }
 
 
-def pd_config(*, non_cached_tokens: int = DEFAULT_NON_CACHED_TOKENS) -> dict[str, Any]:
-    """The service config of the ``pd`` policy."""
+def pd_config(*, non_cached_tokens: int = DEFAULT_NON_CACHED_TOKENS, speculative_ttl: str = "2s") -> dict[str, Any]:
+    """The service config of the ``pd`` policy (``speculative_ttl``: the precise producer's
+    ``speculativeTTL``, also how long an unconfirmed decode-engine credit lasts)."""
     return {
         "apiVersion": "llm-d.ai/v1alpha1",
         "kind": "EndpointPickerConfig",
         "plugins": [
             {"type": "endpoint-notification-source"},
             {"type": "token-producer", "parameters": {"local": {}}},
-            {"type": _PRECISE, "parameters": {"speculativeIndexing": True, "speculativeTTL": "2s"}},
+            {"type": _PRECISE, "parameters": {"speculativeIndexing": True, "speculativeTTL": speculative_ttl}},
             {"type": "prefix-cache-scorer", "parameters": {"prefixMatchInfoProducerName": _PRECISE}},
             {"type": "active-request-scorer"},
             {"type": "prefill-filter"},
