@@ -36,7 +36,7 @@ __all__ = [
 #: ``llm-d/llm-d-router: pkg/epp/framework/plugins/scheduling/filter/bylabel/roles.go``.
 ROLE_LABEL: Final = "llm-d.ai/role"
 #: Roles a lab engine may have: "" is unlabeled (a plain engine, which the decode filter keeps).
-ROLES: Final = ("", "prefill", "decode", "both", "prefill-decode")
+ROLES: Final = ("", "prefill", "decode", "both", "prefill-decode", "encode", "encode-prefill", "encode-prefill-decode")
 SIDECAR_COMMAND: Final[tuple[str, ...]] = (sys.executable, "-m", "ppc_extproc_lab.pd_sidecar")
 #: The name of the file-discovery plugin the cluster adds to the service config.
 DISCOVERY_PLUGIN: Final = "lab-endpoints"
