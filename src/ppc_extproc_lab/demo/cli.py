@@ -1,4 +1,6 @@
-"""``ppc-extproc demo``: precise-prefix routing vs round-robin on a local cluster, one command."""
+"""``ppc-extproc demo``: precise-prefix routing vs round-robin on a local cluster, one command;
+``--pd``: P/D disaggregation (prefill engines + decode pods behind llm-d's sidecar protocol) vs the
+same engines aggregated."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from ppc_extproc_lab.demo.defaults import (
     DEFAULT_POLICIES,
     DEFAULT_RATE_PER_S,
     FORMS,
+    PD_POLICIES,
 )
 from ppc_extproc_lab.workload.policies import ALL_POLICIES
 from ppc_extproc_lab.workload.spec import EngineProfile, WorkloadSpec, from_flags
@@ -57,9 +60,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=w.seed, help="workload seed (default %(default)s)")
     p.add_argument("--max-requests", type=positive_int, default=None, help="stop the schedule after this many requests")
     p.add_argument(
-        "--policies", type=_policies, default=DEFAULT_POLICIES,
+        "--policies", type=_policies, default=None,
         help=f"comma-separated, first is compared with second (default {','.join(DEFAULT_POLICIES)}; "
         f"choices: {', '.join(ALL_POLICIES)})",
+    )  # fmt: skip
+    p.add_argument(
+        "--pd", action="store_true",
+        help=f"compare P/D on (policy pd: prefill engines + decode pods with sidecars) with P/D off (the "
+        f"same engines aggregated, policy default); sets --policies {','.join(PD_POLICIES)} unless given",
+    )  # fmt: skip
+    p.add_argument(
+        "--prefill-engines", type=positive_int, default=None,
+        help="of --engines, the prefill engines of a P/D policy (default: half)",
     )  # fmt: skip
     p.add_argument("--tenants", type=positive_int, default=w.tenants, help="tenants (default %(default)s)")
     p.add_argument("--users-per-tenant", type=positive_int, default=w.users_per_tenant, help="(default %(default)s)")
@@ -144,10 +156,14 @@ def options_from_args(args: argparse.Namespace) -> DemoOptions:
     from ppc_extproc_lab.demo.run import DemoOptions
 
     spec, profile = from_flags(args)
+    policies = args.policies or (PD_POLICIES if args.pd else DEFAULT_POLICIES)
+    if args.prefill_engines is not None and not args.prefill_engines < args.engines:
+        raise ValueError(f"--prefill-engines: must be less than --engines ({args.engines})")
     return DemoOptions(
         engines=args.engines, rate_per_s=args.rate, duration_s=args.duration, seed=args.seed,
-        policies=args.policies, workload=spec, profile=profile, drain_s=args.drain,
+        policies=policies, workload=spec, profile=profile, drain_s=args.drain,
         max_requests=args.max_requests, keep_logs=args.keep_logs, form=args.form,
+        prefill_engines=args.prefill_engines or 0,
     )  # fmt: skip
 
 

@@ -11,9 +11,12 @@ __all__ = [
     "DEFAULT_POLICIES",
     "DEFAULT_RATE_PER_S",
     "FORMS",
+    "PD_POLICIES",
 ]
 
 DEFAULT_POLICIES: tuple[str, ...] = ("default", "round-robin")
+#: ``demo --pd``: P/D on (prefill engines + decode pods) vs the same engines aggregated.
+PD_POLICIES: tuple[str, ...] = ("pd", "default")
 #: How the requests are sent: chat completions through the ``openai`` client (what users send),
 #: completions with string prompts, or token-id prompts.
 FORMS = ("chat", "text", "tokens")

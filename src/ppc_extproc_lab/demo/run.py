@@ -48,6 +48,7 @@ from ppc_extproc_lab.workload.clients import EngineTokens, Form, RequestClient, 
 from ppc_extproc_lab.workload.probes import machine_info
 from ppc_extproc_lab.workload.report import UNFINISHED, Summary
 from ppc_extproc_lab.workload.runner import Conversations
+from ppc_extproc_lab.workload.table import DEFAULT_COLUMNS
 from ppc_extproc_lab.workload.text import TextWorkload, chars_per_token
 
 __all__ = ["DEFAULT_POLICIES", "MIN_COMPLETED", "DemoOptions", "DemoResult", "failures", "run_demo", "verdict"]
@@ -73,6 +74,8 @@ class DemoOptions:
     keep_logs: bool = False
     #: ``chat``, ``text`` or ``tokens`` (see ``defaults.FORMS``).
     form: str = DEFAULT_FORM
+    #: Prefill engines of a P/D policy (0: half of ``engines``).
+    prefill_engines: int = 0
 
 
 @dataclass(slots=True)
@@ -175,7 +178,14 @@ def describe(options: DemoOptions) -> str:
         f"cluster cache {options.engines * p.capacity_tokens:,})\n"
         f"arrivals: Poisson {options.rate_per_s:g} req/s for {options.duration_s:g} s per policy, "
         f"seed {options.seed}; requests: {_FORM_TEXT[options.form]}"
+        + (_pd_text(options) if "pd" in options.policies else "")
     )
+
+
+def _pd_text(options: DemoOptions) -> str:
+    prefill = options.prefill_engines or max(1, options.engines // 2)
+    return (f"\nP/D policies: {prefill} prefill engines + {options.engines - prefill} decode pods (llm-d's "
+            f"nixlv2 sidecar in front of each); the other policies: the same {options.engines} engines aggregated")
 
 
 _FORM_TEXT = {
@@ -206,7 +216,7 @@ def run_demo(options: DemoOptions, stream: TextIO | None = None) -> DemoResult:
     with tempfile.TemporaryDirectory(prefix="ppc-demo-tokenizer-") as scratch:
         conversations, client, tokenizer = _request_side(options, spec, Path(scratch))
         plan = ClusterPlan(engines=options.engines, profile=options.profile, keep_logs=options.keep_logs,
-                           tokenizer=tokenizer)  # fmt: skip
+                           tokenizer=tokenizer, prefill_engines=options.prefill_engines)  # fmt: skip
         for name in options.policies:
             chosen = policy(name, block_size=options.profile.block_size)
             chosen = dataclasses.replace(chosen, name=_DISPLAY.get(name, name))
@@ -225,4 +235,7 @@ def run_demo(options: DemoOptions, stream: TextIO | None = None) -> DemoResult:
 def render(result: DemoResult) -> str:
     """The table and the one-line verdict."""
     line = verdict(result.summaries)
-    return format_table(result.summaries) + (f"\n\n{line}" if line else "")
+    columns = list(DEFAULT_COLUMNS)
+    if any(r.policy.pd for r in result.runs):
+        columns.insert(columns.index("output_tps"), "pd")
+    return format_table(result.summaries, columns) + (f"\n\n{line}" if line else "")

@@ -19,7 +19,12 @@ Layout of a run (ports chosen at start, all on loopback):
   shipped configs rewritten by :mod:`ppc_extproc_lab.localcluster.envoy_config`; its ``ext_proc``
   cluster lists every replica, and Envoy load-balances the gRPC streams (one per request) over them.
 
-Start order: engines (``GET /health`` 200) → service replicas (gRPC health ``readiness``
+P/D (``roles=[...]``, one per engine, see :mod:`~ppc_extproc_lab.localcluster.pd`): a
+``"decode"`` engine is a pod of a sidecar on ``<ip>:<engine_port>`` and the mock on
+``<ip>:<decoder_port>``; every engine is listed with its ``llm-d.ai/role`` label in an endpoints
+file the service reads with ``file-discovery``.
+
+Start order: engines (``GET /health`` 200, then their sidecars) → service replicas (gRPC health ``readiness``
 SERVING, each) → Envoy (admin ``/ready`` 200). A failing start stops what was started and raises
 :class:`ReadinessError` with the log tail; stop order is the reverse.
 """
@@ -42,6 +47,7 @@ import yaml
 from ppc_extproc_lab.localcluster._errors import LocalClusterError
 from ppc_extproc_lab.localcluster.envoy_config import DEFAULT_VARIANT, find_envoy, render_envoy_config
 from ppc_extproc_lab.localcluster.layout import ClusterLayout
+from ppc_extproc_lab.localcluster.pd import sidecar_argv, with_file_discovery, write_endpoints
 from ppc_extproc_lab.localcluster.processes import ManagedProcess, ProcessGroup
 from ppc_extproc_lab.localcluster.readiness import wait_for_grpc_health, wait_for_http
 from ppc_extproc_lab.localcluster.service_config import default_service_config, patch_service_config
@@ -94,6 +100,10 @@ class LocalCluster(ClusterLayout):
         tokenizer: a HF model directory: the engines tokenize text, chat and messages with it
             (``--tokenizer``) and the service config gains a local ``token-producer`` on it (unless
             it has a token producer), so chat traffic is routed by the engines' own token ids.
+        roles: one P/D role per engine (``""``, ``"prefill"``, ``"decode"``, ``"both"``,
+            ``"prefill-decode"``): labels in file discovery, and a sidecar in front of each
+            ``"decode"`` engine. ``None``: no labels, ``--endpoints`` as before.
+        kv_connector / sidecar_args: the sidecars' ``--kv-connector`` and extra flags.
     """
 
     def __init__(
@@ -127,9 +137,12 @@ class LocalCluster(ClusterLayout):
         replay: bool = True,
         tokenizer: str | os.PathLike[str] | None = None,
         ext_proc_tls: bool = False,
+        roles: Sequence[str] | None = None,
+        kv_connector: str = "nixlv2",
+        sidecar_args: Sequence[str] = (),
     ) -> None:
         super().__init__(
-            num_engines, service_replicas=service_replicas, first_engine_ip=first_engine_ip
+            num_engines, service_replicas=service_replicas, first_engine_ip=first_engine_ip, roles=roles
         )
         if per_engine_args is not None and len(per_engine_args) != num_engines:
             raise ValueError("per_engine_args needs one entry per engine")
@@ -163,6 +176,12 @@ class LocalCluster(ClusterLayout):
         self.replay = replay
         self.tokenizer = str(tokenizer) if tokenizer is not None else None
         self.ext_proc_tls = ext_proc_tls
+        if self.roles is not None and "decode" in self.roles and engines_per_process > 1:
+            raise ValueError("decode engines need one process each (engines_per_process=1)")
+        self.kv_connector = kv_connector
+        self.sidecar_args = list(sidecar_args)
+        self._sidecars: dict[int, ManagedProcess] = {}
+        self.endpoints_path: Path | None = None
 
         self._requested_log_dir = Path(log_dir) if log_dir is not None else None
         self._owns_log_dir = False
@@ -180,6 +199,11 @@ class LocalCluster(ClusterLayout):
     @property
     def engine_processes(self) -> list[ManagedProcess]:
         return list(self._engines)
+
+    @property
+    def sidecar_processes(self) -> dict[int, ManagedProcess]:
+        """The sidecar of each decode engine, by engine index."""
+        return dict(self._sidecars)
 
     @property
     def service_processes(self) -> list[ManagedProcess]:
@@ -241,6 +265,11 @@ class LocalCluster(ClusterLayout):
                 proc.start()
             for i in range(self.num_engines):
                 self._wait_engine(i)
+            for i in self.indices("decode"):
+                self._sidecars[i] = self._group.add(self._sidecar_process(i))
+                self._sidecars[i].start()
+            for i in self._sidecars:
+                wait_for_http(f"{self.engine_urls[i]}/health", timeout=self.startup_timeout, process=self._sidecars[i])
             if self.with_service:
                 self._services = [
                     self._group.add(self._service_process(r))
@@ -356,6 +385,11 @@ class LocalCluster(ClusterLayout):
             block_size=self.block_size,
             tokenizer=self.tokenizer,
         )
+        if self.roles is not None:
+            self.endpoints_path = write_endpoints(
+                self.log_dir / "endpoints.yaml", self.engine_ips, self.engine_port, self.roles
+            )
+            patched = with_file_discovery(patched, self.endpoints_path)
         self.service_config_path = self.log_dir / "service-config.yaml"
         self.service_config_path.write_text(
             yaml.safe_dump(patched, sort_keys=False), encoding="utf-8"
@@ -374,13 +408,16 @@ class LocalCluster(ClusterLayout):
     def _engine_process(self, index: int, count: int = 1) -> ManagedProcess:
         """The process of engine ``index`` (and, with ``count`` > 1, the next ``count - 1``)."""
         ip = self.engine_ips[index]
+        decode = self.role(index) == "decode"
         argv = [
             *self.engine_command,
             "--host", ip,
-            "--port", str(self.engine_port),
+            "--port", str(self.decoder_port if decode else self.engine_port),
             "--model", self.model,
             "--kv-events-endpoint", f"tcp://{ip}:{self.kv_events_port}",
         ]  # fmt: skip
+        if decode:  # the pod's endpoint is the sidecar's: so are the topic and endpoint header
+            argv += ["--advertise-port", str(self.engine_port)]
         if count > 1:
             argv += ["--count", str(count), "--distinct-hosts"]
         if self.replay:
@@ -397,20 +434,30 @@ class LocalCluster(ClusterLayout):
         name = f"engine-{index}" if count == 1 else f"engines-{index}-{index + count - 1}"
         return ManagedProcess(name, argv, log_path=self.log_dir / f"{name}.log", env=self.env)
 
+    def _sidecar_process(self, index: int) -> ManagedProcess:
+        argv = sidecar_argv(
+            self.engine_ips[index], self.engine_port, self.decoder_port,
+            kv_connector=self.kv_connector, extra=self.sidecar_args,
+        )  # fmt: skip
+        name = f"sidecar-{index}"
+        return ManagedProcess(name, argv, log_path=self.log_dir / f"{name}.log", env=self.env)
+
     def _wait_engine(self, index: int) -> None:
         wait_for_http(
-            f"{self.engine_urls[index]}/health",
+            f"{self.mock_urls[index]}/health",
             timeout=self.startup_timeout,
             process=self._engines[index // self.engines_per_process],
         )
 
     def _service_process(self, replica: int = 0) -> ManagedProcess:
+        # With roles, the endpoints (and their labels) come from the config's file discovery.
+        endpoints = ["--endpoints", ",".join(self.engine_endpoints)] if self.roles is None else []
         argv = [
             *self.service_command,
             "--grpc-port", str(self.grpc_ports[replica]),
             "--admin-port", str(self.service_admin_ports[replica]),
             "--admin-address", "127.0.0.1",
-            "--endpoints", ",".join(self.engine_endpoints),
+            *endpoints,
             "--config-file", str(self.service_config_path),
             *(["--secure-serving"] if self.ext_proc_tls else []),
             *self.service_args,

@@ -9,6 +9,9 @@ service replica ``r`` on ``127.0.0.1:grpc_ports[r]`` (admin ``service_admin_port
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+from ppc_extproc_lab.localcluster.pd import check_roles
 from ppc_extproc_lab.localcluster.ports import (
     ANY_ADDRESS,
     PortAllocator,
@@ -23,7 +26,12 @@ class ClusterLayout:
     """Addresses of ``num_engines`` engines, ``service_replicas`` services and one Envoy."""
 
     def __init__(
-        self, num_engines: int, *, service_replicas: int = 1, first_engine_ip: int = 2
+        self,
+        num_engines: int,
+        *,
+        service_replicas: int = 1,
+        first_engine_ip: int = 2,
+        roles: Sequence[str] | None = None,
     ) -> None:
         if num_engines < 0:
             raise ValueError("num_engines must be >= 0")
@@ -32,7 +40,11 @@ class ClusterLayout:
         self.num_engines = num_engines
         self.service_replicas = service_replicas
         self.engine_ips: list[str] = loopback_ips(num_engines, first=first_engine_ip)
+        #: One P/D role per engine (``pd.ROLES``), or None: no roles.
+        self.roles: list[str] | None = check_roles(roles, num_engines) if roles is not None else None
         self.engine_port = self.kv_events_port = self.replay_port = 0
+        #: Where a decode pod's mock listens behind its sidecar (P/D clusters; 0 otherwise).
+        self.decoder_port = 0
         self.listener_port = self.envoy_admin_port = 0
         #: gRPC and admin port of each service replica, in replica order.
         self.grpc_ports: list[int] = [0] * service_replicas
@@ -44,7 +56,7 @@ class ClusterLayout:
             check_loopback_ip(ip)
         ports = PortAllocator()
         engine_hosts = self.engine_ips or ["127.0.0.1"]
-        self.engine_port, self.kv_events_port, self.replay_port = ports.ports(3, engine_hosts)
+        self.engine_port, self.kv_events_port, self.replay_port, self.decoder_port = ports.ports(4, engine_hosts)
         # The services and Envoy may bind every interface: their ports must be free everywhere.
         self.grpc_ports = ports.ports(self.service_replicas, ANY_ADDRESS)
         self.service_admin_ports = ports.ports(self.service_replicas, ANY_ADDRESS)
@@ -56,6 +68,23 @@ class ClusterLayout:
     def engine_endpoints(self) -> list[str]:
         """``ip:port`` of every engine, in index order (the service's ``--endpoints``)."""
         return [f"{ip}:{self.engine_port}" for ip in self.engine_ips]
+
+    def role(self, index: int) -> str:
+        """Engine ``index``'s P/D role ("" when unlabeled)."""
+        return self.roles[index] if self.roles is not None else ""
+
+    def indices(self, role: str) -> list[int]:
+        """The engines with ``role``."""
+        return [i for i in range(self.num_engines) if self.role(i) == role]
+
+    @property
+    def mock_urls(self) -> list[str]:
+        """``http://ip:port`` of each engine's mock itself (behind the sidecar in a decode pod):
+        where ``/mock/state`` and ``/mock/requests`` are."""
+        return [
+            f"http://{ip}:{self.decoder_port if self.role(i) == 'decode' else self.engine_port}"
+            for i, ip in enumerate(self.engine_ips)
+        ]
 
     @property
     def engine_urls(self) -> list[str]:

@@ -225,9 +225,12 @@ class PrefixCache:
             self._reserved -= 1
         return alloc.num_hit
 
-    def advance(self, alloc: Allocation, tokens: Sequence[int], num_computed: int) -> None:
+    def advance(self, alloc: Allocation, tokens: Sequence[int], num_computed: int, *, publish: bool = True) -> None:
         """The first ``num_computed`` of ``tokens`` now have KV: take blocks to hold them
-        (evicting as needed) and store every newly full block with one ``BlockStored``."""
+        (evicting as needed) and store every newly full block with one ``BlockStored``.
+
+        ``publish=False`` caches the blocks without the event: KV received from a remote prefill,
+        which vLLM's decode side never reports (llm-d/llm-d-kv-cache issue #372)."""
         missing = self.blocks_for(num_computed) - len(alloc.blocks)
         for _ in range(missing):
             alloc.blocks.append(self._take_block(alloc))
@@ -249,6 +252,8 @@ class PrefixCache:
             self._by_digest.setdefault(d, {})[block.block_id] = block
             self._num_cached += 1
         alloc.num_cached = num_full
+        if not publish:
+            return
         parent_digest = alloc.digests[first - 1] if first else None
         self._events.append(
             BlockStored(

@@ -63,6 +63,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="host used in the topic and the x-mock-vllm-endpoint header (default: --host)",
     )
+    parser.add_argument(
+        "--advertise-port",
+        type=port_or_zero,
+        default=None,
+        help="port used in the topic and the x-mock-vllm-endpoint header, e.g. a sidecar's in front "
+        "of this engine (default: --port)",
+    )
     parser.add_argument("--model", default=d.model, help="served model name (default %(default)s)")
     parser.add_argument(
         "--block-size",
@@ -138,6 +145,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="decode step length; all running requests decode together (default %(default)s)",
     )
     parser.add_argument(
+        "--kv-transfer-ms-per-token",
+        type=non_negative_float,
+        default=d.kv_transfer_ms_per_token,
+        help="P/D decode legs (kv_transfer_params.do_remote_prefill): transfer time per prompt token "
+        "not cached locally, instead of prefill (default %(default)s)",
+    )
+    parser.add_argument(
         "--seed",
         type=int,
         default=d.seed,
@@ -183,6 +197,7 @@ def options_from_args(args: argparse.Namespace) -> MockVllmOptions:
         host=args.host,
         port=args.port,
         advertise_host=args.advertise_host,
+        advertise_port=args.advertise_port,
         model=args.model,
         block_size=args.block_size,
         kv_groups=args.kv_groups,
@@ -202,6 +217,7 @@ def options_from_args(args: argparse.Namespace) -> MockVllmOptions:
         distinct_hosts=args.distinct_hosts,
         stream_interval_s=args.stream_interval_ms / 1e3,
         tokenizer=args.tokenizer,
+        kv_transfer_ms_per_token=args.kv_transfer_ms_per_token,
     )
 
 

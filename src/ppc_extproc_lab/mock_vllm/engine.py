@@ -7,7 +7,12 @@ Time model (all times on the event loop's monotonic clock):
 * one serial prefill lane: a request's prefill takes ``uncached_tokens / prefill_tokens_per_s``
   seconds and produces output token 1, so TTFT = queueing + lane wait + own prefill;
 * decode runs in lockstep on a grid of ``decode_ms_per_token``: every running request
-  produces one token per grid step, independently of the prefill lane.
+  produces one token per grid step, independently of the prefill lane;
+* P/D (:mod:`~ppc_extproc_lab.mock_vllm.kv_transfer`): a decode leg (``do_remote_prefill``)
+  skips the prefill lane; the prompt tokens it does not hold locally arrive after
+  ``kv_transfer_ms_per_token`` each (llm-d-inference-sim's ``kv-cache-transfer-time-per-token``),
+  are cached without BlockStored, and its first token follows. A prefill leg
+  (``do_remote_decode``) runs as any request and keeps its block ids for the response.
 
 KV events follow vLLM: when a prefill is scheduled (enters the lane) its hit is re-checked,
 its blocks are allocated (evictions) and its full prompt blocks cached and stored, so later
@@ -34,6 +39,7 @@ import structlog
 
 from ppc_extproc_lab.mock_vllm.cache import CapacityError, PrefixCache
 from ppc_extproc_lab.mock_vllm.hashing import BlockHasher
+from ppc_extproc_lab.mock_vllm.kv_transfer import KvTransfer
 from ppc_extproc_lab.mock_vllm.publisher import EventPublisher, NullEventPublisher
 from ppc_extproc_lab.mock_vllm.request import (
     MAX_TOKEN_ID,
@@ -72,6 +78,8 @@ class EngineConfig:
     #: "full": one full-attention KV-cache group; "hybrid": plus a sliding-window group and a
     #: Mamba group publishing at the same (inflated) block size, as vLLM's hybrid models do.
     kv_groups: str = "full"
+    #: Transfer time of one prompt token a decode leg receives from a remote prefill.
+    kv_transfer_ms_per_token: float = 0.01
 
     def __post_init__(self) -> None:
         if self.kv_groups not in ("full", "hybrid"):
@@ -80,6 +88,8 @@ class EngineConfig:
             raise ValueError("block_size, num_blocks and max_num_seqs must be positive")
         if self.prefill_tokens_per_s <= 0 or self.decode_ms_per_token < 0:
             raise ValueError("prefill_tokens_per_s must be > 0 and decode_ms_per_token >= 0")
+        if self.kv_transfer_ms_per_token < 0:
+            raise ValueError("kv_transfer_ms_per_token must be >= 0")
 
 
 @dataclass(slots=True)
@@ -95,9 +105,17 @@ class EngineCounters:
     prefix_cache_queries: int = 0
     prefix_cache_hits: int = 0
     restarts: int = 0
+    #: Prefill legs (``do_remote_decode``) and decode legs (``do_remote_prefill``) received.
+    remote_decode_requests: int = 0
+    remote_prefill_requests: int = 0
+    #: Decode legs that received KV, and the prompt tokens they received.
+    kv_transfers: int = 0
+    kv_transfer_tokens: int = 0
+    #: Decode legs whose ``kv_transfer_params`` vLLM would not pull with (prefilled locally).
+    kv_transfer_invalid: int = 0
 
 
-_PREFILL_DONE, _DECODE = 0, 1
+_PREFILL_DONE, _DECODE, _TRANSFER_DONE = 0, 1, 2
 
 
 class MockEngine:
@@ -141,8 +159,10 @@ class MockEngine:
         max_tokens: int = 16,
         cache_salt: str | None = None,
         request_id: str | None = None,
+        kv: KvTransfer | None = None,
     ) -> EngineRequest:
-        """Queue a request; raises :class:`RequestRejected` if it is invalid or can never fit."""
+        """Queue a request (``kv``: its P/D role); raises :class:`RequestRejected` if it is invalid
+        or can never fit."""
         if self._closed:
             raise EngineAborted("engine is shut down")
         loop = self._get_loop()
@@ -165,8 +185,13 @@ class MockEngine:
             output_tokens(tokens, max_tokens, self.config.seed),
             self.cache.hasher.hash_blocks(tokens, cache_salt),
             self._decode_s,
+            kv,
         )
         self.counters.requests_total += 1
+        if kv is not None:
+            self.counters.remote_decode_requests += kv.do_remote_decode
+            self.counters.remote_prefill_requests += kv.do_remote_prefill
+            self.counters.kv_transfer_invalid += kv.do_remote_prefill and not kv.pull_valid
         self._waiting.append(req)
         self._kick()
         return req
@@ -259,6 +284,11 @@ class MockEngine:
             "prefix_cache_queries_tokens": c.prefix_cache_queries,
             "prefix_cache_hits_tokens": c.prefix_cache_hits,
             "restarts": c.restarts,
+            "remote_decode_requests": c.remote_decode_requests,
+            "remote_prefill_requests": c.remote_prefill_requests,
+            "kv_transfers": c.kv_transfers,
+            "kv_transfer_tokens": c.kv_transfer_tokens,
+            "kv_transfer_invalid": c.kv_transfer_invalid,
         }
 
     # ------------------------------------------------------------------ scheduler
@@ -332,8 +362,17 @@ class MockEngine:
             self._waiting.popleft()
             req.alloc = alloc
             req.admitted_at = sim
-            req.state = RequestState.QUEUED_FOR_PREFILL
             self._running[req.request_id] = req
+            kv = req.kv
+            remote = len(req.prompt) - alloc.cached_tokens
+            if kv is not None and kv.pull_valid and remote > 0:
+                # vLLM's NixlConnector pulls what the local prefix cache lacks
+                # (get_num_new_matched_tokens), asynchronously, off the prefill lane.
+                req.state = RequestState.TRANSFERRING
+                req.transferred_tokens = remote
+                self._push(sim + remote * self.config.kv_transfer_ms_per_token / 1000.0, _TRANSFER_DONE, req)
+                continue
+            req.state = RequestState.QUEUED_FOR_PREFILL
             self._prefill_queue.append(req)
 
     def _start_prefill(self) -> None:
@@ -367,7 +406,9 @@ class MockEngine:
         if req.state in (RequestState.ABORTED, RequestState.FINISHED) or req.alloc is None:
             return
         n_prompt = len(req.prompt)
-        if kind == _PREFILL_DONE:
+        if kind == _TRANSFER_DONE:
+            self._received(req, n_prompt)
+        if kind in (_PREFILL_DONE, _TRANSFER_DONE):
             req.first_token_at = t
             req.state = RequestState.DECODING
             req.decode_base = self._grid_after(t)
@@ -379,6 +420,20 @@ class MockEngine:
         req.steps_done = k
         self.cache.advance(req.alloc, req.tokens, n_prompt + k)
         self._schedule_decode(req)
+
+    def _received(self, req: EngineRequest, n_prompt: int) -> None:
+        """A decode leg's KV arrived: its prompt blocks are cached, unpublished, and count as
+        cached tokens (vLLM's ``num_cached_tokens`` includes external tokens)."""
+        alloc = req.alloc
+        assert alloc is not None
+        self.counters.prefix_cache_queries += n_prompt
+        self.counters.prefix_cache_hits += alloc.cached_tokens
+        self.counters.prompt_tokens_total += n_prompt
+        self.counters.kv_transfers += 1
+        self.counters.kv_transfer_tokens += req.transferred_tokens
+        req.cached_tokens = alloc.cached_tokens + req.transferred_tokens
+        self.cache.advance(alloc, req.tokens, n_prompt, publish=False)
+        self._flush()
 
     def _schedule_decode(self, req: EngineRequest) -> None:
         if req.steps_done >= req.max_tokens - 1:
@@ -404,6 +459,8 @@ class MockEngine:
 
     def _finish(self, req: EngineRequest, t: float) -> None:
         assert req.alloc is not None
+        if req.kv is not None and req.kv.do_remote_decode:
+            req.block_ids = [b.block_id for b in req.alloc.blocks]
         self.cache.free(req.alloc)
         req.alloc = None
         req.state = RequestState.FINISHED

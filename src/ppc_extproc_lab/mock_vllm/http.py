@@ -4,11 +4,13 @@ vLLM routes: ``POST /v1/completions``, ``POST /inference/v1/generate``, ``GET /v
 ``GET /health``, ``GET /version``, ``GET /metrics``, ``GET /kv_event_sources``,
 ``POST /reset_prefix_cache``, ``POST /tokenize`` (UTF-8 bytes, :mod:`~ppc_extproc_lab.mock_vllm.peer_probes`;
 with ``--tokenizer`` the text routes of :mod:`~ppc_extproc_lab.mock_vllm.text`). Mock routes:
-``POST /mock/restart``, ``POST /mock/faults`` (``{"completions_status": 503, "metrics_status": 404,
+``POST /mock/restart``, ``GET /mock/requests`` (the last inference requests received: path,
+``x-request-id``, token limits, ``stream``, ``kv_transfer_params``), ``POST /mock/faults`` (``{"completions_status": 503, "metrics_status": 404,
 "kv_events": false}``: answer completions / ``/metrics`` with that status, close the KV-event
 publisher for good; ``null`` statuses clear), ``POST /mock/match`` (``{"prompt" | "messages", "cache_salt"?}`` →
 ``{"cached_tokens", "matched_tokens", "block_size"}``, no side effects; ``messages`` need
-``--tokenizer``) and ``GET /mock/state``. Every response carries ``x-mock-vllm-endpoint``.
+``--tokenizer``) and ``GET /mock/state``. Every response carries ``x-mock-vllm-endpoint``, a P/D
+leg's also ``x-mock-vllm-kv-transfer`` (:mod:`~ppc_extproc_lab.mock_vllm.kv_transfer`).
 
 Streaming: one SSE ``data: <json>\\n\\n`` chunk per output token, each sent no earlier than the
 token's simulated time; chunks due together are written together and the writer wakes at
@@ -33,6 +35,18 @@ import ppc_extproc_lab.mock_vllm.protocol as p
 from ppc_extproc.errors import BadRequestError
 from ppc_extproc.tokenizer.local import LocalTokenizer
 from ppc_extproc_lab.mock_vllm.engine import EngineAborted, EngineRequest, MockEngine, RequestRejected
+from ppc_extproc_lab.mock_vllm.kv_transfer import (
+    DEFAULT_SIDE_CHANNEL_PORT,
+    KV_SIDE,
+    KV_TRANSFER_HEADER,
+    REQUEST_LOG,
+    KvSide,
+    KvTransfer,
+    RequestLog,
+    leg_header,
+    record_request,
+    response_params,
+)
 from ppc_extproc_lab.mock_vllm.metrics import engine_registry
 from ppc_extproc_lab.mock_vllm.peer_probes import add_peer_probe_routes
 from ppc_extproc_lab.mock_vllm.streaming import ENGINE, STREAM_INTERVAL, STREAM_MIN_INTERVAL_S, TOKENIZER, sse_stream
@@ -90,6 +104,7 @@ def _submit_all(
     max_tokens: int,
     salt: str | None,
     request_id: str | None = None,
+    kv: KvTransfer | None = None,
 ) -> list[EngineRequest]:
     for prompt in prompts:
         MockEngine.validate(prompt, max_tokens)
@@ -101,7 +116,7 @@ def _submit_all(
                 if request_id is None
                 else (request_id if len(prompts) == 1 else f"{request_id}-{i}")
             )
-            reqs.append(engine.submit(prompt, max_tokens, salt, rid))
+            reqs.append(engine.submit(prompt, max_tokens, salt, rid, kv))
     except RequestRejected:
         for r in reqs:
             engine.abort(r, "sibling prompt rejected")
@@ -125,8 +140,9 @@ async def completions(request: web.Request) -> web.StreamResponse:
         return _error("injected by POST /mock/faults", status, "ServiceUnavailableError")
     try:
         body = await _read_json(request)
+        kv = record_request(request, body)
         params = p.parse_completion(body, engine.config.model, _encoder(request, body))
-        reqs = _submit_all(engine, params.prompts, params.max_tokens, params.cache_salt)
+        reqs = _submit_all(engine, params.prompts, params.max_tokens, params.cache_salt, None, kv)
     except RequestRejected as e:
         return _rejected(e)
     cid, created = f"cmpl-{uuid.uuid4().hex}", p.now_created()
@@ -144,15 +160,19 @@ async def completions(request: web.Request) -> web.StreamResponse:
         await _wait_done(engine, reqs)
     except EngineAborted as e:
         return _error(str(e), 500, "InternalServerError")
-    return _json(p.completion_response(cid, created, params, reqs))
+    out = p.completion_response(cid, created, params, reqs)
+    out["kv_transfer_params"] = response_params(request.app[KV_SIDE], reqs[0])
+    return _json(out)
 
 
 async def generate(request: web.Request) -> web.StreamResponse:
     engine = request.app[ENGINE]
     try:
-        params = p.parse_generate(await _read_json(request), engine.config.model)
+        body = await _read_json(request)
+        kv = record_request(request, body)
+        params = p.parse_generate(body, engine.config.model)
         reqs = _submit_all(
-            engine, [params.token_ids], params.max_tokens, params.cache_salt, params.request_id
+            engine, [params.token_ids], params.max_tokens, params.cache_salt, params.request_id, kv
         )
     except RequestRejected as e:
         return _rejected(e)
@@ -170,7 +190,9 @@ async def generate(request: web.Request) -> web.StreamResponse:
         await _wait_done(engine, reqs)
     except EngineAborted as e:
         return _error(str(e), 500, "InternalServerError")
-    return _json(p.generate_response(params, created, reqs[0]))
+    out = p.generate_response(params, created, reqs[0])
+    out["kv_transfer_params"] = response_params(request.app[KV_SIDE], reqs[0])
+    return _json(out)
 
 
 async def models(request: web.Request) -> web.Response:
@@ -293,6 +315,10 @@ async def mock_match(request: web.Request) -> web.Response:
     )
 
 
+async def mock_requests(request: web.Request) -> web.Response:
+    return _json(request.app[REQUEST_LOG].entries())
+
+
 async def mock_state(request: web.Request) -> web.Response:
     info = request.app[_INFO]
     state = request.app[ENGINE].state()
@@ -302,6 +328,7 @@ async def mock_state(request: web.Request) -> web.Response:
         replay_endpoint=info["kv_events_config"].get("replay_endpoint"),
         event_encoding=info["event_encoding"],
         metrics_requests=info["metrics_requests"],
+        kv_engine_id=request.app[KV_SIDE].engine_id,
     )
     return _json(state)
 
@@ -316,10 +343,18 @@ def create_app(
     engine_index: int = 0,
     tokenizer: LocalTokenizer | None = None,
     stream_interval_s: float = STREAM_MIN_INTERVAL_S,
+    kv_engine_id: str | None = None,
 ) -> web.Application:
-    """The aiohttp application serving ``engine`` as ``advertised_endpoint`` (``ip:port``)."""
+    """The aiohttp application serving ``engine`` as ``advertised_endpoint`` (``ip:port``);
+    ``kv_engine_id`` names it in prefill legs' ``kv_transfer_params`` (default a uuid4, as vLLM)."""
     app = web.Application(client_max_size=64 * 1024 * 1024)
     app[ENGINE] = engine
+    app[REQUEST_LOG] = RequestLog()
+    app[KV_SIDE] = KvSide(
+        kv_engine_id or str(uuid.uuid4()),
+        advertised_endpoint.rpartition(":")[0].strip("[]"),
+        DEFAULT_SIDE_CHANNEL_PORT + engine_index,
+    )
     app[STREAM_INTERVAL] = stream_interval_s
     app[_INFO] = {
         "endpoint": advertised_endpoint,
@@ -336,6 +371,8 @@ def create_app(
 
     async def add_header(request: web.BaseRequest, response: web.StreamResponse) -> None:
         response.headers[ENDPOINT_HEADER] = advertised_endpoint
+        if (leg := leg_header(request)) is not None:
+            response.headers[KV_TRANSFER_HEADER] = leg
 
     app.on_response_prepare.append(add_header)
     app.router.add_post("/v1/completions", completions)
@@ -350,6 +387,7 @@ def create_app(
     app.router.add_post("/mock/faults", mock_faults)
     app.router.add_post("/mock/match", mock_match)
     app.router.add_get("/mock/state", mock_state)
+    app.router.add_get("/mock/requests", mock_requests)
     if tokenizer is not None:
         add_text_routes(app, tokenizer)  # /tokenize with the real tokenizer among them
     else:

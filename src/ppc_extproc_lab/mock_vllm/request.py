@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ppc_extproc_lab.mock_vllm.cache import Allocation
+    from ppc_extproc_lab.mock_vllm.kv_transfer import KvTransfer
 
 __all__ = [
     "MAX_TOKEN_ID",
@@ -40,6 +41,8 @@ class RequestState(enum.Enum):
     WAITING = "waiting"
     QUEUED_FOR_PREFILL = "queued_for_prefill"
     PREFILLING = "prefilling"
+    #: A decode leg receiving its prompt's KV from a remote prefill (off the prefill lane).
+    TRANSFERRING = "transferring"
     DECODING = "decoding"
     FINISHED = "finished"
     ABORTED = "aborted"
@@ -67,6 +70,7 @@ class EngineRequest:
         "admitted_at",
         "alloc",
         "arrival",
+        "block_ids",
         "cache_salt",
         "cached_tokens",
         "decode_base",
@@ -74,6 +78,7 @@ class EngineRequest:
         "finished_at",
         "first_token",
         "first_token_at",
+        "kv",
         "max_tokens",
         "output",
         "prefill_start",
@@ -83,6 +88,7 @@ class EngineRequest:
         "state",
         "steps_done",
         "tokens",
+        "transferred_tokens",
     )
 
     def __init__(
@@ -95,6 +101,7 @@ class EngineRequest:
         output: list[int],
         prompt_digests: list[bytes],
         decode_s: float,
+        kv: KvTransfer | None = None,
     ) -> None:
         self.request_id = request_id
         self.prompt = prompt
@@ -118,6 +125,12 @@ class EngineRequest:
         self.first_token.add_done_callback(_silence)
         self.done.add_done_callback(_silence)
         self._decode_s = decode_s
+        #: The request's P/D role (``kv_transfer_params``), None for a plain request.
+        self.kv = kv
+        #: A prefill leg's block ids at finish (its ``remote_block_ids``).
+        self.block_ids: list[int] = []
+        #: Prompt tokens a decode leg received from the remote prefill.
+        self.transferred_tokens = 0
 
     @property
     def num_prompt_tokens(self) -> int:

@@ -53,6 +53,9 @@ class MockVllmOptions:
     host: str = "127.0.0.1"
     port: int = 8000
     advertise_host: str | None = None
+    #: Port used in the topic and ``x-mock-vllm-endpoint`` (engine ``i``: ``+ i``); None ⇒ the
+    #: bound port. A P/D decode pod advertises its sidecar's port, as the pod's endpoint.
+    advertise_port: int | None = None
     model: str = "mock-model"
     block_size: int = 16
     #: "full" or "hybrid" KV-cache groups (``EngineConfig.kv_groups``).
@@ -79,6 +82,8 @@ class MockVllmOptions:
     #: HF model directory (``tokenizer.json`` + chat template): text, chat and messages are
     #: tokenized with it and the render/tokenize routes are served; None ⇒ UTF-8 bytes as ids.
     tokenizer: str | None = None
+    #: P/D decode legs: transfer time per prompt token received from the remote prefill.
+    kv_transfer_ms_per_token: float = 0.01
 
 
 def offset_endpoint(endpoint: str | None, index: int) -> str | None:
@@ -191,12 +196,13 @@ async def _start_engine(options: MockVllmOptions, index: int, tokenizer: LocalTo
     try:
         port = sock.getsockname()[1]
         adv_host = (options.advertise_host or options.host).strip("[]")
-        endpoint = f"{adv_host}:{port}"
+        adv_port = port if options.advertise_port is None else options.advertise_port + port_index
+        endpoint = f"{adv_host}:{adv_port}"
         if options.topic is None:
             topic = default_topic(endpoint, options.model)
         else:
             topic = options.topic.format(
-                host=adv_host, port=port, endpoint=endpoint, model=options.model, index=index
+                host=adv_host, port=adv_port, endpoint=endpoint, model=options.model, index=index
             )
         kv_ep = options.kv_events_endpoint
         if kv_ep is None:
@@ -243,6 +249,7 @@ async def _start_engine(options: MockVllmOptions, index: int, tokenizer: LocalTo
                 prefill_tokens_per_s=options.prefill_tokens_per_s,
                 decode_ms_per_token=options.decode_ms_per_token,
                 seed=options.seed,
+                kv_transfer_ms_per_token=options.kv_transfer_ms_per_token,
             ),
             publisher,
         )

@@ -30,6 +30,7 @@ from ppc_extproc.tokenizer.local import LocalTokenizer
 from ppc_extproc.tokenizer.requests import parse_chat
 from ppc_extproc.tokenizer.result import TokenizeResult
 from ppc_extproc_lab.mock_vllm.engine import EngineAborted, EngineRequest, MockEngine, RequestRejected
+from ppc_extproc_lab.mock_vllm.kv_transfer import KV_SIDE, KvTransfer, record_request, response_params
 from ppc_extproc_lab.mock_vllm.streaming import ENGINE, TOKENIZER, sse_stream
 
 __all__ = ["add_text_routes", "chat_ids", "generate_request"]
@@ -146,12 +147,14 @@ async def chat_render(request: web.Request) -> web.StreamResponse:
     return _json(generate_request(f"chatcmpl-{uuid.uuid4().hex[:16]}", ids, engine.config.model, body, _max_model_len(engine)))
 
 
-def _submit(engine: MockEngine, ids: list[int], body: Mapping[str, Any], salt: str | None) -> EngineRequest:
+def _submit(
+    engine: MockEngine, ids: list[int], body: Mapping[str, Any], salt: str | None, kv: KvTransfer | None = None
+) -> EngineRequest:
     max_tokens = body.get("max_completion_tokens") or body.get("max_tokens") or 16
     if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
         raise BadRequestError(f"max_tokens must be at least 1, got {max_tokens!r}.")
     MockEngine.validate(ids, max_tokens)
-    return engine.submit(ids, max_tokens, salt, None)
+    return engine.submit(ids, max_tokens, salt, None, kv)
 
 
 async def _wait(engine: MockEngine, req: EngineRequest) -> None:
@@ -165,12 +168,13 @@ async def _wait(engine: MockEngine, req: EngineRequest) -> None:
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     tok, engine = request.app[TOKENIZER], request.app[ENGINE]
     body = await _body(request)
+    kv = record_request(request, body)
     chat = parse_chat(body)
     ids = _tokenized(tok.tokenize_chat(chat))
     stream = bool(body.get("stream") or False)
     options = body.get("stream_options")
     include_usage = stream and isinstance(options, dict) and bool(options.get("include_usage"))
-    req = _submit(engine, ids, body, chat.cache_salt)
+    req = _submit(engine, ids, body, chat.cache_salt, kv)
     cid, created, model = f"chatcmpl-{uuid.uuid4().hex}", p.now_created(), engine.config.model
     if not stream:
         await _wait(engine, req)
@@ -180,7 +184,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
             "id": cid, "object": "chat.completion", "created": created, "model": model,
             "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": "length", "stop_reason": None, "token_ids": None}],
             "service_tier": None, "system_fingerprint": None, "usage": p.usage([req]), "prompt_logprobs": None,
-            "prompt_token_ids": None, "kv_transfer_params": None,
+            "prompt_token_ids": None, "kv_transfer_params": response_params(request.app[KV_SIDE], req),
         })
     def chunk(_: int, pos: int) -> dict[str, Any]:
         delta: dict[str, Any] = {"content": p.token_text((req.output[pos - 1],))}

@@ -30,6 +30,7 @@ import numpy as np
 import orjson
 
 from ppc_extproc_lab.mock_vllm.http import ENDPOINT_HEADER
+from ppc_extproc_lab.mock_vllm.kv_transfer import KV_TRANSFER_HEADER
 from ppc_extproc_lab.mock_vllm.request import output_tokens
 from ppc_extproc_lab.workload.report import RequestRecord
 from ppc_extproc_lab.workload.text import TextPrompt
@@ -164,6 +165,7 @@ class CompletionsClient:
             ) as resp:
                 rec.status = resp.status
                 rec.endpoint = resp.headers.get(ENDPOINT_HEADER)
+                rec.kv_transfer = resp.headers.get(KV_TRANSFER_HEADER)
                 if resp.status != 200:
                     rec.error = f"http {resp.status}: {(await resp.read())[:300].decode('utf-8', 'replace')}"
                     return None
@@ -263,6 +265,7 @@ class ChatClient:
             ) as resp:
                 rec.status = resp.status_code
                 rec.endpoint = resp.headers.get(ENDPOINT_HEADER)
+                rec.kv_transfer = resp.headers.get(KV_TRANSFER_HEADER)
                 async for chunk in await resp.parse():
                     for choice in chunk.choices:
                         if rec.first_token_s is None and choice.delta.content:

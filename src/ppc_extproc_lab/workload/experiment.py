@@ -61,6 +61,17 @@ class ClusterPlan:
     #: HF tokenizer directory: the engines tokenise text and chat with it (``--tokenizer``) and our
     #: service gets a local ``token-producer`` on it. None: strings are their UTF-8 bytes.
     tokenizer: str | None = None
+    #: Of ``engines``, how many are prefill engines for a P/D policy (the rest are decode pods);
+    #: 0: half of them.
+    prefill_engines: int = 0
+
+    @property
+    def pd_roles(self) -> list[str]:
+        """The engines' roles under a P/D policy: prefill engines first, then decode pods."""
+        prefill = self.prefill_engines or max(1, self.engines // 2)
+        if not 0 < prefill < self.engines:
+            raise ValueError(f"a P/D cluster needs 1..{self.engines - 1} prefill engines, got {prefill}")
+        return ["prefill"] * prefill + ["decode"] * (self.engines - prefill)
 
 
 @dataclass(slots=True)
@@ -227,6 +238,7 @@ def run_policy(
         startup_timeout=plan.startup_timeout_s,
         keep_logs=plan.keep_logs,
         tokenizer=plan.tokenizer,
+        roles=plan.pd_roles if chosen.pd else None,
     )
     with cluster, _router(chosen, cluster, plan) as (router_url, router_pids):
         endpoints = cluster.engine_endpoints
@@ -244,6 +256,7 @@ def run_policy(
         )  # fmt: skip
         meter = CpuMeter()
         pids: dict[str, int | None] = {p.name: p.pid for p in cluster.engine_processes}
+        pids.update({p.name: p.pid for p in cluster.sidecar_processes.values()})
         pids.update(router_pids)
         meter.start(pids)
         def match(tenant: int) -> Mapping[str, Any]:
@@ -252,7 +265,7 @@ def run_policy(
         result, restarted = asyncio.run(_run_with_restart(runner, cluster, workload, restart, match))
         cpu = meter.stop()
         decisions = decision_latency(cluster.service_admin_urls) if chosen.ours else None
-        states = asyncio.run(_engine_states(cluster.engine_urls))
+        states = asyncio.run(_engine_states(cluster.mock_urls))
     measured = [r for r in result.records if r.scheduled_s >= warmup_s]
     routed = [r for r in measured if not r.direct]
     summary = summarize(chosen.name, routed, endpoints=endpoints, start_s=warmup_s, end_s=schedule_s)

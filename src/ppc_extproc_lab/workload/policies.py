@@ -12,6 +12,9 @@ precise+spec      the same with ``speculativeIndexing: true``
 precise+load      precise + speculative, prefix 3 + kv-util 2 + queue 2 (llm-d's guide weights)
 default           the service's embedded default config (precise + speculative, prefix 3 +
                   active-request 2)
+pd                P/D on a cluster of prefill engines and decode pods (sidecar + engine):
+                  decode-first ``disagg-profile-handler``, ``prefix-based-pd-decider``
+                  (nonCachedTokens 512) on the precise producer (:mod:`~ppc_extproc_lab.workload.pd`)
 oracle            no service: the client asks every engine's ``/mock/match`` and sends the
                   request straight to the engine holding the most of it (ties: least loaded)
 vllm-router       no service: ``vllm-router`` 0.1.17 ``--policy cache_aware`` in front of the
@@ -45,6 +48,8 @@ class Policy:
     service_config: Mapping[str, Any] | None
     #: A peer router in place of Envoy + the service.
     peer: PeerRouter | None = None
+    #: Runs on the P/D layout (``ClusterPlan.pd_roles``): prefill engines, decode pods.
+    pd: bool = False
 
     @property
     def oracle(self) -> bool:
@@ -161,6 +166,7 @@ _DESCRIPTIONS = {
     "precise+spec": "precise producer + speculative indexing: prefix only",
     "precise+load": "precise + speculative: prefix 3 + kv-util 2 + queue 2",
     "default": "service default: precise + speculative, prefix 3 + active-request 2",
+    "pd": "P/D: decode-first, prefix-based decider (512 uncached tokens), precise + speculative",
     "oracle": "client reads every engine's cache (/mock/match), most cached wins, ties least loaded",
     "vllm-router": "vllm-router 0.1.17 --policy cache_aware (approximate text tree + shortest queue)",
     "sglang-router": "sglang-router 0.3.2 --policy cache_aware (approximate text tree + shortest queue)",
@@ -189,6 +195,10 @@ def policy(name: str, *, block_size: int = 64) -> Policy:
     }
     if name in PEERS:
         return Policy(name, _DESCRIPTIONS[name], None, PEERS[name])
+    if name == "pd":
+        from ppc_extproc_lab.workload.pd import pd_config
+
+        return Policy(name, _DESCRIPTIONS[name], pd_config(), pd=True)
     if name not in configs:
         raise ValueError(f"unknown policy {name!r}; choose from {', '.join(ALL_POLICIES)}")
     return Policy(name, _DESCRIPTIONS[name], configs[name]())

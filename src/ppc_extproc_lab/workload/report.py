@@ -48,6 +48,9 @@ class RequestRecord:
     send_lag_s: float | None = None
     #: Sent straight to an engine, bypassing the router (outside traffic).
     direct: bool = False
+    #: The P/D leg the serving engine saw (``x-mock-vllm-kv-transfer``: ``decode`` = disaggregated),
+    #: None for a request prefilled where it was decoded.
+    kv_transfer: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -103,6 +106,8 @@ class Summary:
     requests_per_endpoint: dict[str, int] = field(default_factory=dict)
     #: Label of the subset (e.g. ``"8.0 req/s"`` for one stage), empty for the whole run.
     label: str = ""
+    #: Completed requests that were disaggregated (their decode engine received the prompt's KV).
+    disaggregated: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -160,6 +165,7 @@ def summarize(
         requests_per_s=len(done) / window if window > 0 else math.nan,
         imbalance_max_mean=max_mean,
         imbalance_cv=cv,
+        disaggregated=sum(1 for r in done if r.kv_transfer == "decode"),
         requests_per_endpoint=per_endpoint,
         label=label,
     )

@@ -37,6 +37,7 @@ COLUMNS: dict[str, tuple[str, bool, Callable[[Summary], str]]] = {
     "imbalance": ("max/mean", True, lambda s: num(s.imbalance_max_mean, 2)),
     "cv": ("CV", True, lambda s: num(s.imbalance_cv, 2)),
     "completed": ("done", True, lambda s: str(s.completed)),
+    "pd": ("P/D", True, lambda s: pct(s.disaggregated / s.completed if s.completed else math.nan)),
     "errors": ("errors", True, lambda s: str(s.errors)),
     "unfinished": ("unfinished", True, lambda s: str(s.unfinished)),
 }
