@@ -43,8 +43,8 @@ LAYERS: tuple[str, ...] = (
     "tokenizer",      # text → token ids
     "enginemetrics",  # engine load as polled
     "scheduling",     # endpoint pool, health, in-flight, the router running the roles
-    "sessions",       # session bindings: the bounded local table, shared through Valkey/Redis
     "flowcontrol",    # admission queue: bands, flows, policies' roles, the controller
+    "sessions",       # session bindings: the bounded local table, shared through Valkey/Redis
     "plugins",        # producers, scorers, filters, pickers, … and their registry
     "discovery",      # static, file and Kubernetes endpoint sources (plugins themselves)
     "config",         # EndpointPickerConfig → plugins and profiles
