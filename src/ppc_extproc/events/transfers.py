@@ -15,7 +15,8 @@ last full block), and the event applier asks ``pending`` when a decode engine's 
                 (the generated block completes the prompt's partial block), when exactly one fits
 
 Entries expire (``ttl_seconds``) and are bounded per engine, in engines, and in request keys held
-over all of them (8 bytes each: the default 4M is 32 MiB), the oldest dropped first: a transfer
+over all of them (the request's own key list, kept without a copy: about 44 bytes a key, so the
+default 1M is some 44 MB), the oldest dropped first: a transfer
 never confirmed (a failed request, an engine that never generated a whole block) is simply
 forgotten. Thread-safe: the request path records, the ingestion thread reads and takes.
 """
@@ -24,7 +25,6 @@ from __future__ import annotations
 
 import threading
 import time
-from array import array
 from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -37,7 +37,7 @@ __all__ = ["Transfer", "TransferLedger"]
 DEFAULT_TTL_SECONDS = 120.0
 MAX_PER_ENDPOINT = 256
 MAX_ENDPOINTS = 4096
-MAX_KEYS = 4_000_000
+MAX_KEYS = 1_000_000
 
 
 @dataclass(slots=True)
@@ -47,7 +47,8 @@ class Transfer:
     #: The prefill endpoint that computed the blocks, and its data-parallel rank.
     source: EndpointId
     source_rank: int
-    #: Request keys of the prompt's full canonical blocks (an ``array('Q')`` once recorded).
+    #: Request keys of the prompt's full canonical blocks (the request's list, not copied: a
+    #: copy would cost the request path more than the rest of the P/D decision).
     keys: Sequence[RequestKey]
     #: Prompt tokens.
     n_tokens: int
@@ -86,7 +87,6 @@ class TransferLedger:
 
     def record(self, target: EndpointId, transfer: Transfer) -> None:
         transfer.created = self.clock()
-        transfer.keys = array("Q", transfer.keys)  # type: ignore[assignment]
         with self._lock:
             pending = self._pending.get(target)
             if pending is None:
