@@ -35,3 +35,14 @@ def test_the_ledger_is_bounded_per_engine_and_in_engines() -> None:
     ledger.forget("d:2")
     ledger.expire(1e12)
     assert len(ledger) == 0
+
+
+def test_the_ledger_bounds_the_request_keys_it_holds() -> None:
+    ledger = TransferLedger(max_keys=10)
+    big = [Transfer(EndpointId("s:1"), 0, [RequestKey(k) for k in range(4)], 64, 16, b"") for _ in range(4)]
+    for i, t in enumerate(big):
+        ledger.record(EndpointId(f"d:{i % 2}"), t)
+    assert ledger.keys_held <= 10 and not big[0].live and big[3].live
+    assert ledger.take("d:1", big[3]) and ledger.keys_held == 4  # big[2] is left
+    ledger.forget("d:0")
+    assert ledger.keys_held == 0 and len(ledger) == 0

@@ -144,3 +144,21 @@ def test_role_labels_from_file_discovery_reach_the_filters() -> None:
     decision = decide(router(pd_config(), endpoints), prompt(300))
     assert decision.primary.id in {"10.1.0.1:8000", "10.1.0.3:8000"}  # an unlabelled pod may decode
     assert dict(decision.result.headers)[PREFILL_HEADER] == "10.1.0.2:8000"  # only the labelled prefiller
+
+
+def test_role_and_topology_labels_of_kubernetes_pods_reach_the_plugins() -> None:
+    from ppc_extproc.discovery.kubernetes.pods import parse_pod, pod_endpoints
+
+    def k8s_pod(name: str, ip: str, labels: dict[str, str]) -> Endpoint:
+        obj = {"kind": "Pod", "metadata": {"name": name, "namespace": "llm", "labels": labels},
+               "status": {"podIP": ip, "conditions": [{"type": "Ready", "status": "True"}]}}
+        return pod_endpoints(parse_pod(obj), (8000,))[0]
+
+    decode = k8s_pod("d", "10.3.0.1", {"llm-d.ai/role": "decode", "kubernetes.io/hostname": "n1"})
+    near = k8s_pod("p1", "10.3.0.2", {"llm-d.ai/role": "prefill", "kubernetes.io/hostname": "n1"})
+    far = k8s_pod("p2", "10.3.0.3", {"llm-d.ai/role": "prefill", "kubernetes.io/hostname": "n2"})
+    ctx = ctx_for([decode, near, far])
+    assert PrefillFilter().filter(ctx, [decode, near, far]) == [near, far]
+    TopologyExtractor().produce(ctx)
+    ctx.put(DISAGG_PEER, decode)
+    assert TopologyAffinityFilter().filter(ctx, [near, far]) == [near]
