@@ -73,7 +73,7 @@ def queued(cluster: LocalCluster) -> float:
 
 def test_a_queued_request_is_dispatched_when_capacity_frees(cluster: LocalCluster) -> None:
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
-        first = pool.submit(post, cluster, prompt(1, 40), 30)  # ~0.6 s of decode
+        first = pool.submit(post, cluster, prompt(1, 40), 100)  # ~2 s of decode
         wait_for(lambda: service_sample(cluster, "llm_d_epp_flow_control_requests_total",
                                         outcome="Dispatched") >= 1, what="first dispatched")
         second = pool.submit(post, cluster, prompt(2, 41), 2)
