@@ -35,7 +35,7 @@ from envoy.service.ext_proc.v3.external_processor_pb2 import (
 )
 from google.protobuf.struct_pb2 import Struct
 
-from ppc_extproc.errors import PayloadTooLargeError, RequestError, SaturatedError
+from ppc_extproc.errors import PayloadTooLargeError, RequestError
 from ppc_extproc.flowcontrol.admission import fairness_id
 from ppc_extproc.flowcontrol.controller import Ticket
 from ppc_extproc.flowcontrol.types import DEFAULT_FLOW
@@ -47,6 +47,7 @@ from ppc_extproc.scheduling.objectives import OBJECTIVE_HEADERS
 from ppc_extproc.scheduling.router import Decision, Router
 from ppc_extproc.server import messages
 from ppc_extproc.server.assembly import assemble_request, streaming_prompt
+from ppc_extproc.server.flow import admit_and_route
 from ppc_extproc.server.model_name import ModelNameRewriter
 from ppc_extproc.server.stream_protocol import (
     MAX_REQUEST_ID_CHARS,
@@ -283,24 +284,9 @@ class ExtProcStream:
             self.model_back = ModelNameRewriter(request.model, assembled.body_model)
         priority = self._priority()
         self._labels = (assembled.body_model, request.model, priority, fairness_id(self.headers))
-        admission = self.options.admission
-        if admission is not None:
-            self._ticket = await admission.admit(self.request_id, self.headers, priority, len(body), assembled.body_model,
-                                                 request.model,
-                                                 waited=started - self._received)  # fmt: skip
-        else:
-            saturation = self.options.saturation
-            if priority < 0 and saturation is not None and saturation.saturated():
-                raise SaturatedError("system saturated, sheddable request dropped")
-        try:
-            self.decision = await self.router.route(request, self._subset())
-        except BaseException:
-            if self._ticket is not None:
-                self._ticket.abandon()
-            raise
-        if self._ticket is not None:
-            primary = self.decision.primary.id
-            self._ticket.routed(primary, self.decision.ctx.uncached_tokens(primary))
+        self.decision, self._ticket = await admit_and_route(
+            self.router, self.options, request, self._subset(), self.headers, priority, len(body),
+            assembled.body_model, started - self._received)  # fmt: skip
         self.phase = _Phase.ROUTED
         self._series = self.metrics.llmd.series(*self._labels)
         extra = [*self._id_header(), *self.decision.result.headers]
