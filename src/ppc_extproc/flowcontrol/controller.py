@@ -127,7 +127,6 @@ class FlowController:
         self._order: list[int] = []
         self.queued = 0
         self.queued_bytes = 0
-        #: Dispatched, not yet routed.
         #: The pool's saturation as dispatch reads it, with the in-flight credit.
         self.pressure = Pressure(policies.detector, endpoints, self.stats, credit=spec.inflight_credit, clock=clock)
         self._seq = 0
@@ -320,6 +319,10 @@ class FlowController:
         flow = chosen.flows[picked.flow_id]
         item = flow.pop()
         self._remove(item)
+        assert item.future is not None
+        if item.future.done():  # its client left in this tick: the waiter's cleanup has not run yet
+            self.stats.finished(item, Outcome.EVICTED_CONTEXT_CANCELLED, self.clock() - item.enqueued)
+            return True
         for other in self._bands.values():
             if other is not chosen and other.requests:
                 other.skipped += 1
@@ -327,7 +330,6 @@ class FlowController:
         chosen.fairness.dispatched(item)
         self.pressure.dispatched()
         self.stats.finished(item, Outcome.DISPATCHED, self.clock() - item.enqueued)
-        assert item.future is not None
         item.future.set_result(None)
         return True
 
@@ -387,8 +389,10 @@ class FlowController:
         for band in list(self._bands.values()):
             for flow in list(band.flows.values()):
                 for _, _, item in list(flow.heap):
-                    if item.dead or item.future is None or item.future.done():
+                    if item.dead or item.future is None:
                         continue
                     self._remove(item)
+                    if item.future.done():  # cancelled, its waiter not yet run
+                        continue
                     self.stats.finished(item, Outcome.EVICTED_OTHER, self.clock() - item.enqueued)
                     item.future.set_exception(dropped("rejected-shutting-down"))
