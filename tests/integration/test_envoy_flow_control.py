@@ -3,7 +3,7 @@ capacity frees, a request that waits past its TTL gets 429 with its dropped-reas
 client that goes away leaves the queue at once and never reaches an engine.
 
 One mock engine; the pool's capacity is one request (``concurrency-detector``, maxConcurrency 1),
-so a second request waits while the first decodes (20 ms a token)."""
+so a second request waits while the first decodes (20 ms a token); queue-wait TTL 5 s."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.integration
 
 MODEL = "mock-model"
 DECODE_MS = 20
-TTL_SECONDS = 1.5
+TTL_SECONDS = 5.0
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +73,7 @@ def queued(cluster: LocalCluster) -> float:
 
 def test_a_queued_request_is_dispatched_when_capacity_frees(cluster: LocalCluster) -> None:
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
-        first = pool.submit(post, cluster, prompt(1, 40), 30)  # ~0.6 s of decode
+        first = pool.submit(post, cluster, prompt(1, 40), 150)  # ~3 s of decode, within the TTL
         wait_for(lambda: service_sample(cluster, "llm_d_epp_flow_control_requests_total",
                                         outcome="Dispatched") >= 1, what="first dispatched")
         second = pool.submit(post, cluster, prompt(2, 41), 2)
@@ -89,7 +89,7 @@ def test_a_queued_request_is_dispatched_when_capacity_frees(cluster: LocalCluste
 
 def test_ttl_expiry_gives_429_with_its_reason_header(cluster: LocalCluster) -> None:
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
-        long = pool.submit(post, cluster, prompt(3, 40), int(3 * TTL_SECONDS * 1000 / DECODE_MS))
+        long = pool.submit(post, cluster, prompt(3, 40), int(1.6 * TTL_SECONDS * 1000 / DECODE_MS))
         wait_for(lambda: service_sample(cluster, "ppc_extproc_inflight_requests") >= 1, what="long request in flight")
         started = time.monotonic()
         expired = post(cluster, prompt(4, 42), 2)
@@ -107,7 +107,7 @@ def test_a_cancelled_client_leaves_the_queue_and_costs_nothing_later(cluster: Lo
     cancelled_before = service_sample(cluster, "llm_d_epp_flow_control_requests_total",
                                       outcome="EvictedContextCancelled")
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
-        busy = pool.submit(post, cluster, prompt(5, 40), 100)  # ~2 s
+        busy = pool.submit(post, cluster, prompt(5, 40), 300)  # several seconds
         wait_for(lambda: service_sample(cluster, "ppc_extproc_inflight_requests") >= 1, what="busy request in flight")
         with pytest.raises(httpx.ReadTimeout):
             post(cluster, prompt(6, 77), 2, timeout=0.4)  # the client gives up while queued

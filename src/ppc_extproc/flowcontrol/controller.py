@@ -29,17 +29,17 @@ from __future__ import annotations
 
 import asyncio
 import heapq
-import math
 import time
-from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import structlog
 
 from ppc_extproc.errors import RequestError
-from ppc_extproc.flowcontrol.config import BandSpec, FlowControlSpec
+from ppc_extproc.flowcontrol.config import FlowControlSpec
 from ppc_extproc.flowcontrol.outcomes import Outcome, dropped
+from ppc_extproc.flowcontrol.pressure import Pressure
+from ppc_extproc.flowcontrol.queues import Band, Flow
 from ppc_extproc.flowcontrol.stats import FlowStats
 from ppc_extproc.flowcontrol.types import (
     FairnessPolicy,
@@ -58,11 +58,6 @@ log = structlog.get_logger(__name__)
 POLL_SECONDS = 0.005
 #: Dispatches per cycle before yielding to the event loop.
 MAX_PER_CYCLE = 256
-#: The pool's saturation is computed over every endpoint at most this often (and at most 2 % of
-#: the time when that computation is slow); in between each dispatch adds, and each completion
-#: removes, one request's worth (``SaturationDetector.dispatch_weight``). Engine metrics are
-#: scraped every 50 ms, so a new scrape is seen within 20 ms.
-REFRESH_SECONDS = 0.02
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,54 +70,6 @@ class FlowPolicies:
     ordering: Mapping[str, OrderingPolicy]
     default_fairness: FairnessPolicy
     default_ordering: OrderingPolicy
-
-
-class _Flow:
-    """One flow's queue: a heap by the band's ordering key (dead entries are skipped lazily)."""
-
-    __slots__ = ("bytes", "flow_id", "heap", "live")
-
-    def __init__(self, flow_id: str) -> None:
-        self.flow_id = flow_id
-        self.heap: list[tuple[tuple[float, ...], int, FlowItem]] = []
-        self.live = 0
-        self.bytes = 0
-
-    @property
-    def head(self) -> FlowItem:
-        heap = self.heap
-        while heap[0][2].dead:
-            heapq.heappop(heap)
-        return heap[0][2]
-
-    def __len__(self) -> int:
-        return self.live
-
-    def pop(self) -> FlowItem:
-        item = self.head
-        heapq.heappop(self.heap)
-        return item
-
-    def compact(self) -> None:
-        if len(self.heap) > 2 * self.live + 16:
-            self.heap = [e for e in self.heap if not e[2].dead]
-            heapq.heapify(self.heap)
-
-
-@dataclass(slots=True)
-class _Band:
-    spec: BandSpec
-    fairness: FairnessPolicy
-    ordering: OrderingPolicy
-    flows: dict[str, _Flow] = field(default_factory=dict)
-    requests: int = 0
-    bytes: int = 0
-    #: Dispatches of other bands since this band last dispatched while it had queued requests.
-    skipped: int = 0
-
-    @property
-    def priority(self) -> int:
-        return self.spec.priority
 
 
 class Ticket:
@@ -175,29 +122,16 @@ class FlowController:
         self._endpoints = endpoints
         self.stats = stats or FlowStats()
         self.clock = clock
-        self._bands: dict[int, _Band] = {}
+        self._bands: dict[int, Band] = {}
         #: Band priorities, highest first.
         self._order: list[int] = []
         self.queued = 0
         self.queued_bytes = 0
-        #: Dispatched, not yet routed.
-        self.unplaced = 0
-        #: Per endpoint, when requests were routed there and when they finished there (each
-        #: pruned at the endpoint's next scrape): the in-flight credit.
-        self._routed_at: dict[EndpointId, deque[float]] = {}
-        self._finished_at: dict[EndpointId, deque[float]] = {}
+        #: The pool's saturation as dispatch reads it, with the in-flight credit.
+        self.pressure = Pressure(policies.detector, endpoints, self.stats, credit=spec.inflight_credit, clock=clock)
         self._seq = 0
         self._wake: asyncio.TimerHandle | asyncio.Handle | None = None
         self._wake_soon = False
-        #: Saturation as last computed over the whole pool, when, over which endpoints, and the
-        #: dispatches (+) and completions (−) since, each worth ``_weight`` until the next full
-        #: computation (``REFRESH_SECONDS``, longer when a computation is slow).
-        self._sat = 0.0
-        self._sat_at = -math.inf
-        self._sat_endpoints: Sequence[EndpointId] = ()
-        self._delta = 0
-        self._weight = 0.0
-        self._refresh = REFRESH_SECONDS
         #: The last cycle stopped on a gate (not on its per-cycle bound).
         self._gated_last = False
         self._closed = False
@@ -210,7 +144,7 @@ class FlowController:
         if self._closed:
             raise self._drop(item, Outcome.REJECTED_OTHER, dropped("rejected-shutting-down"))
         band = self._band(item.priority)
-        endpoints = self.endpoints()
+        endpoints = self.pressure.endpoints()
         if self._may_skip_queue(band, endpoints):
             self._dispatched_now(band)
             self.stats.finished(item, Outcome.DISPATCHED, 0.0)
@@ -232,7 +166,7 @@ class FlowController:
             raise
         return Ticket(self, item)
 
-    def _may_skip_queue(self, band: _Band, endpoints: Sequence[EndpointId]) -> bool:
+    def _may_skip_queue(self, band: Band, endpoints: Sequence[EndpointId]) -> bool:
         if not endpoints:
             return False
         for priority in self._order:
@@ -243,19 +177,18 @@ class FlowController:
         limit = self.spec.band_starvation_limit
         if limit and self.queued and any(b.requests and b.skipped >= limit for b in self._bands.values()):
             return False  # a lower band is owed this turn
-        saturation = self.saturation()
+        saturation = self.pressure.saturation()
         ceilings = self.policies.usage_limit.ceilings(saturation, self._order)
         return saturation < ceilings[self._order.index(band.priority)]
 
-    def _dispatched_now(self, band: _Band) -> None:
-        self.unplaced += 1
-        self._delta += 1
+    def _dispatched_now(self, band: Band) -> None:
+        self.pressure.dispatched()
         if self.queued:
             for other in self._bands.values():
                 if other is not band and other.requests:
                     other.skipped += 1
 
-    def _check_capacity(self, band: _Band, item: FlowItem, endpoints: Sequence[EndpointId]) -> None:
+    def _check_capacity(self, band: Band, item: FlowItem, endpoints: Sequence[EndpointId]) -> None:
         spec, size = self.spec, item.byte_size
         full = (
             band.requests + 1 > band.spec.max_requests or band.bytes + size > band.spec.max_bytes
@@ -272,14 +205,14 @@ class FlowController:
         self.stats.finished(item, outcome, max(0.0, self.clock() - item.enqueued))
         return error
 
-    def _enqueue(self, band: _Band, item: FlowItem) -> None:
+    def _enqueue(self, band: Band, item: FlowItem) -> None:
         loop = asyncio.get_running_loop()
         self._seq += 1
         item.seq = self._seq
         item.future = loop.create_future()
         flow = band.flows.get(item.flow_id)
         if flow is None:
-            flow = band.flows[item.flow_id] = _Flow(item.flow_id)
+            flow = band.flows[item.flow_id] = Flow(item.flow_id)
         heapq.heappush(flow.heap, (band.ordering.key(item), item.seq, item))
         flow.live += 1
         flow.bytes += item.byte_size
@@ -288,7 +221,7 @@ class FlowController:
         self.queued += 1
         self.queued_bytes += item.byte_size
         self.stats.queue_changed(item, +1)
-        ttl = item.ttl if self.endpoints() else self.spec.no_endpoint_ttl
+        ttl = item.ttl if self.pressure.endpoints() else self.spec.no_endpoint_ttl
         if ttl > 0:
             item.timer = loop.call_later(ttl, self._expire, item)
         self._schedule(0.0)
@@ -319,7 +252,7 @@ class FlowController:
             return
         self._remove(item)
         waited = self.clock() - item.enqueued
-        if self.endpoints():
+        if self.pressure.endpoints():
             self.stats.finished(item, Outcome.EVICTED_TTL, waited)
             error = dropped("rejected-ttl-expired")
         else:
@@ -357,12 +290,12 @@ class FlowController:
             self._schedule(POLL_SECONDS if self._gated_last else 0.0)
 
     def _dispatch_one(self) -> bool:
-        if not self.endpoints():
+        if not self.pressure.endpoints():
             self._gated_last = True
             return False
-        saturation = self.saturation()
+        saturation = self.pressure.saturation()
         ceilings = self.policies.usage_limit.ceilings(saturation, self._order)
-        chosen: _Band | None = None
+        chosen: Band | None = None
         limit = self.spec.band_starvation_limit
         if limit and saturation < 1.0:
             owed = [b for b in self._bands.values() if b.requests and b.skipped >= limit]
@@ -386,124 +319,57 @@ class FlowController:
         flow = chosen.flows[picked.flow_id]
         item = flow.pop()
         self._remove(item)
+        assert item.future is not None
+        if item.future.done():  # its client left in this tick: the waiter's cleanup has not run yet
+            self.stats.finished(item, Outcome.EVICTED_CONTEXT_CANCELLED, self.clock() - item.enqueued)
+            return True
         for other in self._bands.values():
             if other is not chosen and other.requests:
                 other.skipped += 1
         chosen.skipped = 0
         chosen.fairness.dispatched(item)
-        self.unplaced += 1
-        self._delta += 1
+        self.pressure.dispatched()
         self.stats.finished(item, Outcome.DISPATCHED, self.clock() - item.enqueued)
-        assert item.future is not None
         item.future.set_result(None)
         return True
 
-    def endpoints(self) -> Sequence[EndpointId]:
-        """The pool as of the last full saturation computation (at most ``_refresh`` old)."""
-        if time.monotonic() - self._sat_at >= self._refresh:
-            self._recompute()
-        return self._sat_endpoints
+    @property
+    def unplaced(self) -> int:
+        """Requests dispatched and not routed yet."""
+        return self.pressure.unplaced
 
     def saturation(self) -> float:
-        """The pool's saturation as dispatch sees it: with the in-flight credit (when enabled),
-        every request dispatched since the last full computation and not finished counts."""
-        if time.monotonic() - self._sat_at >= self._refresh:
-            self._recompute()
-        return self._sat + self._delta * self._weight
-
-    def _recompute(self) -> None:
-        started = time.perf_counter()
-        endpoints = self._sat_endpoints = self._endpoints()
-        detector = self.policies.detector
-        credit = self.spec.inflight_credit
-        if credit:
-            value = detector.saturation(endpoints, self._credit(endpoints), self.unplaced)
-        else:
-            value = detector.saturation(endpoints, {}, 0)
-        self._sat, self._delta = value, 0
-        # With the credit off only the scraped metrics count (llm-d's rule); a detector reading no
-        # scraped metrics (in-flight counts) sees every dispatch at once either way.
-        counts = credit or not detector.reads_polled_metrics
-        self._weight = detector.dispatch_weight(len(endpoints)) if counts else 0.0
-        self.stats.saturation(value, detector.stale_endpoints())
-        self._sat_at = time.monotonic()  # real time: how old this computation is, whatever ``clock`` says
-        self._refresh = max(REFRESH_SECONDS, 50 * (time.perf_counter() - started))
-
-    def _credit(self, endpoints: Sequence[EndpointId]) -> dict[EndpointId, int]:
-        """endpoint → requests routed there since its scrape minus those finished there since."""
-        credit: dict[EndpointId, int] = {}
-        routed, finished = self._routed_at, self._finished_at
-        if not routed:
-            return credit
-        if len(routed) > 2 * len(endpoints) + 64:
-            self.forget_missing(endpoints)
-        detector = self.policies.detector
-        for endpoint in endpoints:
-            started = routed.get(endpoint)
-            ended = finished.get(endpoint)
-            if not started and not ended:
-                continue
-            scraped = detector.metrics_time(endpoint)
-            if scraped is None:
-                continue
-            net = 0
-            if started:
-                while started and started[0] <= scraped:
-                    started.popleft()
-                net += len(started)
-            if ended:
-                while ended and ended[0] <= scraped:
-                    ended.popleft()
-                net -= len(ended)
-            if net:
-                credit[endpoint] = net
-        return credit
+        """The pool's saturation as dispatch reads it."""
+        return self.pressure.saturation()
 
     # --- ticket callbacks ------------------------------------------------------------------------
 
-    def _record(self, table: dict[EndpointId, deque[float]], endpoint: EndpointId) -> None:
-        if self.spec.inflight_credit and self.policies.detector.metrics_time(endpoint) is not None:
-            times = table.get(endpoint)
-            if times is None:
-                times = table[endpoint] = deque(maxlen=100_000)
-            times.append(self.clock())
-
     def _routed(self, item: FlowItem, endpoint: EndpointId, uncached_tokens: int) -> None:
-        self.unplaced = max(0, self.unplaced - 1)  # placed: now in the credit (no change in _delta)
-        self._record(self._routed_at, endpoint)
+        self.pressure.routed(endpoint)
         self._band(item.priority).fairness.charged(item.flow_id, item.priority, uncached_tokens)
         if self.queued:
             self._schedule(0.0)
 
     def _unplaced_done(self) -> None:
-        self.unplaced = max(0, self.unplaced - 1)
-        self._delta -= 1
+        self.pressure.abandoned(bool(self.queued))
         if self.queued:
             self._schedule(0.0)
 
     def _finished(self, item: FlowItem, endpoint: EndpointId, prompt_tokens: int | None,
                   output_tokens: int | None) -> None:  # fmt: skip
-        self._record(self._finished_at, endpoint)
-        self._delta -= 1
+        self.pressure.finished(endpoint, bool(self.queued))
         self._band(item.priority).fairness.completed(item.flow_id, item.priority, prompt_tokens, output_tokens)
         if self.queued:
             self._schedule(0.0)
 
-    def forget_missing(self, endpoints: Sequence[EndpointId]) -> None:
-        """Endpoints that left the pool: their credit goes too."""
-        keep = set(endpoints)
-        for table in (self._routed_at, self._finished_at):
-            for endpoint in [e for e in table if e not in keep]:
-                del table[endpoint]
-
     # --- bands ------------------------------------------------------------------------------------
 
-    def _band(self, priority: int) -> _Band:
+    def _band(self, priority: int) -> Band:
         band = self._bands.get(priority)
         if band is None:
             spec = self.spec.band_for(priority)
             p = self.policies
-            band = _Band(spec, p.fairness.get(spec.fairness_ref, p.default_fairness),
+            band = Band(spec, p.fairness.get(spec.fairness_ref, p.default_fairness),
                          p.ordering.get(spec.ordering_ref, p.default_ordering))  # fmt: skip
             self._bands[priority] = band
             self._order = sorted(self._bands, reverse=True)
@@ -523,8 +389,10 @@ class FlowController:
         for band in list(self._bands.values()):
             for flow in list(band.flows.values()):
                 for _, _, item in list(flow.heap):
-                    if item.dead or item.future is None or item.future.done():
+                    if item.dead or item.future is None:
                         continue
                     self._remove(item)
+                    if item.future.done():  # cancelled, its waiter not yet run
+                        continue
                     self.stats.finished(item, Outcome.EVICTED_OTHER, self.clock() - item.enqueued)
                     item.future.set_exception(dropped("rejected-shutting-down"))

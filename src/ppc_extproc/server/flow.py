@@ -1,24 +1,28 @@
-"""Build a service's admission path from its loaded configuration: admitters, flow control
-(``featureGates: [flowControl]``) with its metric families, or the legacy saturation rule with
-a configured detector."""
+"""A service's admission path: built from its loaded configuration (admitters, flow control with
+its metric families, or the legacy saturation rule with a configured detector), and run for each
+request before it is routed."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
 from ppc_extproc.config.epp import LoadedConfig
+from ppc_extproc.errors import SaturatedError
 from ppc_extproc.flowcontrol.admission import Admission
-from ppc_extproc.flowcontrol.controller import FlowController
+from ppc_extproc.flowcontrol.controller import FlowController, Ticket
 from ppc_extproc.flowcontrol.stats import FlowStats, FlowStatsCollector
+from ppc_extproc.framework import LLMRequest
 from ppc_extproc.ids import EndpointId
 from ppc_extproc.plugins.flowcontrol.program_aware import ProgramAwareFairness
 from ppc_extproc.scheduling.pool import EndpointPool
+from ppc_extproc.scheduling.router import Decision, Router
+from ppc_extproc.server.stream_protocol import StreamOptions
 
-__all__ = ["build_admission"]
+__all__ = ["admit_and_route", "build_admission"]
 
 
 class _ProgramCollector(Collector):
@@ -59,3 +63,26 @@ def build_admission(loaded: LoadedConfig, pool: EndpointPool, registry: Collecto
     admission = Admission(endpoints, admitters=plan.admitters, controller=controller, detector=plan.detector,
                           clock=clock)  # fmt: skip
     return admission, controller
+
+
+async def admit_and_route(router: Router, options: StreamOptions, request: LLMRequest, subset: list[str] | None,
+                          headers: Mapping[str, str], priority: int, size: int, model: str,
+                          waited: float) -> tuple[Decision, Ticket | None]:  # fmt: skip
+    """Admit the request (it may wait in flow control, or be dropped with a ``RequestError``),
+    then route it; flow control learns where it went, or that it never got there."""
+    ticket = None
+    if options.admission is not None:
+        ticket = await options.admission.admit(request.request_id, headers, priority, size, model, request.model,
+                                               waited=waited)  # fmt: skip
+    elif priority < 0 and options.saturation is not None and options.saturation.saturated():
+        raise SaturatedError("system saturated, sheddable request dropped")
+    try:
+        decision = await router.route(request, subset)
+    except BaseException:
+        if ticket is not None:
+            ticket.abandon()
+        raise
+    if ticket is not None:
+        primary = decision.primary.id
+        ticket.routed(primary, decision.ctx.uncached_tokens(primary))
+    return decision, ticket

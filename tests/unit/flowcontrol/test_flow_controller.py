@@ -318,3 +318,25 @@ def test_completions_since_the_scrape_free_their_credit() -> None:
         return dispatched
 
     assert asyncio.run(run()) == 3
+
+
+def test_a_client_leaving_in_the_dispatch_tick_is_not_dispatched() -> None:
+    """The waiter is cancelled (its future too) and the dispatcher runs before the waiter's
+    cleanup: the request is evicted, nothing counts it as dispatched."""
+
+    async def run() -> None:
+        detector = FixedSaturation(1.0)
+        fc = controller(detector)
+        waiter = asyncio.create_task(fc.admit(item("leaving")))
+        await settle()
+        detector.value = 0.0
+        fc.pressure._at = float("-inf")  # the next read recomputes
+        waiter.cancel()
+        fc._cycle()  # before the waiter runs again
+        with pytest.raises(asyncio.CancelledError):
+            await waiter
+        assert (fc.queued, fc.unplaced) == (0, 0)
+        assert fc.stats.requests.get(("Dispatched", "0"), 0) == 0
+        assert fc.stats.requests[("EvictedContextCancelled", "0")] == 1
+
+    asyncio.run(run())
