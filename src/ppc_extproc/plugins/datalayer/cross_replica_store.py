@@ -166,7 +166,7 @@ class RedisStore:
         self.client = aioredis.Redis(
             host=host, port=port, db=db, password=password, socket_timeout=timeout_seconds,
             socket_connect_timeout=timeout_seconds, max_connections=max_connections, health_check_interval=0,
-            retry_on_timeout=False, retry=Retry(NoBackoff(), 0),  # the caller retries, on its own schedule
+            retry=Retry(NoBackoff(), 0),  # the caller retries, on its own schedule
         )  # fmt: skip
         self._claim: Any = self.client.register_script(CLAIM_SCRIPT)
 
@@ -190,14 +190,15 @@ class RedisStore:
             await self.client.publish(self.channel, payload)
 
     async def subscribe(self, on_message: Callable[[bytes], None], on_connected: Callable[[], Awaitable[None]],
-                        poll_seconds: float) -> None:
-        """Subscribe and deliver messages until the connection fails (then raise)."""
+                        poll_seconds: float, running: Callable[[], bool]) -> None:
+        """Subscribe and deliver messages until the connection fails (then raise) or ``running()``
+        turns False."""
         pubsub: Any = self.client.pubsub(ignore_subscribe_messages=True)
         try:
             async with asyncio.timeout(self.timeout_seconds):
                 await pubsub.subscribe(self.channel)
             await on_connected()
-            while True:
+            while running():
                 message = await pubsub.get_message(timeout=poll_seconds)
                 if message is not None and message.get("type") == "message":
                     on_message(message["data"])
