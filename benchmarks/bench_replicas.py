@@ -5,7 +5,9 @@ Per setup: hit rate (engine-reported cached / prompt tokens), TTFT p50/p90, fail
 decision time p50 from the replicas' ``/debug/decisions``, the claim round trip's mean (the
 ``cross_replica`` stage), and — with the store — the per-endpoint in-flight error: every
 ``--sample-ms`` each replica's view (its own + its peers' counts, ``/metrics``) against the sum
-of every replica's own counts, the three scraped concurrently (their skew is in the figure). Then the store is SIGKILLed a third into a run and restarted at two thirds:
+of every replica's own counts, the three scraped concurrently (their skew is in the figure; in
+the store-killed run, only while the store is up). Then the store is SIGKILLed a third into a run
+and restarted at two thirds:
 failed requests, and the re-convergence time (restart → every replica subscribed again and
 hearing from both others).
 
@@ -21,6 +23,7 @@ import random
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -87,7 +90,8 @@ def inflight_gauges(text: str) -> dict[str, list[int]]:
 
 
 async def sample_inflight(http: aiohttp.ClientSession, admins: list[str], errors: list[int], stop: asyncio.Event,
-                          every: float) -> None:  # fmt: skip
+                          every: float, down: Callable[[], bool]) -> None:  # fmt: skip
+    """Per-endpoint |view − truth| samples, skipped while ``down()`` (the store killed, not back)."""
     async def scrape(url: str) -> dict[str, list[int]]:
         async with http.get(url + "/metrics", timeout=aiohttp.ClientTimeout(total=5)) as resp:
             return inflight_gauges(await resp.text())
@@ -100,10 +104,11 @@ async def sample_inflight(http: aiohttp.ClientSession, admins: list[str], errors
             continue
         endpoints = {ep for v in views for ep in v}
         truth = {ep: sum(v.get(ep, [0, 0])[0] for v in views) for ep in endpoints}
-        for v in views:
-            for ep in endpoints:
-                own, peers = v.get(ep, [0, 0])
-                errors.append(abs(own + peers - truth[ep]))
+        if not down():
+            for v in views:
+                for ep in endpoints:
+                    own, peers = v.get(ep, [0, 0])
+                    errors.append(abs(own + peers - truth[ep]))
         await asyncio.sleep(every)
 
 
@@ -155,7 +160,10 @@ async def run_load(cluster: LocalCluster, args: argparse.Namespace, *, seed: int
         stop = asyncio.Event()
         tasks = []
         if shared:
-            tasks.append(asyncio.create_task(sample_inflight(http, admins, errors, stop, args.sample_ms / 1e3)))
+            def down() -> bool:
+                return "killed_s" in store_times and "converged_s" not in store_times
+
+            tasks.append(asyncio.create_task(sample_inflight(http, admins, errors, stop, args.sample_ms / 1e3, down)))
         if fault:
             tasks.append(asyncio.create_task(watch_store(http, admins, len(admins), store_times, stop)))
         t0 = time.perf_counter()
@@ -164,9 +172,11 @@ async def run_load(cluster: LocalCluster, args: argparse.Namespace, *, seed: int
             if fault and store is not None and g == args.groups // 3:
                 store.kill()
                 store_times["killed_s"] = time.perf_counter()
+                store_times["killed_wall"] = time.time()
             if fault and store is not None and g == 2 * args.groups // 3:
                 await asyncio.to_thread(store.restart)
                 store_times["restart_s"] = time.perf_counter()
+                store_times["restart_wall"] = time.time()
             prefix = [rng.randrange(1, 150_000) for _ in range(args.prefix_tokens)]
             for s in range(args.siblings):
                 prompt = prefix + [rng.randrange(1, 150_000) for _ in range(args.suffix_tokens)]
@@ -196,21 +206,72 @@ async def run_load(cluster: LocalCluster, args: argparse.Namespace, *, seed: int
         "ttft_p50_ms": statistics.median(ttfts) * 1e3, "ttft_p90_ms": percentile(ttfts, 90) * 1e3,
         "decision_p50_ms": statistics.median(decisions), "decision_p90_ms": percentile(decisions, 90),
         "claim_mean_ms": (after["s"] - before["s"]) / stage_n * 1e3 if stage_n else None,
+        "claim_p50_le_ms": (q * 1e3 if (q := bucket_quantile(before["buckets"], after["buckets"], 0.5)) else None),
+        "claim_p90_le_ms": (q * 1e3 if (q := bucket_quantile(before["buckets"], after["buckets"], 0.9)) else None),
         "claims": after["claims"],
         "inflight_error": errors,
         "errors": sorted({r.error or "" for r in records if not r.ok})[:3],
     }  # fmt: skip
     if fault:
+        wall = store_times.pop("restart_wall", None)
+        killed = store_times.pop("killed_wall", None)
         out["store"] = {k: v - t0 for k, v in store_times.items()}
         if "converged_s" in store_times:
             out["reconverge_s"] = store_times["converged_s"] - store_times["restart_s"]
+        if wall is not None:
+            out["reconverge_logged_s"] = logged_convergence(cluster, wall, len(admins) - 1)
+        if killed is not None:
+            out["down_logged_s"] = logged_event(cluster, "cross_replica_store_down", killed)
     return out
+
+
+def logged_event(cluster: LocalCluster, name: str, since: float) -> float | None:
+    """Seconds from ``since`` (wall clock) until the last replica logged ``name``."""
+    import datetime
+    import json
+
+    latest = None
+    for path in sorted(cluster.log_dir.glob("service-*.log")):
+        for line in path.read_text(errors="replace").splitlines():
+            if name in line and line.startswith("{"):
+                event = json.loads(line)
+                when = datetime.datetime.fromisoformat(event["timestamp"].replace("Z", "+00:00")).timestamp()
+                if when >= since:
+                    latest = when if latest is None else max(latest, when)
+                    break
+        else:
+            return None
+    return None if latest is None else latest - since
+
+
+def logged_convergence(cluster: LocalCluster, since: float, peers: int) -> float | None:
+    """Seconds from ``since`` (wall clock) until the last replica logged hearing all ``peers``
+    (``cross_replica_peer_seen``): precise where the watcher's scrapes lag on a loaded machine."""
+    import datetime
+    import json
+
+    latest = None
+    for path in sorted(cluster.log_dir.glob("service-*.log")):
+        first = None
+        for line in path.read_text(errors="replace").splitlines():
+            if "cross_replica_peer_seen" not in line or not line.startswith("{"):
+                continue
+            event = json.loads(line)
+            when = datetime.datetime.fromisoformat(event["timestamp"].replace("Z", "+00:00")).timestamp()
+            if when >= since and event.get("peers") == peers:
+                first = when
+                break
+        if first is None:
+            return None
+        latest = first if latest is None else max(latest, first)
+    return None if latest is None else latest - since
 
 
 async def decision_counters(http: aiohttp.ClientSession, admins: list[str]) -> dict[str, Any]:
     """The ``cross_replica`` stage's histogram sum and count, and the claim outcomes, over replicas."""
     total_s, total_n = 0.0, 0.0
     claims: dict[str, int] = {}
+    buckets: dict[float, float] = {}
     for url in admins:
         async with http.get(url + "/metrics") as resp:
             text = await resp.text()
@@ -219,10 +280,25 @@ async def decision_counters(http: aiohttp.ClientSession, admins: list[str]) -> d
                 total_s += float(line.rsplit(" ", 1)[1])
             elif line.startswith('ppc_extproc_decision_stage_duration_seconds_count{stage="cross_replica"}'):
                 total_n += float(line.rsplit(" ", 1)[1])
+            elif line.startswith("ppc_extproc_decision_stage_duration_seconds_bucket{") and '"cross_replica"' in line:
+                le = line.split('le="', 1)[1].split('"', 1)[0]
+                bound = float("inf") if le == "+Inf" else float(le)
+                buckets[bound] = buckets.get(bound, 0.0) + float(line.rsplit(" ", 1)[1])
             elif line.startswith("ppc_extproc_cross_replica_claims_total{"):
                 outcome = line.split('outcome="', 1)[1].split('"', 1)[0]
                 claims[outcome] = claims.get(outcome, 0) + int(float(line.rsplit(" ", 1)[1]))
-    return {"s": total_s, "n": total_n, "claims": claims}
+    return {"s": total_s, "n": total_n, "claims": claims, "buckets": buckets}
+
+
+def bucket_quantile(before: dict[float, float], after: dict[float, float], q: float) -> float | None:
+    """The upper bound (seconds) of the histogram bucket holding quantile ``q`` of the run."""
+    counts = sorted((le, after[le] - before.get(le, 0.0)) for le in after)
+    if not counts or counts[-1][1] <= 0:
+        return None
+    for le, n in counts:
+        if n >= q * counts[-1][1]:
+            return le
+    return None
 
 
 def cluster_for(args: argparse.Namespace, replicas: int, store: ValkeyServer | None, claims: bool = True) -> LocalCluster:
@@ -236,9 +312,12 @@ def cluster_for(args: argparse.Namespace, replicas: int, store: ValkeyServer | N
 
 def show(name: str, r: dict[str, Any]) -> None:
     err = r["inflight_error"]
-    err_text = (f"in-flight error p50 {statistics.median(err):.0f} p99 {percentile(err, 99):.0f} "
-                f"max {max(err)} ({len(err)} samples)") if err else "in-flight error -"  # fmt: skip
+    err_text = (f"in-flight error p50 {statistics.median(err):.0f} p95 {percentile(err, 95):.0f} "
+                f"p99 {percentile(err, 99):.0f} max {max(err)}, > 1 in {sum(e > 1 for e in err) / len(err):.1%} "
+                f"of {len(err)} samples") if err else "in-flight error -"  # fmt: skip
     claim = f"{r['claim_mean_ms']:.3f}" if r["claim_mean_ms"] is not None else "-"
+    if r.get("claim_p50_le_ms"):
+        claim += f" (p50 ≤ {r['claim_p50_le_ms']:g}, p90 ≤ {r['claim_p90_le_ms']:g})"
     print(f"{name:22s} {r['requests']:4d} req  failed {r['failed']:3d}  hit {r['hit_rate'] * 100:5.1f} %  "
           f"TTFT p50 {r['ttft_p50_ms']:6.1f} p90 {r['ttft_p90_ms']:6.1f} ms  decision p50 {r['decision_p50_ms']:.3f} "
           f"p90 {r['decision_p90_ms']:.3f} ms  claim mean {claim} ms  {err_text}")  # fmt: skip
@@ -248,7 +327,9 @@ def show(name: str, r: dict[str, Any]) -> None:
         print(f"{'':22s} errors {r['errors']}")
     if "store" in r:
         print(f"{'':22s} store {({k: round(v, 3) for k, v in r['store'].items()})}  "
-              f"re-converged {r.get('reconverge_s', float('nan')) * 1e3:.0f} ms after the restart")
+              f"re-converged {r.get('reconverge_s', float('nan')) * 1e3:.0f} ms after the restart (watcher), "
+              f"{(r.get('reconverge_logged_s') or float('nan')) * 1e3:.0f} ms (replicas' logs); every replica "
+              f"local {(r.get('down_logged_s') or float('nan')) * 1e3:.0f} ms after the kill (logs)")
 
 
 async def main() -> None:

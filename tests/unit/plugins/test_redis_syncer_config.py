@@ -95,7 +95,8 @@ def test_peer_load_ignores_its_own_messages_counts_malformed_ones_and_ages_peers
     peers = PeerLoad("me", state_ttl=2.0, clock=lambda: now[0])
     a, b = EndpointId("10.0.0.1:8000"), EndpointId("10.0.0.2:8000")
     assert not peers.receive(encode_load("me", {a: (5, 50)}))
-    assert peers.receive(encode_load("r1", {a: (2, 20), b: (1, 0)}))
+    assert peers.receive(encode_load("r1", {a: (2, 20), b: (1, 0)})) and peers.new_peer
+    assert peers.receive(encode_load("r1", {a: (2, 20), b: (1, 0)})) and not peers.new_peer
     now[0] += 1.5
     assert peers.receive(encode_load("r2", {a: (1, 5)}))
     assert peers.aggregate() == {a: (3, 25), b: (1, 0)} and peers.live() == 2

@@ -102,6 +102,7 @@ class PeerLoad:
         self._peers: dict[str, tuple[float, dict[EndpointId, tuple[int, int]]]] = {}
         #: Messages that did not decode (counted and dropped).
         self.malformed = 0
+        self.new_peer = False
 
     def receive(self, payload: bytes | str, max_endpoints: int = 4096) -> bool:
         """Take one message; True if it changed the view (it came from another replica)."""
@@ -116,10 +117,9 @@ class PeerLoad:
             return False
         if replica == self.replica_id:
             return False
-        if counts:
-            self._peers[replica] = (self.clock(), counts)
-        else:
-            self._peers[replica] = (self.clock(), {})
+        #: A replica not heard from before (or since the store came back): it may not know us yet.
+        self.new_peer = replica not in self._peers
+        self._peers[replica] = (self.clock(), counts)
         return True
 
     def clear(self) -> None:

@@ -14,8 +14,9 @@ Failure     the store is an optimisation. Every call has a timeout (``claimTimeo
             routing path, ``crossReplicaPublishTimeout`` in the background); on an error the
             replica routes on local state, with no failed request: peers' counts are dropped
             until the subscription and a publish succeed again, and after 3 claims in a row
-            fail claims are skipped for one sync interval. Re-connects every
-            ``min(crossReplicaSyncInterval, 100ms)``; re-converged one publish later.
+            fail claims are skipped for one sync interval. Re-subscribes every
+            ``min(crossReplicaSyncInterval, 100ms)``, publishes at once, and publishes again on
+            hearing a replica it had not (so both sides know each other within a round trip).
 Consumes    the block keys and match info of ``prefixMatchInfoProducerName``
             [precise-prefix-cache-producer] (claims need its keys)
 Parameters  ``address`` ["localhost:6379"; also ``redis://host:port/db``], ``passwordEnv`` |
@@ -236,6 +237,9 @@ class RedisSyncer(CrossReplicaSyncer, Lifecycle, StateReporter):
     def _on_message(self, data: bytes) -> None:
         if self.peers.receive(data):
             self.inflight.set_peer_load(self.peers.aggregate())
+            if self.peers.new_peer:  # a replica that just (re)subscribed hears our counts at once
+                self._dirty.set()
+                log.info("cross_replica_peer_seen", plugin=self.name, peers=self.peers.live())
 
     async def _publish_loop(self) -> None:
         while not self._stopping:
