@@ -126,3 +126,34 @@ def test_store_gone_routes_on_the_local_pick_and_claims_resume_after_restart(val
             await b.stop()
 
     asyncio.run(run())
+
+
+def test_a_hanging_store_costs_a_claim_timeout_then_nothing_and_claims_resume(valkey_server: ValkeyServer) -> None:
+    async def run() -> None:
+        a, b = syncer(valkey_server), syncer(valkey_server)
+        try:
+            await started(a, b)
+            valkey_server.pause()
+            pick = ENDPOINTS[1]
+            for i in range(5):  # every call returns the local pick: 3 time out, then claims back off
+                ctx, result = routed(list(range(9000 + 100 * i, 9040 + 100 * i)), pick)
+                assert (await b.coordinate(ctx, result)).targets == [pick]
+            assert b.claims["timeout"] == 3 and b.claims["skipped"] >= 1
+            async with asyncio.timeout(10):  # the publish times out: both route on local state
+                while a.up or b.up:
+                    await asyncio.sleep(0.01)
+            valkey_server.resume()
+            async with asyncio.timeout(10):
+                while not (a.up and b.up):
+                    await asyncio.sleep(0.01)
+            await a.coordinate(*routed(list(range(20000, 20040)) + [1], ENDPOINTS[2]))
+            async with asyncio.timeout(10):  # b's back-off after the timeouts lasts one sync interval
+                while (await b.coordinate(*routed(list(range(20000, 20040)) + [2], ENDPOINTS[0]))).targets != [ENDPOINTS[2]]:
+                    await asyncio.sleep(0.01)
+            assert b.claims["adopted"] == 1
+        finally:
+            valkey_server.resume()
+            await a.stop()
+            await b.stop()
+
+    asyncio.run(run())
