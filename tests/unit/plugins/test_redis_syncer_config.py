@@ -120,3 +120,30 @@ def test_the_tracker_adds_the_peers_counts_and_reports_each_change() -> None:
     assert tracker.finish("r1") and not tracker.finish("r1")
     assert len(changes) == 3
     assert tracker.snapshot() == {a: {"requests": 0, "tokens": 0, "peer_requests": 3, "peer_tokens": 300}}
+
+
+def test_peer_load_is_bounded() -> None:
+    peers = PeerLoad("me", state_ttl=2.0, clock=lambda: 0.0, max_peers=2)
+    a = EndpointId("10.0.0.1:8000")
+    assert peers.receive(encode_load("r1", {a: (1, 0)})) and peers.receive(encode_load("r2", {a: (1, 0)}))
+    assert not peers.receive(encode_load("r3", {a: (1, 0)})) and peers.malformed == 1
+    assert peers.aggregate() == {a: (2, 0)}
+
+
+def test_store_health_is_exported() -> None:
+    from prometheus_client import CollectorRegistry
+
+    from ppc_extproc.framework import CrossReplicaStats, PluginState
+    from ppc_extproc.observability.metrics import ServiceState, StateCollector
+
+    stats = CrossReplicaStats(True, 2, {"adopted": 3, "kept": 5}, {"ok": 7, "error": 1})
+    state = ServiceState({"10.0.0.1:8000": {"requests": 1, "tokens": 0, "peer_requests": 4, "peer_tokens": 0}}, 1,
+                         [PluginState("redis-syncer", "redis-syncer", cross_replica=stats)])  # fmt: skip
+    registry = CollectorRegistry()
+    registry.register(StateCollector(lambda: state))
+    value = registry.get_sample_value
+    assert value("ppc_extproc_cross_replica_store_up", {"syncer": "redis-syncer"}) == 1.0
+    assert value("ppc_extproc_cross_replica_peers", {"syncer": "redis-syncer"}) == 2.0
+    assert value("ppc_extproc_cross_replica_claims_total", {"syncer": "redis-syncer", "outcome": "adopted"}) == 3.0
+    assert value("ppc_extproc_cross_replica_sync_total", {"syncer": "redis-syncer", "outcome": "error"}) == 1.0
+    assert value("ppc_extproc_inflight_peer_requests", {"endpoint": "10.0.0.1:8000"}) == 4.0

@@ -93,10 +93,14 @@ def parse_address(address: str) -> tuple[str, int, int | None]:
 
 
 class PeerLoad:
-    """The other replicas' latest in-flight messages, aged out after ``state_ttl`` seconds."""
+    """The other replicas' latest in-flight messages, aged out after ``state_ttl`` seconds; at most
+    ``max_peers`` replicas (a message from one more is dropped and counted)."""
 
-    def __init__(self, replica_id: str, state_ttl: float, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, replica_id: str, state_ttl: float, clock: Callable[[], float] = time.monotonic, max_peers: int = 256
+    ) -> None:
         self.replica_id = replica_id
+        self.max_peers = max_peers
         self.state_ttl = state_ttl
         self.clock = clock
         self._peers: dict[str, tuple[float, dict[EndpointId, tuple[int, int]]]] = {}
@@ -119,6 +123,11 @@ class PeerLoad:
             return False
         #: A replica not heard from before (or since the store came back): it may not know us yet.
         self.new_peer = replica not in self._peers
+        if self.new_peer and len(self._peers) >= self.max_peers:
+            self.aggregate()  # drop the silent ones first
+            if len(self._peers) >= self.max_peers:
+                self.malformed += 1  # a bound, not a fleet: counted with the undecodable messages
+                return False
         self._peers[replica] = (self.clock(), counts)
         return True
 
