@@ -7,8 +7,9 @@ nothing on disk (no RDB, no AOF) and is ready once it answers ``PING``.
 
 ``start_valkey()`` is a context manager yielding a :class:`ValkeyServer` (``host``, ``port``,
 ``url``); the process is killed in its ``finally``. :meth:`ValkeyServer.kill` and
-:meth:`ValkeyServer.restart` take the store away and bring it back on the same port, for tests of
-a store that fails mid-run.
+:meth:`ValkeyServer.restart` take the store away and bring it back on the same port, and
+:meth:`ValkeyServer.pause` / :meth:`ValkeyServer.resume` make it hang, for tests of a store that
+fails or slows down mid-run.
 """
 
 from __future__ import annotations
@@ -117,6 +118,16 @@ class ValkeyServer:
         self.process.stop(timeout=5.0, sig=signal.SIGKILL)
         self.start(timeout=timeout)
 
+    def pause(self) -> None:
+        """SIGSTOP the server: connections stay open and every call hangs (a slow store)."""
+        if self.process.pid is not None:
+            os.kill(self.process.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT a paused server."""
+        if self.process.pid is not None:
+            os.kill(self.process.pid, signal.SIGCONT)
+
     def running(self) -> bool:
         return self.process.running()
 
@@ -140,4 +151,5 @@ def start_valkey(*, host: str = "127.0.0.1", port: int | None = None, timeout: f
             server.start(timeout=timeout)
             yield server
         finally:
+            server.resume()  # a paused process ignores nothing but SIGKILL; resume for a clean reap
             server.process.stop(timeout=5.0, sig=signal.SIGKILL)

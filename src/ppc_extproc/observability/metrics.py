@@ -154,11 +154,18 @@ class StateCollector(Collector):
         inflight_tokens = GaugeMetricFamily(
             "ppc_extproc_inflight_tokens", "Uncached prompt tokens of in-flight requests.", labels=["endpoint"]
         )
+        peers = GaugeMetricFamily(
+            "ppc_extproc_inflight_peer_requests",
+            "Requests the other replicas have in flight, as a cross-replica syncer last heard.", labels=["endpoint"],
+        )
         for endpoint, counts in state.inflight.items():
             inflight.add_metric([endpoint], counts["requests"])
             inflight_tokens.add_metric([endpoint], counts["tokens"])
+            if "peer_requests" in counts:
+                peers.add_metric([endpoint], counts["peer_requests"])
         yield inflight
         yield inflight_tokens
+        yield peers
         yield GaugeMetricFamily("ppc_extproc_endpoints", "Endpoints in the pool.", value=state.endpoints)
         routable = GaugeMetricFamily(
             "ppc_extproc_endpoint_routable", "1 when the endpoint may receive traffic, 0 while a connection failure holds it down.",

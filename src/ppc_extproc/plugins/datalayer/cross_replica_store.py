@@ -93,15 +93,20 @@ def parse_address(address: str) -> tuple[str, int, int | None]:
 
 
 class PeerLoad:
-    """The other replicas' latest in-flight messages, aged out after ``state_ttl`` seconds."""
+    """The other replicas' latest in-flight messages, aged out after ``state_ttl`` seconds; at most
+    ``max_peers`` replicas (a message from one more is dropped and counted)."""
 
-    def __init__(self, replica_id: str, state_ttl: float, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, replica_id: str, state_ttl: float, clock: Callable[[], float] = time.monotonic, max_peers: int = 256
+    ) -> None:
         self.replica_id = replica_id
+        self.max_peers = max_peers
         self.state_ttl = state_ttl
         self.clock = clock
         self._peers: dict[str, tuple[float, dict[EndpointId, tuple[int, int]]]] = {}
         #: Messages that did not decode (counted and dropped).
         self.malformed = 0
+        self.new_peer = False
 
     def receive(self, payload: bytes | str, max_endpoints: int = 4096) -> bool:
         """Take one message; True if it changed the view (it came from another replica)."""
@@ -116,10 +121,14 @@ class PeerLoad:
             return False
         if replica == self.replica_id:
             return False
-        if counts:
-            self._peers[replica] = (self.clock(), counts)
-        else:
-            self._peers[replica] = (self.clock(), {})
+        #: A replica not heard from before (or since the store came back): it may not know us yet.
+        self.new_peer = replica not in self._peers
+        if self.new_peer and len(self._peers) >= self.max_peers:
+            self.aggregate()  # drop the silent ones first
+            if len(self._peers) >= self.max_peers:
+                self.malformed += 1  # a bound, not a fleet: counted with the undecodable messages
+                return False
+        self._peers[replica] = (self.clock(), counts)
         return True
 
     def clear(self) -> None:
@@ -166,7 +175,7 @@ class RedisStore:
         self.client = aioredis.Redis(
             host=host, port=port, db=db, password=password, socket_timeout=timeout_seconds,
             socket_connect_timeout=timeout_seconds, max_connections=max_connections, health_check_interval=0,
-            retry_on_timeout=False, retry=Retry(NoBackoff(), 0),  # the caller retries, on its own schedule
+            retry=Retry(NoBackoff(), 0),  # the caller retries, on its own schedule
         )  # fmt: skip
         self._claim: Any = self.client.register_script(CLAIM_SCRIPT)
 
@@ -190,14 +199,15 @@ class RedisStore:
             await self.client.publish(self.channel, payload)
 
     async def subscribe(self, on_message: Callable[[bytes], None], on_connected: Callable[[], Awaitable[None]],
-                        poll_seconds: float) -> None:
-        """Subscribe and deliver messages until the connection fails (then raise)."""
+                        poll_seconds: float, running: Callable[[], bool]) -> None:
+        """Subscribe and deliver messages until the connection fails (then raise) or ``running()``
+        turns False."""
         pubsub: Any = self.client.pubsub(ignore_subscribe_messages=True)
         try:
             async with asyncio.timeout(self.timeout_seconds):
                 await pubsub.subscribe(self.channel)
             await on_connected()
-            while True:
+            while running():
                 message = await pubsub.get_message(timeout=poll_seconds)
                 if message is not None and message.get("type") == "message":
                     on_message(message["data"])

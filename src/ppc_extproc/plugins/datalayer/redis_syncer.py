@@ -12,16 +12,18 @@ Shares      * in-flight requests and uncached prompt tokens per endpoint: every 
             The KV index is not shared: each replica subscribes to every engine's events.
 Failure     the store is an optimisation. Every call has a timeout (``claimTimeout`` on the
             routing path, ``crossReplicaPublishTimeout`` in the background); on an error the
-            replica routes on local state (peers' counts dropped, claims skipped until the
-            subscription is back), with no failed request. Re-connects every
-            ``min(crossReplicaSyncInterval, 100ms)``; re-converged one publish later.
+            replica routes on local state, with no failed request: peers' counts are dropped
+            until the subscription and a publish succeed again, and after 3 claims in a row
+            fail claims are skipped for one sync interval. Re-subscribes every
+            ``min(crossReplicaSyncInterval, 100ms)``, publishes at once, and publishes again on
+            hearing a replica it had not (so both sides know each other within a round trip).
 Consumes    the block keys and match info of ``prefixMatchInfoProducerName``
             [precise-prefix-cache-producer] (claims need its keys)
 Parameters  ``address`` ["localhost:6379"; also ``redis://host:port/db``], ``passwordEnv`` |
             ``passwordFile`` (a plaintext ``password`` is refused), ``db`` [0], ``stateTTL``
             ["2s": a replica silent this long stops counting], ``coordinationTTL`` [accepted,
             unused], ``claimTTL`` ["2s": the speculative TTL], ``claimPrefixes`` [true],
-            ``claimTimeout`` ["5ms"], ``keyPrefix`` ["ppc-extproc"], ``prefixMatchInfoProducerName``
+            ``claimTimeout`` ["20ms"], ``keyPrefix`` ["ppc-extproc"], ``prefixMatchInfoProducerName``
 Keys        ``<keyPrefix>:c:<block key>`` strings expiring after ``claimTTL`` (≤ 24 per request),
             channel ``<keyPrefix>:inflight``. Standalone Valkey ≥ 7.2 or Redis ≥ 7.0.
 Metrics     ``ppc_extproc_cross_replica_store_up``, ``…_peers``, ``…_sync_total{outcome}``,
@@ -41,8 +43,10 @@ import asyncio
 import os
 import socket
 import threading
+import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import structlog
@@ -89,11 +93,12 @@ class RedisSyncer(CrossReplicaSyncer, Lifecycle, StateReporter):
 
     def __init__(
         self, name: str, store: RedisStore, inflight: InflightTracker, *, state_ttl: float, claim_ttl: float,
-        claim_prefixes: bool, claim_timeout: float, producer: str,
+        claim_prefixes: bool, claim_timeout: float, producer: str, clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.name = name
         self.store = store
         self.inflight = inflight
+        self.clock = clock
         self.claim_ttl_ms = max(1, int(claim_ttl * 1000))
         self.claim_prefixes = claim_prefixes
         self.claim_timeout = claim_timeout
@@ -105,6 +110,9 @@ class RedisSyncer(CrossReplicaSyncer, Lifecycle, StateReporter):
         self.publish_timeout = 1.0
         #: True while subscribed and the last publish succeeded: claims run only then.
         self.up = False
+        self._subscribed = False
+        #: Claims are skipped until this time (``clock``) after consecutive failures.
+        self._claims_closed_until = 0.0
         self.claims: Counter[str] = Counter({o: 0 for o in CLAIM_OUTCOMES})
         self.syncs: Counter[str] = Counter({o: 0 for o in SYNC_OUTCOMES})
         self._claim_failures = 0
@@ -112,6 +120,7 @@ class RedisSyncer(CrossReplicaSyncer, Lifecycle, StateReporter):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread = 0
         self._tasks: list[asyncio.Task[None]] = []
+        self._stopping = False
 
     @classmethod
     def from_parameters(cls, name: str, params: Section, services: Services) -> RedisSyncer:
@@ -130,7 +139,7 @@ class RedisSyncer(CrossReplicaSyncer, Lifecycle, StateReporter):
         state_ttl = params.duration("stateTTL", "2s")
         params.duration("coordinationTTL", "180s")
         claim_ttl = params.duration("claimTTL", "2s")
-        claim_timeout = params.duration("claimTimeout", "5ms")
+        claim_timeout = params.duration("claimTimeout", "20ms")
         for key, value in (("stateTTL", state_ttl), ("claimTTL", claim_ttl), ("claimTimeout", claim_timeout)):
             if value < 0.001:
                 raise ConfigError(params.child_path(key), f"must be at least 1ms, got {value}s")
@@ -142,7 +151,8 @@ class RedisSyncer(CrossReplicaSyncer, Lifecycle, StateReporter):
         except ImportError:
             raise ConfigError(params.path, "redis-syncer needs redis-py: pip install 'ppc-extproc[shared-state]'") from None
         return cls(name, store, services.inflight, state_ttl=state_ttl, claim_ttl=claim_ttl,
-                   claim_prefixes=claim_prefixes, claim_timeout=claim_timeout, producer=producer)  # fmt: skip
+                   claim_prefixes=claim_prefixes, claim_timeout=claim_timeout, producer=producer,
+                   clock=services.clock)  # fmt: skip
 
     # --- configuration and lifecycle ------------------------------------------------------------
 
@@ -163,13 +173,17 @@ class RedisSyncer(CrossReplicaSyncer, Lifecycle, StateReporter):
 
     async def stop(self) -> None:
         self.inflight.on_change = None
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            try:
-                await task
-            except (asyncio.CancelledError, Exception):
-                pass
+        self._stopping = True
+        self._dirty.set()
+        # Cancel until done: a cancellation that races a completing ``wait_for`` can be lost
+        # (CPython 3.11, gh-86296); the loops also check ``_stopping``.
+        pending = set(self._tasks)
+        for _ in range(50):
+            if not pending:
+                break
+            for task in pending:
+                task.cancel()
+            _, pending = await asyncio.wait(pending, timeout=0.1)
         self._tasks = []
         self.up = False
         self._go_local()
@@ -192,34 +206,43 @@ class RedisSyncer(CrossReplicaSyncer, Lifecycle, StateReporter):
         self.peers.clear()
         self.inflight.set_peer_load({})
 
+    def _mark_up(self) -> None:
+        if not self.up:
+            log.info("cross_replica_store_up", plugin=self.name)
+        self.up = True
+
     # --- background -----------------------------------------------------------------------------
 
     async def _subscribe_loop(self) -> None:
         retry = min(self.sync_interval, 0.1)
-        while True:
+        while not self._stopping:
             try:
-                await self.store.subscribe(self._on_message, self._on_subscribed, poll_seconds=self.sync_interval)
+                await self.store.subscribe(self._on_message, self._on_subscribed, poll_seconds=self.sync_interval,
+                                           running=lambda: not self._stopping)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
                 if not self.store.is_store_error(exc):
                     log.exception("cross_replica_subscribe_failed", plugin=self.name)
-                self._go_local()
+            self._subscribed = False
+            self._go_local()
             await asyncio.sleep(retry)
 
     async def _on_subscribed(self) -> None:
-        await self._publish()  # peers learn our counts at once; ours arrive within one interval
-        if self.syncs["error"] or not self.up:
-            log.info("cross_replica_store_up", plugin=self.name)
-        self.up = True
+        self._subscribed = True
+        await self._publish()  # peers learn our counts at once; theirs arrive within one interval
         self._claim_failures = 0
+        self._mark_up()
 
     def _on_message(self, data: bytes) -> None:
         if self.peers.receive(data):
             self.inflight.set_peer_load(self.peers.aggregate())
+            if self.peers.new_peer:  # a replica that just (re)subscribed hears our counts at once
+                self._dirty.set()
+                log.info("cross_replica_peer_seen", plugin=self.name, peers=self.peers.live())
 
     async def _publish_loop(self) -> None:
-        while True:
+        while not self._stopping:
             try:
                 await asyncio.wait_for(self._dirty.wait(), self.sync_interval)
             except TimeoutError:
@@ -233,6 +256,9 @@ class RedisSyncer(CrossReplicaSyncer, Lifecycle, StateReporter):
                 if not self.store.is_store_error(exc):
                     log.exception("cross_replica_publish_failed", plugin=self.name)
                 self._go_local()
+            else:
+                if self._subscribed:
+                    self._mark_up()
             if self.up:  # ageing: a replica that stopped publishing stops counting
                 self.inflight.set_peer_load(self.peers.aggregate())
             await asyncio.sleep(_MIN_PUSH_INTERVAL)
@@ -250,17 +276,20 @@ class RedisSyncer(CrossReplicaSyncer, Lifecycle, StateReporter):
     async def coordinate(self, ctx: SchedulingContext, result: SchedulingResult) -> SchedulingResult:
         if not self.claim_prefixes or not result.targets:
             return result
-        if not self.up:
+        if not self.up or (self._claims_closed_until and self.clock() < self._claims_closed_until):
             self.claims["skipped"] += 1
             return result
         keys_per_prompt = ctx.get(self.keys_key)
         if not keys_per_prompt or not keys_per_prompt[0]:
             return result
         keys = keys_per_prompt[0]
-        depths = claim_positions(len(keys))
         pick = result.targets[0]
         info = ctx.endpoint_value(pick.id, self.match_key)
         known = info.cached_block_count if info is not None else 0
+        if known >= len(keys):  # the pick holds the whole prompt: no claim can beat it
+            self.claims["kept"] += 1
+            return result
+        depths = claim_positions(len(keys))
         scored = result.primary.totals
         allowed = [e for e in ctx.candidates if not scored or e.id in scored]
         try:
@@ -275,6 +304,7 @@ class RedisSyncer(CrossReplicaSyncer, Lifecycle, StateReporter):
                 log.exception("cross_replica_claim_failed", plugin=self.name)
             return self._claim_failed("error", result)
         self._claim_failures = 0
+        self._claims_closed_until = 0.0
         if answer == pick.id:
             self.claims["kept"] += 1
             return result
@@ -283,8 +313,9 @@ class RedisSyncer(CrossReplicaSyncer, Lifecycle, StateReporter):
     def _claim_failed(self, outcome: str, result: SchedulingResult) -> SchedulingResult:
         self.claims[outcome] += 1
         self._claim_failures += 1
-        if self._claim_failures >= _CLAIM_FAILURES_OPEN and self.up:
-            self._go_local()  # the subscription loop re-opens claims once the store answers
+        if self._claim_failures >= _CLAIM_FAILURES_OPEN:  # a slow store: stop waiting on it a while
+            self._claims_closed_until = self.clock() + self.sync_interval
+            self._claim_failures = 0
         return result
 
     def _retarget(self, result: SchedulingResult, allowed: list[Endpoint], answer: EndpointId) -> SchedulingResult:

@@ -1,0 +1,367 @@
+"""Three router replicas behind one Envoy, with and without a shared Valkey (``redis-syncer``),
+next to one replica, on bursts of sibling requests (one new prefix, ``--siblings`` at once).
+
+Per setup: hit rate (engine-reported cached / prompt tokens), TTFT p50/p90, failed requests, the
+decision time p50 from the replicas' ``/debug/decisions``, the claim round trip's mean (the
+``cross_replica`` stage), and — with the store — the per-endpoint in-flight error: every
+``--sample-ms`` each replica's view (its own + its peers' counts, ``/metrics``) against the sum
+of every replica's own counts, the three scraped concurrently (their skew is in the figure; in
+the store-killed run, only while the store is up). Then the store is SIGKILLed a third into a run
+and restarted at two thirds:
+failed requests, and the re-convergence time (restart → every replica subscribed again and
+hearing from both others).
+
+    python benchmarks/bench_replicas.py                     # all setups, ~4 min on 2 cores
+    python benchmarks/bench_replicas.py --groups 40 --only three-shared
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import header, percentile
+
+from ppc_extproc_lab.localcluster import LocalCluster
+from ppc_extproc_lab.localcluster.service_config import default_service_config, with_redis_syncer
+from ppc_extproc_lab.valkey import ValkeyServer, start_valkey
+from ppc_extproc_lab.workload.clients import CompletionsClient
+from ppc_extproc_lab.workload.report import RequestRecord
+
+MODEL = "mock-model"
+BLOCK = 16
+SETUPS = ("one", "three-local", "three-shared", "three-shared-noclaim")
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--engines", type=int, default=4)
+    p.add_argument("--groups", type=int, default=60, help="bursts per run")
+    p.add_argument("--siblings", type=int, default=5, help="requests per burst (one prefix, sent at once)")
+    p.add_argument("--prefix-tokens", type=int, default=1024)
+    p.add_argument("--suffix-tokens", type=int, default=64)
+    p.add_argument("--gap-ms", type=float, default=200.0, help="between bursts")
+    p.add_argument("--max-tokens", type=int, default=8)
+    p.add_argument("--sample-ms", type=float, default=100.0)
+    p.add_argument("--only", choices=SETUPS, action="append", help="run only these setups")
+    p.add_argument("--no-fault", action="store_true", help="skip the store kill/restart run")
+    return p.parse_args()
+
+
+def engine_args() -> list[str]:
+    # Prefill dominates TTFT (an uncached 1088-token prompt: ~54 ms; a cached prefix: ~3 ms).
+    return ["--prefill-tokens-per-s", "20000", "--decode-ms-per-token", "2", "--max-num-seqs", "16"]
+
+
+async def get_json(http: aiohttp.ClientSession, url: str) -> Any:
+    async with http.get(url, timeout=aiohttp.ClientTimeout(total=5)) as resp:
+        return await resp.json()
+
+
+async def send(http: aiohttp.ClientSession, client: CompletionsClient, url: str, prompt: list[int], index: int,
+               t0: float) -> RequestRecord:  # fmt: skip
+    rec = RequestRecord(index=index, user=0, tenant=0, stage=0, turn=0, scheduled_s=0.0, prompt_tokens=len(prompt))
+    now = lambda: time.perf_counter() - t0  # noqa: E731
+    rec.sent_s = now()
+    await client.send(http, url, prompt, rec, now)
+    rec.done_s = now()
+    return rec
+
+
+def inflight_gauges(text: str) -> dict[str, list[int]]:
+    """endpoint → [own requests, the other replicas' requests] from one ``/metrics`` page."""
+    out: dict[str, list[int]] = {}
+    for line in text.splitlines():
+        for name, slot in (("ppc_extproc_inflight_requests{", 0), ("ppc_extproc_inflight_peer_requests{", 1)):
+            if line.startswith(name):
+                endpoint = line.split('endpoint="', 1)[1].split('"', 1)[0]
+                out.setdefault(endpoint, [0, 0])[slot] = int(float(line.rsplit(" ", 1)[1]))
+    return out
+
+
+async def sample_inflight(http: aiohttp.ClientSession, admins: list[str], errors: list[int], stop: asyncio.Event,
+                          every: float, down: Callable[[], bool]) -> None:  # fmt: skip
+    """Per-endpoint |view − truth| samples, skipped while ``down()`` (the store killed, not back)."""
+    async def scrape(url: str) -> dict[str, list[int]]:
+        async with http.get(url + "/metrics", timeout=aiohttp.ClientTimeout(total=5)) as resp:
+            return inflight_gauges(await resp.text())
+
+    while not stop.is_set():
+        try:
+            views = await asyncio.gather(*(scrape(url) for url in admins))
+        except (aiohttp.ClientError, TimeoutError):
+            await asyncio.sleep(every)
+            continue
+        endpoints = {ep for v in views for ep in v}
+        truth = {ep: sum(v.get(ep, [0, 0])[0] for v in views) for ep in endpoints}
+        if not down():
+            for v in views:
+                for ep in endpoints:
+                    own, peers = v.get(ep, [0, 0])
+                    errors.append(abs(own + peers - truth[ep]))
+        await asyncio.sleep(every)
+
+
+async def watch_store(http: aiohttp.ClientSession, admins: list[str], replicas: int, out: dict[str, float],
+                      stop: asyncio.Event) -> None:  # fmt: skip
+    """Record when every replica is up and hears from all the others (``converged_s``)."""
+    while not stop.is_set():
+        try:
+            syncers = await asyncio.gather(*(store_gauges(http, url) for url in admins))
+        except (aiohttp.ClientError, TimeoutError):
+            await asyncio.sleep(0.01)
+            continue
+        now = time.perf_counter()
+        if "killed_s" in out and not any(up for up, _ in syncers):
+            out.setdefault("all_down_s", now)
+        if "restart_s" in out and all(up and peers == replicas - 1 for up, peers in syncers):
+            out.setdefault("converged_s", now)
+        await asyncio.sleep(0.01)
+
+
+async def store_gauges(http: aiohttp.ClientSession, url: str) -> tuple[bool, int]:
+    """(store up, peers heard from) of one replica's syncer, from ``/metrics``."""
+    up, peers = False, 0
+    async with http.get(url + "/metrics", timeout=aiohttp.ClientTimeout(total=5)) as resp:
+        for line in (await resp.text()).splitlines():
+            if line.startswith("ppc_extproc_cross_replica_store_up{"):
+                up = float(line.rsplit(" ", 1)[1]) == 1.0
+            elif line.startswith("ppc_extproc_cross_replica_peers{"):
+                peers = int(float(line.rsplit(" ", 1)[1]))
+    return up, peers
+
+
+async def run_load(cluster: LocalCluster, args: argparse.Namespace, *, seed: int, shared: bool,
+                   store: ValkeyServer | None = None, fault: bool = False) -> dict[str, Any]:  # fmt: skip
+    rng = random.Random(seed)
+    client = CompletionsClient("token-ids", model=MODEL, max_tokens=args.max_tokens)
+    admins = cluster.service_admin_urls
+    records: list[RequestRecord] = []
+    errors: list[int] = []
+    store_times: dict[str, float] = {}
+    connector = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=connector, trust_env=False) as http:
+        for _ in range(3):  # warm-up bursts (connections, JIT-less but caches warm)
+            prefix = [rng.randrange(1, 150_000) for _ in range(args.prefix_tokens)]
+            await asyncio.gather(*(send(http, client, cluster.listener_url, prefix + [rng.randrange(1, 150_000)
+                                        for _ in range(args.suffix_tokens)], -1, time.perf_counter())
+                                   for _ in range(args.siblings)))  # fmt: skip
+        before = await decision_counters(http, admins)
+        stop = asyncio.Event()
+        tasks = []
+        if shared:
+            def down() -> bool:
+                return "killed_s" in store_times and "converged_s" not in store_times
+
+            tasks.append(asyncio.create_task(sample_inflight(http, admins, errors, stop, args.sample_ms / 1e3, down)))
+        if fault:
+            tasks.append(asyncio.create_task(watch_store(http, admins, len(admins), store_times, stop)))
+        t0 = time.perf_counter()
+        pending: list[asyncio.Task[RequestRecord]] = []
+        for g in range(args.groups):
+            if fault and store is not None and g == args.groups // 3:
+                store.kill()
+                store_times["killed_s"] = time.perf_counter()
+                store_times["killed_wall"] = time.time()
+            if fault and store is not None and g == 2 * args.groups // 3:
+                await asyncio.to_thread(store.restart)
+                store_times["restart_s"] = time.perf_counter()
+                store_times["restart_wall"] = time.time()
+            prefix = [rng.randrange(1, 150_000) for _ in range(args.prefix_tokens)]
+            for s in range(args.siblings):
+                prompt = prefix + [rng.randrange(1, 150_000) for _ in range(args.suffix_tokens)]
+                pending.append(asyncio.create_task(send(http, client, cluster.listener_url, prompt,
+                                                        g * args.siblings + s, t0)))  # fmt: skip
+            await asyncio.sleep(max(0.0, t0 + (g + 1) * args.gap_ms / 1e3 - time.perf_counter()))
+        records = list(await asyncio.gather(*pending))
+        if fault:
+            deadline = time.perf_counter() + 10
+            while "converged_s" not in store_times and time.perf_counter() < deadline:
+                await asyncio.sleep(0.05)
+        stop.set()
+        for task in tasks:
+            await task
+        decisions = []
+        for url in admins:
+            decisions += [d["decisionMs"] for d in (await get_json(http, url + "/debug/decisions"))["decisions"]]
+        after = await decision_counters(http, admins)
+    ok = [r for r in records if r.ok]
+    prompt_tokens = sum(r.prompt_tokens for r in ok)
+    cached = sum(r.cached_tokens or 0 for r in ok)
+    ttfts = [r.ttft_s for r in ok if r.ttft_s is not None]
+    stage_n = after["n"] - before["n"]
+    out: dict[str, Any] = {
+        "requests": len(records), "failed": len(records) - len(ok),
+        "hit_rate": cached / prompt_tokens if prompt_tokens else 0.0,
+        "ttft_p50_ms": statistics.median(ttfts) * 1e3, "ttft_p90_ms": percentile(ttfts, 90) * 1e3,
+        "decision_p50_ms": statistics.median(decisions), "decision_p90_ms": percentile(decisions, 90),
+        "claim_mean_ms": (after["s"] - before["s"]) / stage_n * 1e3 if stage_n else None,
+        "claim_p50_le_ms": (q * 1e3 if (q := bucket_quantile(before["buckets"], after["buckets"], 0.5)) else None),
+        "claim_p90_le_ms": (q * 1e3 if (q := bucket_quantile(before["buckets"], after["buckets"], 0.9)) else None),
+        "claims": after["claims"],
+        "inflight_error": errors,
+        "errors": sorted({r.error or "" for r in records if not r.ok})[:3],
+    }  # fmt: skip
+    if fault:
+        wall = store_times.pop("restart_wall", None)
+        killed = store_times.pop("killed_wall", None)
+        out["store"] = {k: v - t0 for k, v in store_times.items()}
+        if "converged_s" in store_times:
+            out["reconverge_s"] = store_times["converged_s"] - store_times["restart_s"]
+        if wall is not None:
+            out["reconverge_logged_s"] = logged_convergence(cluster, wall, len(admins) - 1)
+        if killed is not None:
+            out["down_logged_s"] = logged_event(cluster, "cross_replica_store_down", killed)
+    return out
+
+
+def logged_event(cluster: LocalCluster, name: str, since: float) -> float | None:
+    """Seconds from ``since`` (wall clock) until the last replica logged ``name``."""
+    import datetime
+    import json
+
+    latest = None
+    for path in sorted(cluster.log_dir.glob("service-*.log")):
+        for line in path.read_text(errors="replace").splitlines():
+            if name in line and line.startswith("{"):
+                event = json.loads(line)
+                when = datetime.datetime.fromisoformat(event["timestamp"].replace("Z", "+00:00")).timestamp()
+                if when >= since:
+                    latest = when if latest is None else max(latest, when)
+                    break
+        else:
+            return None
+    return None if latest is None else latest - since
+
+
+def logged_convergence(cluster: LocalCluster, since: float, peers: int) -> float | None:
+    """Seconds from ``since`` (wall clock) until the last replica logged hearing all ``peers``
+    (``cross_replica_peer_seen``): precise where the watcher's scrapes lag on a loaded machine."""
+    import datetime
+    import json
+
+    latest = None
+    for path in sorted(cluster.log_dir.glob("service-*.log")):
+        first = None
+        for line in path.read_text(errors="replace").splitlines():
+            if "cross_replica_peer_seen" not in line or not line.startswith("{"):
+                continue
+            event = json.loads(line)
+            when = datetime.datetime.fromisoformat(event["timestamp"].replace("Z", "+00:00")).timestamp()
+            if when >= since and event.get("peers") == peers:
+                first = when
+                break
+        if first is None:
+            return None
+        latest = first if latest is None else max(latest, first)
+    return None if latest is None else latest - since
+
+
+async def decision_counters(http: aiohttp.ClientSession, admins: list[str]) -> dict[str, Any]:
+    """The ``cross_replica`` stage's histogram sum and count, and the claim outcomes, over replicas."""
+    total_s, total_n = 0.0, 0.0
+    claims: dict[str, int] = {}
+    buckets: dict[float, float] = {}
+    for url in admins:
+        async with http.get(url + "/metrics") as resp:
+            text = await resp.text()
+        for line in text.splitlines():
+            if line.startswith('ppc_extproc_decision_stage_duration_seconds_sum{stage="cross_replica"}'):
+                total_s += float(line.rsplit(" ", 1)[1])
+            elif line.startswith('ppc_extproc_decision_stage_duration_seconds_count{stage="cross_replica"}'):
+                total_n += float(line.rsplit(" ", 1)[1])
+            elif line.startswith("ppc_extproc_decision_stage_duration_seconds_bucket{") and '"cross_replica"' in line:
+                le = line.split('le="', 1)[1].split('"', 1)[0]
+                bound = float("inf") if le == "+Inf" else float(le)
+                buckets[bound] = buckets.get(bound, 0.0) + float(line.rsplit(" ", 1)[1])
+            elif line.startswith("ppc_extproc_cross_replica_claims_total{"):
+                outcome = line.split('outcome="', 1)[1].split('"', 1)[0]
+                claims[outcome] = claims.get(outcome, 0) + int(float(line.rsplit(" ", 1)[1]))
+    return {"s": total_s, "n": total_n, "claims": claims, "buckets": buckets}
+
+
+def bucket_quantile(before: dict[float, float], after: dict[float, float], q: float) -> float | None:
+    """The upper bound (seconds) of the histogram bucket holding quantile ``q`` of the run."""
+    counts = sorted((le, after[le] - before.get(le, 0.0)) for le in after)
+    if not counts or counts[-1][1] <= 0:
+        return None
+    for le, n in counts:
+        if n >= q * counts[-1][1]:
+            return le
+    return None
+
+
+def cluster_for(args: argparse.Namespace, replicas: int, store: ValkeyServer | None, claims: bool = True) -> LocalCluster:
+    config = default_service_config(block_size=BLOCK)
+    if store is not None:
+        config = with_redis_syncer(config, store.url, claimPrefixes=claims)
+    return LocalCluster(num_engines=args.engines, engines_per_process=args.engines, service_replicas=replicas,
+                        model=MODEL, block_size=BLOCK, num_blocks=16384, engine_args=engine_args(),
+                        service_config=config)  # fmt: skip
+
+
+def show(name: str, r: dict[str, Any]) -> None:
+    err = r["inflight_error"]
+    err_text = (f"in-flight error p50 {statistics.median(err):.0f} p95 {percentile(err, 95):.0f} "
+                f"p99 {percentile(err, 99):.0f} max {max(err)}, > 1 in {sum(e > 1 for e in err) / len(err):.1%} "
+                f"of {len(err)} samples") if err else "in-flight error -"  # fmt: skip
+    claim = f"{r['claim_mean_ms']:.3f}" if r["claim_mean_ms"] is not None else "-"
+    if r.get("claim_p50_le_ms"):
+        claim += f" (p50 ≤ {r['claim_p50_le_ms']:g}, p90 ≤ {r['claim_p90_le_ms']:g})"
+    print(f"{name:22s} {r['requests']:4d} req  failed {r['failed']:3d}  hit {r['hit_rate'] * 100:5.1f} %  "
+          f"TTFT p50 {r['ttft_p50_ms']:6.1f} p90 {r['ttft_p90_ms']:6.1f} ms  decision p50 {r['decision_p50_ms']:.3f} "
+          f"p90 {r['decision_p90_ms']:.3f} ms  claim mean {claim} ms  {err_text}")  # fmt: skip
+    if r["claims"]:
+        print(f"{'':22s} claims {r['claims']}")
+    if r["errors"]:
+        print(f"{'':22s} errors {r['errors']}")
+    if "store" in r:
+        print(f"{'':22s} store {({k: round(v, 3) for k, v in r['store'].items()})}  "
+              f"re-converged {r.get('reconverge_s', float('nan')) * 1e3:.0f} ms after the restart (watcher), "
+              f"{(r.get('reconverge_logged_s') or float('nan')) * 1e3:.0f} ms (replicas' logs); every replica "
+              f"local {(r.get('down_logged_s') or float('nan')) * 1e3:.0f} ms after the kill (logs)")
+
+
+async def main() -> None:
+    args = parse_args()
+    header("bench_replicas: three replicas behind one Envoy sharing state through Valkey (redis-syncer)")
+    print(f"{args.engines} mock engines (one process), block {BLOCK}; {args.groups} bursts of {args.siblings} siblings "
+          f"({args.prefix_tokens}-token shared prefix + {args.suffix_tokens} own tokens), one burst every "
+          f"{args.gap_ms:g} ms; max_tokens {args.max_tokens}; {' '.join(engine_args())}\n")  # fmt: skip
+    results: dict[str, dict[str, Any]] = {}
+    chosen = args.only or list(SETUPS)
+    for i, name in enumerate(SETUPS):
+        if name not in chosen:
+            continue
+        if name.startswith("three-shared"):
+            with start_valkey() as store, cluster_for(args, 3, store, claims=name == "three-shared") as cluster:
+                results[name] = await run_load(cluster, args, seed=i, shared=True)
+        else:
+            with cluster_for(args, 1 if name == "one" else 3, None) as cluster:
+                results[name] = await run_load(cluster, args, seed=i, shared=False)
+        show(name, results[name])
+    if not args.no_fault and "three-shared" in chosen:
+        with start_valkey() as store, cluster_for(args, 3, store) as cluster:
+            fault = await run_load(cluster, args, seed=9, shared=True, store=store, fault=True)
+        show("three-shared, store killed", fault)
+    one, shared = results.get("one"), results.get("three-shared")
+    if one and shared:
+        print(f"\nthree-shared vs one: hit {(shared['hit_rate'] - one['hit_rate']) * 100:+.1f} points, "
+              f"TTFT p90 {shared['ttft_p90_ms'] / one['ttft_p90_ms'] - 1:+.1%}")  # fmt: skip
+    local = results.get("three-local")
+    if local and shared:
+        print(f"three-shared vs three-local: decision p50 {shared['decision_p50_ms'] - local['decision_p50_ms']:+.3f} ms")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
