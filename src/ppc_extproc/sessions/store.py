@@ -51,8 +51,9 @@ class BindingStore(Protocol):
 class ValkeyBindingStore:
     """``BindingStore`` on one Valkey/Redis server (``redis://host:port/db``)."""
 
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: Any, pool: Any = None) -> None:
         self._client = client
+        self._pool = pool
         self._cas = client.register_script(_CAS)
 
     async def get(self, key: str, ttl_ms: int) -> EndpointId | None:
@@ -65,6 +66,8 @@ class ValkeyBindingStore:
 
     async def close(self) -> None:
         await self._client.aclose()
+        if self._pool is not None:
+            await self._pool.aclose()
 
 
 def _text(value: bytes | str) -> str:
@@ -80,12 +83,15 @@ def open_store(address: str, timeout_seconds: float) -> ValkeyBindingStore:
         raise ImportError(
             "shared session bindings need redis-py: pip install 'ppc-extproc[shared-state]'"
         ) from exc
-    client = redis_asyncio.Redis.from_url(
+    # Blocking: past max_connections a call waits for a connection (within the caller's timeout)
+    # instead of failing with "Too many connections", which would count as the store failing.
+    pool = redis_asyncio.BlockingConnectionPool.from_url(
         address,
+        max_connections=64,
+        timeout=timeout_seconds,
         socket_timeout=timeout_seconds,
         socket_connect_timeout=timeout_seconds,
         retry_on_timeout=False,
         health_check_interval=0,
-        max_connections=64,
     )
-    return ValkeyBindingStore(client)
+    return ValkeyBindingStore(redis_asyncio.Redis(connection_pool=pool), pool)

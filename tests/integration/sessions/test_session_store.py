@@ -129,3 +129,19 @@ def test_shared_bindings_expire_with_the_ttl(valkey_server: ValkeyServer) -> Non
             await two.stop()
 
     asyncio.run(scenario())
+
+
+def test_more_concurrent_lookups_than_connections_wait_instead_of_failing(valkey_server: ValkeyServer) -> None:
+    async def scenario() -> None:
+        one = replica(valkey_server, timeout_ms=2000)
+        await one.start()
+        try:
+            for i in range(300):
+                one.commit(f"s{i}", A, None)
+            await one.flush()
+            found = await asyncio.gather(*(one.lookup(f"s{i}") for i in range(300)))  # > 64 connections
+            assert found == [A] * 300 and one.stats.errors == 0 and one.stats.hits == 300
+        finally:
+            await one.stop()
+
+    asyncio.run(scenario())
