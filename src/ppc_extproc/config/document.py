@@ -196,9 +196,7 @@ def _profile_specs(root: Section) -> list[ProfileSpec]:
         refs = []
         for ref_path, ref in spec.items("plugins"):
             ref_spec = root.sub(ref, ref_path)
-            plugin_ref = ref_spec.string("pluginRef", "")
-            if not plugin_ref:
-                raise ConfigError(f"{ref_path}.pluginRef", "missing")
+            plugin_ref = _plugin_ref(ref_spec, ref_path)
             weight = ref_spec.number("weight", 1.0, minimum=0.0) if ref_spec.has("weight") else None
             ref_spec.finish()
             refs.append(ProfileRef(ref_path, plugin_ref, weight))
@@ -207,13 +205,19 @@ def _profile_specs(root: Section) -> list[ProfileSpec]:
     return profiles
 
 
+def _plugin_ref(entry: Section, path: str) -> str:
+    """The ``pluginRef`` an entry at ``path`` must have."""
+    plugin_ref = entry.string("pluginRef", "")
+    if not plugin_ref:
+        raise ConfigError(f"{path}.pluginRef", "missing")
+    return plugin_ref
+
+
 def _refs(section: Section, key: str) -> list[tuple[str, str]]:
     refs = []
     for path, item in section.items(key):
         ref = section.sub(item, path)
-        plugin_ref = ref.string("pluginRef", "")
-        if not plugin_ref:
-            raise ConfigError(f"{path}.pluginRef", "missing")
+        plugin_ref = _plugin_ref(ref, path)
         ref.finish()
         refs.append((path, plugin_ref))
     return refs
@@ -225,9 +229,7 @@ def _data_layer(root: Section) -> DataLayerSpec:
     sources = []
     for path, item in section.items("sources"):
         source = section.sub(item, path)
-        ref = source.string("pluginRef", "")
-        if not ref:
-            raise ConfigError(f"{path}.pluginRef", "missing")
+        ref = _plugin_ref(source, path)
         extractors = tuple(_refs(source, "extractors"))
         source.finish()
         sources.append(SourceSpec(path, ref, extractors))

@@ -29,6 +29,7 @@ import asyncio
 import ipaddress
 import os
 import stat
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +38,7 @@ import yaml
 
 from ppc_extproc.errors import ConfigError
 from ppc_extproc.framework import Discovery, Endpoint, EndpointRegistry
-from ppc_extproc.framework.params import Section
+from ppc_extproc.framework.params import Section, decode, param
 from ppc_extproc.plugins.registry import Services, register
 
 __all__ = ["MAX_FILE_BYTES", "FileDiscovery", "parse_endpoints_document", "read_endpoints_file"]
@@ -118,6 +119,15 @@ def parse_endpoints_document(text: str, source: str = "<text>") -> list[Endpoint
     return endpoints
 
 
+@dataclass(frozen=True, slots=True)
+class FileDiscoveryConfig:
+    """The plugin's parameters."""
+
+    path: str = param("path", "")
+    poll_interval_seconds: float = param("pollInterval", "1s", duration=True)
+    watch_file: bool = param("watchFile", False)
+
+
 @register("file-discovery")
 class FileDiscovery(Discovery):
     def __init__(self, name: str, path: str, poll_interval_seconds: float = 1.0, *, watch: bool = False) -> None:
@@ -129,13 +139,12 @@ class FileDiscovery(Discovery):
 
     @classmethod
     def from_parameters(cls, name: str, params: Section, services: Services) -> FileDiscovery:
-        path = params.string("path", "")
-        if not path:
+        config = decode(params, FileDiscoveryConfig)
+        if not config.path:
             raise ConfigError(params.child_path("path"), "file-discovery needs the path of the endpoints file")
-        interval = params.duration("pollInterval", "1s")
-        if interval <= 0:
+        if config.poll_interval_seconds <= 0:
             raise ConfigError(params.child_path("pollInterval"), "must be positive")
-        return cls(name, path, interval, watch=params.boolean("watchFile", False))
+        return cls(name, config.path, config.poll_interval_seconds, watch=config.watch_file)
 
     def load(self) -> list[Endpoint] | None:
         """The endpoints, if the file changed since the last load (None when unchanged)."""

@@ -17,6 +17,9 @@ and bounds, decoded with the same errors::
         idle_threshold: int = param("idleThreshold", 0, minimum=0)
 
     config = decode(section, Config)
+
+Checks across fields (and the errors they raise, naming the field with ``section.child_path``)
+stay in the plugin's factory, after ``decode``.
 """
 
 from __future__ import annotations
@@ -180,10 +183,15 @@ def param(
     minimum: float | None = None,
     maximum: float | None = None,
     choices: tuple[str, ...] | None = None,
+    duration: bool = False,
 ) -> Any:
-    """A config field read from ``key`` (``int``, ``float``, ``bool`` or ``str`` by its annotation)."""
+    """A config field read from ``key`` (``int``, ``float``, ``bool`` or ``str`` by its annotation).
+    ``duration``: a ``float`` of seconds written as a Go duration (``"50ms"``); ``default`` is the
+    duration text."""
+    text = default if duration else None
     return dataclasses.field(
-        default=default, metadata={"key": key, "minimum": minimum, "maximum": maximum, "choices": choices}
+        default=parse_go_duration(default) if duration else default,
+        metadata={"key": key, "minimum": minimum, "maximum": maximum, "choices": choices, "duration": text},
     )
 
 
@@ -197,7 +205,9 @@ def decode(section: Section, config: type[_C]) -> _C:
         if "key" not in meta:
             continue
         key, kind, default = meta["key"], hints[f.name], f.default
-        if kind is bool:
+        if meta["duration"] is not None:
+            values[f.name] = section.duration(key, meta["duration"])
+        elif kind is bool:
             values[f.name] = section.boolean(key, default)  # type: ignore[arg-type]
         elif kind is int:
             values[f.name] = section.integer(key, default, minimum=meta["minimum"], maximum=meta["maximum"])  # type: ignore[arg-type]

@@ -74,6 +74,14 @@ def test_envoy_service_mounts_the_default_config() -> None:
     assert f"{port}:{port}" in envoy["ports"]
 
 
+def test_the_service_serves_tls_as_every_mounted_envoy_file_expects() -> None:
+    command = _compose()["services"]["ppc-extproc"]["command"]
+    assert "--secure-serving" in command
+    for variant in ("buffered", "full-duplex", "override-host"):
+        (ext_proc,) = [c for c in load_envoy_config(variant)["static_resources"]["clusters"] if c["name"] == "ext_proc"]
+        assert ext_proc["transport_socket"]["name"] == "envoy.transport_sockets.tls"
+
+
 def test_override_host_members_are_the_compose_engines() -> None:
     compose = _compose()
     expected = [

@@ -33,6 +33,7 @@ queued/running and the fullest KV cache is taken, where llm-d reads only the new
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from ppc_extproc.enginemetrics import (
     BUILTIN_ENGINES,
@@ -48,7 +49,7 @@ from ppc_extproc.framework import (
     PluginState,
     StateReporter,
 )
-from ppc_extproc.framework.params import Section
+from ppc_extproc.framework.params import Section, decode, param
 from ppc_extproc.plugins.registry import Services, register
 
 __all__ = ["CoreMetricsExtractor"]
@@ -101,6 +102,15 @@ def _engine(section: Section) -> EngineMapping:
     return mapping
 
 
+@dataclass(frozen=True, slots=True)
+class CoreMetricsConfig:
+    """The extractor's scalar parameters; each ``engineConfigs`` entry is decoded into an
+    ``EngineMapping`` (metric specs are parsed, not plain values)."""
+
+    default_engine: str = param("defaultEngine", "vllm")
+    engine_label_key: str = param("engineLabelKey", DEFAULT_ENGINE_LABEL_KEY)
+
+
 @register("core-metrics-extractor")
 class CoreMetricsExtractor(MetricsExtractor, StateReporter):
     """Writes each endpoint's ``EngineMetrics`` into the shared store."""
@@ -134,10 +144,11 @@ class CoreMetricsExtractor(MetricsExtractor, StateReporter):
                 raise ConfigError(f"{path}.name", f"engine config {mapping.name!r} already exists")
             configured.add(mapping.name)
             engines[mapping.name] = mapping
-        default = params.string("defaultEngine", "vllm") or "vllm"
+        config = decode(params, CoreMetricsConfig)
+        default = config.default_engine or "vllm"
         if default not in engines:
             raise ConfigError(params.child_path("defaultEngine"), f"defaultEngine {default!r} not found in engineConfigs")
-        label_key = params.string("engineLabelKey", DEFAULT_ENGINE_LABEL_KEY) or DEFAULT_ENGINE_LABEL_KEY
+        label_key = config.engine_label_key or DEFAULT_ENGINE_LABEL_KEY
         return cls(name, services.engine_metrics, engines, default_engine=default, engine_label_key=label_key)
 
     def mapping_for(self, endpoint: Endpoint) -> EngineMapping:

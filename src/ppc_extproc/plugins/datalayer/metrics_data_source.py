@@ -41,17 +41,12 @@ added, as llm-d does).
 from __future__ import annotations
 
 import asyncio
-import math
-import ssl
 import threading
 import time
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 
-import aiohttp
 import structlog
 
-from ppc_extproc.errors import ConfigError
 from ppc_extproc.framework import (
     IN_FLIGHT_LOAD,
     Consumes,
@@ -67,57 +62,14 @@ from ppc_extproc.framework import (
 )
 from ppc_extproc.framework.params import Section
 from ppc_extproc.ids import EndpointId
+from ppc_extproc.plugins.datalayer.metrics_fetch import Fetch, HttpFetcher
+from ppc_extproc.plugins.datalayer.metrics_poll_config import BASE_TICK_SECONDS, PollOptions, poll_options
 from ppc_extproc.plugins.producers.inflight_load import INFLIGHT_LOAD_PRODUCER
 from ppc_extproc.plugins.registry import Services, SourceWiring, register
 
 __all__ = ["BASE_TICK_SECONDS", "Fetch", "MetricsDataSource", "PollOptions"]
 
 log = structlog.get_logger(__name__)
-
-#: ``await fetch(url)`` → the body of a 200 response; raises on anything else. The test seam.
-Fetch = Callable[[str], Awaitable[bytes]]
-#: llm-d's ``--refresh-metrics-interval`` default and minimum.
-BASE_TICK_SECONDS = 0.05
-
-
-@dataclass(frozen=True, slots=True)
-class PollOptions:
-    """How the source polls."""
-
-    interval_seconds: float = BASE_TICK_SECONDS
-    #: Adaptive polling: an endpoint whose load does not change backs off up to this interval;
-    #: None (or ≤ ``interval_seconds``) polls at the fixed interval.
-    max_interval_seconds: float | None = None
-    #: Per poll, connect to end of body (llm-d bounds a poll by 1 s).
-    timeout_seconds: float = 0.5
-    #: Polls in flight at once, over all endpoints.
-    max_concurrency: int = 16
-    #: Upper bound of the retry delay of a failing endpoint.
-    max_backoff_seconds: float = 1.0
-    scheme: str = "http"
-    path: str = "/metrics"
-    #: None ⇒ the endpoint's own port (vLLM serves /metrics next to the API).
-    port: int | None = None
-    #: Larger bodies are a failure.
-    max_body_bytes: int = 16 * 1024 * 1024
-    insecure_skip_verify: bool = True
-    ca_cert_path: str = ""
-    client_cert_path: str = ""
-    client_key_path: str = ""
-
-    def __post_init__(self) -> None:
-        for name, value in (("interval_seconds", self.interval_seconds), ("timeout_seconds", self.timeout_seconds),
-                            ("max_backoff_seconds", self.max_backoff_seconds)):  # fmt: skip
-            if not value > 0:
-                raise ValueError(f"{name} must be > 0")
-        if self.max_concurrency < 1:
-            raise ValueError("max_concurrency must be >= 1")
-
-
-def _round_interval(seconds: float) -> float:
-    """llm-d rounds the interval to a multiple of the base tick, at least one tick."""
-    ticks = max(1, math.ceil(seconds / BASE_TICK_SECONDS - 1e-9))
-    return ticks * BASE_TICK_SECONDS
 
 
 #: While backed off, how often an endpoint's in-flight count is checked for movement.
@@ -174,42 +126,18 @@ class MetricsDataSource(PollingSource, Lifecycle, StateReporter):
         #: None ⇒ aiohttp (a session is opened by ``start``).
         self._custom_fetch = fetch
         self._fetch: Fetch | None = None
+        self._http: HttpFetcher | None = None
         self._targets: dict[str, _Target] = {}
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: int | None = None
-        self._session: aiohttp.ClientSession | None = None
         self._semaphore: asyncio.Semaphore | None = None
         self.poll_errors = 0
         self.extract_errors = 0
 
     @classmethod
     def from_wiring(cls, name: str, params: Section, services: Services, wiring: SourceWiring) -> MetricsDataSource:
-        scheme = params.string("scheme", "http", choices=("http", "https"))
-        port = params.integer("port", 0)
-        if params.has("port") and not 1 <= port <= 65535:
-            raise ConfigError(params.child_path("port"), f"invalid port {port}: must be between 1 and 65535")
-        client_cert = params.string("clientCertPath", "")
-        client_key = params.string("clientKeyPath", "")
-        if bool(client_cert) != bool(client_key):
-            raise ConfigError(params.child_path("clientCertPath"), "clientCertPath and clientKeyPath go together")
-        interval = params.duration("interval", "50ms")
-        if interval <= 0:
-            raise ConfigError(params.child_path("interval"), "must be positive")
-        max_interval = params.duration("maxInterval", "1s")
-        if max_interval < 0:
-            raise ConfigError(params.child_path("maxInterval"), "must not be negative")
-        options = PollOptions(
-            interval_seconds=_round_interval(interval),
-            max_interval_seconds=max_interval if max_interval > _round_interval(interval) else None,
-            scheme=scheme,
-            path=params.string("path", "/metrics") or "/metrics",
-            port=port or None,
-            insecure_skip_verify=params.boolean("insecureSkipVerify", True),
-            ca_cert_path=params.string("caCertPath", ""),
-            client_cert_path=client_cert,
-            client_key_path=client_key,
-        )
+        options = poll_options(params)
         services.engine_metrics.expect_updates_every(options.interval_seconds)
         if options.max_interval_seconds is not None:
             services.engine_metrics.expect_updates_every(options.max_interval_seconds, polls=3)
@@ -295,14 +223,7 @@ class MetricsDataSource(PollingSource, Lifecycle, StateReporter):
         if self._custom_fetch is not None:
             self._fetch = self._custom_fetch
         else:
-            self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(
-                    limit=self.options.max_concurrency, ttl_dns_cache=60, ssl=self._ssl_context()
-                ),
-                headers={"Accept": "text/plain;version=0.0.4", "Accept-Encoding": "identity"},
-                cookie_jar=aiohttp.DummyCookieJar(),
-            )
-            self._fetch = self._http_get
+            self._http = self._fetch = HttpFetcher(self.options)
         with self._lock:
             targets = list(self._targets.values())
         for target in targets:
@@ -310,20 +231,9 @@ class MetricsDataSource(PollingSource, Lifecycle, StateReporter):
         log.info("metrics_source_started", source=self.name, endpoints=len(targets),
                  interval_seconds=self.options.interval_seconds)  # fmt: skip
 
-    def _ssl_context(self) -> ssl.SSLContext | bool:
-        if self.options.scheme != "https":
-            return False
-        context = ssl.create_default_context(cafile=self.options.ca_cert_path or None)
-        if self.options.insecure_skip_verify:
-            context.check_hostname = False
-            context.verify_mode = ssl.CERT_NONE
-        if self.options.client_cert_path:
-            context.load_cert_chain(self.options.client_cert_path, self.options.client_key_path)
-        return context
-
     async def stop(self) -> None:
         """Cancel every poll and close the HTTP session."""
-        session, self._session, self._fetch = self._session, None, None
+        http, self._http, self._fetch = self._http, None, None
         with self._lock:
             tasks = [t.task for t in self._targets.values() if t.task is not None]
             for target in self._targets.values():
@@ -331,8 +241,8 @@ class MetricsDataSource(PollingSource, Lifecycle, StateReporter):
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        if session is not None:
-            await session.close()
+        if http is not None:
+            await http.close()
         self._loop = None
         self._loop_thread = None
 
@@ -424,20 +334,6 @@ class MetricsDataSource(PollingSource, Lifecycle, StateReporter):
             log.info("metrics_poll_recovered", endpoint=endpoint_id, failures=target.failures)
         target.failures = 0
         return True
-
-    async def _http_get(self, url: str) -> bytes:
-        session = self._session
-        if session is None:
-            raise RuntimeError("metrics source is stopped")
-        async with session.get(url, allow_redirects=False) as response:
-            if response.status != 200:
-                raise ValueError(f"HTTP {response.status}")
-            if (response.content_length or 0) > self.options.max_body_bytes:
-                raise ValueError(f"body of {response.content_length} bytes is too large")
-            body = await response.content.read(self.options.max_body_bytes + 1)
-            if len(body) > self.options.max_body_bytes:
-                raise ValueError("body is too large")
-            return body
 
     def _failed(self, target: _Target, exc: Exception) -> None:
         error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__

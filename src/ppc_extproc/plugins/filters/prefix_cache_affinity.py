@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from ppc_extproc.errors import ConfigError
 from ppc_extproc.framework import (
@@ -51,18 +52,33 @@ from ppc_extproc.framework import (
     Filter,
     SchedulingContext,
 )
-from ppc_extproc.framework.params import Section
+from ppc_extproc.framework.params import Section, decode, param
 from ppc_extproc.plugins.producers.inflight_load import INFLIGHT_LOAD_PRODUCER
 from ppc_extproc.plugins.registry import Services, register
 from ppc_extproc.plugins.scorers.prefix_cache import APPROXIMATE_PRODUCER
 
-__all__ = ["AFFINITY_DECISION", "PrefixCacheAffinityFilter"]
+__all__ = ["AFFINITY_DECISION", "PrefixCacheAffinityConfig", "PrefixCacheAffinityFilter"]
 
 #: Per request, under the filter's name: why it kept what it kept (not_applicable, exploration,
 #: no_match, load_override or sticky).
 AFFINITY_DECISION: DataType[str] = DataType("PrefixCacheAffinityDecision")
 
 _CALIBRATION_KEYS = ("prefillCalibrationFile", "prefillCalibrationFingerprint", "prefillCalibrationRequired")
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixCacheAffinityConfig:
+    """The filter's parameters (``ttftSource`` has one value; the latency-prediction producer is
+    accepted, unused)."""
+
+    affinity_threshold: float = param("affinityThreshold", 0.80, minimum=0.0, maximum=1.0)
+    exploration_probability: float = param("explorationProbability", 0.0, minimum=0.0, maximum=1.0)
+    max_ttft_penalty_ms: float = param("maxTTFTPenaltyMs", 18000.0, minimum=0.0)
+    peak_prefill_throughput: float = param("peakPrefillThroughput", 15928.0, minimum=0.0)
+    ttft_source: str = param("ttftSource", "prefillThroughput", choices=("prefillThroughput",))
+    inflight_producer: str = param("inFlightLoadProducerName", "")
+    latency_producer: str = param("latencyPredictionInfoProducerName", "")
+    producer_name: str = param("prefixMatchInfoProducerName", "")
 
 
 @register("prefix-cache-affinity-filter")
@@ -100,27 +116,21 @@ class PrefixCacheAffinityFilter(Filter, DataConsumer):
 
     @classmethod
     def from_parameters(cls, name: str, params: Section, services: Services) -> PrefixCacheAffinityFilter:
-        threshold = params.number("affinityThreshold", 0.80, minimum=0.0, maximum=1.0)
-        exploration = params.number("explorationProbability", 0.0, minimum=0.0, maximum=1.0)
-        penalty = params.number("maxTTFTPenaltyMs", 18000.0, minimum=0.0)
-        throughput = params.number("peakPrefillThroughput", 15928.0, minimum=0.0)
-        params.string("ttftSource", "prefillThroughput", choices=("prefillThroughput",))
-        if penalty > 0 and throughput <= 0:
+        config = decode(params, PrefixCacheAffinityConfig)
+        if config.max_ttft_penalty_ms > 0 and config.peak_prefill_throughput <= 0:
             raise ConfigError(
                 params.child_path("peakPrefillThroughput"), "must be > 0 when maxTTFTPenaltyMs > 0"
             )
         for key in _CALIBRATION_KEYS:
             params.reject(key, "prefill calibration files are not supported; set peakPrefillThroughput")
-        inflight_producer = params.string("inFlightLoadProducerName", "")
-        params.string("latencyPredictionInfoProducerName", "")
         return cls(
             name,
-            inflight_producer=inflight_producer,
-            affinity_threshold=threshold,
-            exploration_probability=exploration,
-            max_ttft_penalty_ms=penalty,
-            peak_prefill_throughput=throughput,
-            producer_name=params.string("prefixMatchInfoProducerName", ""),
+            inflight_producer=config.inflight_producer,
+            affinity_threshold=config.affinity_threshold,
+            exploration_probability=config.exploration_probability,
+            max_ttft_penalty_ms=config.max_ttft_penalty_ms,
+            peak_prefill_throughput=config.peak_prefill_throughput,
+            producer_name=config.producer_name,
         )
 
     def prefix_ratio(self, ctx: SchedulingContext, endpoint: Endpoint) -> float:

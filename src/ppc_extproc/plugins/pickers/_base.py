@@ -4,18 +4,26 @@ from __future__ import annotations
 
 import random
 import threading
+from dataclasses import dataclass
 from typing import Self
 
 from ppc_extproc.framework import Picker
-from ppc_extproc.framework.params import Section
+from ppc_extproc.framework.params import Section, decode, param
 from ppc_extproc.plugins.registry import Services
 
-__all__ = ["BasePicker", "max_num_of_endpoints"]
+__all__ = ["BasePicker", "PickerConfig", "max_num_of_endpoints"]
+
+
+@dataclass(frozen=True, slots=True)
+class PickerConfig:
+    """A picker's parameters."""
+
+    max_num_of_endpoints: int = param("maxNumOfEndpoints", 1)
 
 
 def max_num_of_endpoints(name: str, params: Section) -> int:
     """``maxNumOfEndpoints`` (default 1); ≤ 0 becomes 1 with a warning, as llm-d silently does."""
-    value = params.integer("maxNumOfEndpoints", 1)
+    value = decode(params, PickerConfig).max_num_of_endpoints
     if value <= 0:
         params.warn("maxNumOfEndpoints", f"{value} is replaced by 1 (llm-d does the same silently)")
         return 1

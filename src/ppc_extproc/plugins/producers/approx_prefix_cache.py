@@ -39,6 +39,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import structlog
 
@@ -62,13 +63,13 @@ from ppc_extproc.framework import (
     SchedulingResult,
     StateReporter,
 )
-from ppc_extproc.framework.params import Section
+from ppc_extproc.framework.params import Section, decode, param
 from ppc_extproc.ids import EndpointId
 from ppc_extproc.matchinfo import PrefixCacheMatchInfo, engine_cached_tokens
 from ppc_extproc.plugins.registry import Services, register
 from ppc_extproc.tokens import TokenizedPrompt
 
-__all__ = ["ApproxPrefixCacheProducer"]
+__all__ = ["ApproxPrefixCacheConfig", "ApproxPrefixCacheProducer"]
 
 log = structlog.get_logger(__name__)
 
@@ -109,6 +110,18 @@ class _EndpointBlocks:
         return n
 
 
+@dataclass(frozen=True, slots=True)
+class ApproxPrefixCacheConfig:
+    """The producer's parameters as written (``blockSize`` is llm-d's deprecated alias)."""
+
+    auto_tune: bool = param("autoTune", True)
+    block_size_tokens: int = param("blockSizeTokens", DEFAULT_BLOCK_SIZE_TOKENS, minimum=0)
+    legacy_block_size: int = param("blockSize", 0, minimum=0)
+    max_prefix_blocks: int = param("maxPrefixBlocksToMatch", DEFAULT_MAX_PREFIX_BLOCKS, minimum=0)
+    max_prefix_tokens: int = param("maxPrefixTokensToMatch", DEFAULT_MAX_PREFIX_TOKENS, minimum=0)
+    lru_capacity_per_server: int = param("lruCapacityPerServer", DEFAULT_LRU_CAPACITY_PER_SERVER, minimum=0)
+
+
 @register("approx-prefix-cache-producer")
 class ApproxPrefixCacheProducer(DataProducer, PreRequest, EndpointExtractor, StateReporter):
     """Writes ``PrefixCacheMatchInfoDataKey/<name>`` for every candidate endpoint."""
@@ -140,9 +153,8 @@ class ApproxPrefixCacheProducer(DataProducer, PreRequest, EndpointExtractor, Sta
 
     @classmethod
     def from_parameters(cls, name: str, params: Section, services: Services) -> ApproxPrefixCacheProducer:
-        auto_tune = params.boolean("autoTune", True)
-        block = params.integer("blockSizeTokens", DEFAULT_BLOCK_SIZE_TOKENS, minimum=0)
-        legacy = params.integer("blockSize", 0, minimum=0)
+        config = decode(params, ApproxPrefixCacheConfig)
+        auto_tune, block, legacy = config.auto_tune, config.block_size_tokens, config.legacy_block_size
         if legacy > 0 and block == DEFAULT_BLOCK_SIZE_TOKENS:
             block = legacy  # deprecated alias, applied as llm-d does
         if block <= 0:
@@ -154,11 +166,9 @@ class ApproxPrefixCacheProducer(DataProducer, PreRequest, EndpointExtractor, Sta
             name,
             auto_tune=auto_tune,
             block_size_tokens=block,
-            max_prefix_blocks=params.integer("maxPrefixBlocksToMatch", DEFAULT_MAX_PREFIX_BLOCKS, minimum=0),
-            max_prefix_tokens=params.integer("maxPrefixTokensToMatch", DEFAULT_MAX_PREFIX_TOKENS, minimum=0),
-            lru_capacity_per_server=params.integer(
-                "lruCapacityPerServer", DEFAULT_LRU_CAPACITY_PER_SERVER, minimum=0
-            ),
+            max_prefix_blocks=config.max_prefix_blocks,
+            max_prefix_tokens=config.max_prefix_tokens,
+            lru_capacity_per_server=config.lru_capacity_per_server,
             metrics=services.engine_metrics if auto_tune else None,
         )
 

@@ -46,12 +46,12 @@ from ppc_extproc.framework import (
     Endpoint,
     SchedulingContext,
 )
-from ppc_extproc.framework.params import Section
+from ppc_extproc.framework.params import Section, decode, param
 from ppc_extproc.matchinfo import PrefixCacheMatchInfo, engine_cached_tokens
 from ppc_extproc.plugins.producers.burst_assign import UNLIMITED, BurstEntry, assign
 from ppc_extproc.plugins.registry import Services, register
 
-__all__ = ["BurstConfig", "BurstPrefixCacheProducer"]
+__all__ = ["BurstConfig", "BurstParameters", "BurstPrefixCacheProducer"]
 
 DEFAULT_MAX_PREFIX_BLOCKS = 2048
 _TIMEOUT_MARGIN_SECONDS = 0.3
@@ -72,26 +72,40 @@ def _invalid(params: Section, key: str, rule: str, value: object) -> ConfigError
     return ConfigError(params.child_path(key), f"invalid configuration: {key} must be {rule} (current value: {value})")
 
 
+@dataclass(frozen=True, slots=True)
+class BurstParameters:
+    """The producer's parameters as written (``parse_burst_config`` checks them into a ``BurstConfig``)."""
+
+    window_duration_ms: int = param("windowDurationMs", 100)
+    max_per_replica: int = param("maxPerReplica", UNLIMITED)
+    block_size_tokens: int = param("blockSizeTokens", 64)
+    max_prefix_tokens: int = param("maxPrefixTokensToMatch", 0)
+    min_colocate_blocks: int = param("minColocateBlocks", 0)
+    max_batch_size: int = param("maxBatchSize", 1000)
+    balance_by: str = param("balanceBy", "requests")
+
+
 def parse_burst_config(params: Section) -> BurstConfig:
-    window = params.integer("windowDurationMs", 100)
+    given = decode(params, BurstParameters)
+    window = given.window_duration_ms
     if not 1 <= window <= 10000:
         raise _invalid(params, "windowDurationMs", "> 0 and <= 10000", window)
-    per_replica = params.integer("maxPerReplica", UNLIMITED)
+    per_replica = given.max_per_replica
     if per_replica != UNLIMITED and per_replica < 1:
         raise _invalid(params, "maxPerReplica", "-1 (unlimited) or >= 1", per_replica)
-    block = params.integer("blockSizeTokens", 64)
+    block = given.block_size_tokens
     if block <= 0:
         raise _invalid(params, "blockSizeTokens", "> 0", block)
-    max_tokens = params.integer("maxPrefixTokensToMatch", 0)
+    max_tokens = given.max_prefix_tokens
     if max_tokens < 0 or 0 < max_tokens < block:
         raise _invalid(params, "maxPrefixTokensToMatch", f"0 or >= blockSizeTokens ({block})", max_tokens)
-    colocate = params.integer("minColocateBlocks", 0)
+    colocate = given.min_colocate_blocks
     if colocate < 0:
         raise _invalid(params, "minColocateBlocks", ">= 0", colocate)
-    batch = params.integer("maxBatchSize", 1000)
+    batch = given.max_batch_size
     if batch != -1 and batch < 1:
         raise _invalid(params, "maxBatchSize", "-1 (unlimited) or >= 1", batch)
-    balance = params.string("balanceBy", "requests") or "requests"
+    balance = given.balance_by or "requests"
     if balance not in ("requests", "tokens"):
         raise _invalid(params, "balanceBy", '"requests" or "tokens"', repr(balance))
     return BurstConfig(

@@ -27,12 +27,14 @@ Parameters  ``addEstimatedOutputTokens`` [false], ``outputRatio`` [1.5; ≥ 0],
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ppc_extproc.framework import IN_FLIGHT_LOAD, DataProducer, InFlightLoad, SchedulingContext
 from ppc_extproc.framework.datakeys import TOKENIZED_PROMPT, Consumes, DataKey
-from ppc_extproc.framework.params import Section
+from ppc_extproc.framework.params import Section, decode, param
 from ppc_extproc.plugins.registry import Services, register
 
-__all__ = ["INFLIGHT_LOAD_PRODUCER", "InflightLoadProducer", "in_flight_load"]
+__all__ = ["INFLIGHT_LOAD_PRODUCER", "InflightLoadConfig", "InflightLoadProducer", "in_flight_load"]
 
 INFLIGHT_LOAD_PRODUCER = TYPE_NAME = "inflight-load-producer"
 _DEFAULT_MATCH_INFO_PRODUCER = "approx-prefix-cache-producer"
@@ -41,6 +43,18 @@ _DEFAULT_MATCH_INFO_PRODUCER = "approx-prefix-cache-producer"
 def in_flight_load(ctx: SchedulingContext, producer: str = TYPE_NAME) -> InFlightLoad | None:
     """The view ``producer`` wrote for this request, or None when it did not run."""
     return ctx.get(IN_FLIGHT_LOAD.of(producer))
+
+
+@dataclass(frozen=True, slots=True)
+class InflightLoadConfig:
+    """The producer's parameters; llm-d's output estimate and cross-replica sync are accepted and
+    unused (in-flight load here is the uncached prompt tokens, local to this replica)."""
+
+    output_ratio: float = param("outputRatio", 1.5, minimum=0.0)
+    max_estimated_output_tokens: int = param("maxEstimatedOutputTokens", 0, minimum=0)
+    add_estimated_output_tokens: bool = param("addEstimatedOutputTokens", False)
+    sync_cross_replica_state: bool = param("syncCrossReplicaState", True)
+    producer_name: str = param("prefixMatchInfoProducerName", "")
 
 
 @register(TYPE_NAME)
@@ -55,14 +69,11 @@ class InflightLoadProducer(DataProducer):
 
     @classmethod
     def from_parameters(cls, name: str, params: Section, services: Services) -> InflightLoadProducer:
-        params.number("outputRatio", 1.5, minimum=0.0)
-        if params.has("maxEstimatedOutputTokens"):
-            params.integer("maxEstimatedOutputTokens", 0, minimum=0)
-        if params.boolean("addEstimatedOutputTokens", False):
+        config = decode(params, InflightLoadConfig)
+        if config.add_estimated_output_tokens:
             params.warn("addEstimatedOutputTokens", "output tokens are not estimated by ppc-extproc: "
                         "in-flight tokens are the uncached prompt tokens only")
-        params.boolean("syncCrossReplicaState", True)  # in-flight load is local to this replica
-        return cls(name, services.inflight, params.string("prefixMatchInfoProducerName", ""))
+        return cls(name, services.inflight, config.producer_name)
 
     def produces(self) -> frozenset[DataKey[object]]:
         return frozenset({IN_FLIGHT_LOAD.of(self.name)})

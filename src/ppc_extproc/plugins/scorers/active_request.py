@@ -35,6 +35,8 @@ class ActiveRequestConfig:
     idle_threshold: int = param("idleThreshold", 0, minimum=0)
     max_busy_score: float = param("maxBusyScore", 1.0, minimum=0.0, maximum=1.0)
     inflight_producer: str = param("inFlightLoadProducerName", "")
+    #: Deprecated in llm-d; accepted with a warning.
+    request_timeout: str = param("requestTimeout", "")
 
 
 @register("active-request-scorer")
@@ -53,10 +55,9 @@ class ActiveRequestScorer(Scorer, DataConsumer):
 
     @classmethod
     def from_parameters(cls, name: str, params: Section, services: Services) -> ActiveRequestScorer:
-        if params.has("requestTimeout"):
-            params.string("requestTimeout", "")
-            params.warn("requestTimeout", "deprecated and ignored: in-flight tracking ends with each response")
         config = decode(params, ActiveRequestConfig)
+        if params.has("requestTimeout"):
+            params.warn("requestTimeout", "deprecated and ignored: in-flight tracking ends with each response")
         return cls(name, config.idle_threshold, config.max_busy_score, config.inflight_producer)
 
     def consumes(self) -> tuple[Consumes[object], ...]:
