@@ -279,3 +279,17 @@ def test_speculative_entries_are_undone_when_the_request_failed(status: int, can
     assert info(produce(p, request(list(range(48)))), B).match_blocks == (0 if undone else 3)
     p.tick(1e9)  # expiry after an undo removes nothing twice
     assert len(p.index) == 0
+
+
+def test_subscriber_connection_changes_reach_health_when_they_happen() -> None:
+    p = producer()  # per-endpoint KV events (discoverPods, llm-d's default)
+    health = p.health
+    health.on_endpoint_event(EndpointEvent(EndpointEventKind.ADDED, A))
+    state = p.stats.source(A.id)
+    p.stats.set_connected(state, True)
+    assert health.kv_disconnected() == []
+    p.stats.set_connected(state, False)  # on the ingestion thread, no tick in between
+    assert health.kv_disconnected() == [A.id]
+    state.connected = True  # a change the listener missed: the reconciliation reports it
+    p.stats.report_connections()
+    assert health.kv_disconnected() == []

@@ -83,10 +83,19 @@ class IngestStats:
 
     def set_connected(self, state: SourceState, connected: bool) -> None:
         """A subscriber's connection changed (ingestion thread): record it, tell ``on_connection``."""
-        state.connected = connected
-        listener = self.on_connection
-        if listener is not None:
-            listener(state.endpoint, connected)
+        with self._lock:  # ordered with ``report_connections``: the listener never hears a stale value last
+            state.connected = connected
+            listener = self.on_connection
+            if listener is not None:
+                listener(state.endpoint, connected)
+
+    def report_connections(self) -> None:
+        """Tell ``on_connection`` every source's connection again (a reconciliation, any thread)."""
+        with self._lock:
+            listener = self.on_connection
+            if listener is not None:
+                for endpoint, state in self.sources.items():
+                    listener(endpoint, state.connected)
 
     def forget(self, endpoint: str) -> None:
         """Drop a deleted endpoint's live state (counters stay: they are monotonic)."""

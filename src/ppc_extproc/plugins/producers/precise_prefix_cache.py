@@ -262,8 +262,7 @@ class PrecisePrefixCacheProducer(
         self.applier.transfers.expire(now)
         due = self.speculative.next_expiry(now)
         if self._reports_connections and not isinstance(self.transport, NullTransport):
-            for endpoint, source in list(self.stats.sources.items()):
-                self.health.kv_connection(endpoint, source.connected)
+            self.stats.report_connections()
             due = min(due, now + _RECONCILE_SECONDS)
         return due
 
