@@ -10,12 +10,17 @@ cluster of 2 prefill engines and 2 decode pods, with the decode engines credited
 never credited (llm-d's behaviour, reproduced from outside: decode engines publish no KV events and
 the speculative credit lasts 1 ms). Follow-up turns add fewer tokens than ``nonCachedTokens``.
 
+Part 3 (``kill``): ``--kill-workers`` clients send long uncached prompts back to back through a
+P/D cluster (2 prefill engines, 1 decode pod); one prefill engine is SIGKILLed mid-run. Counts the
+client errors before the router noticed (requests whose prefill leg met the dead engine get the
+sidecar's 502, as llm-d's sidecar answers) and after.
+
 The mock's time model has one serial prefill lane per engine and decode steps that prefills do not
 slow down, so P/D's benefit on real GPUs (decode free of prefill interference) is not modelled:
 part 1 shows what P/D costs here (half the prefill lanes, the transfer, the sidecar hop) and the
 cache effects. Figures are noisy on a shared machine; compare ratios within one run.
 
-    python benchmarks/bench_pd_lab.py                    # both parts, ≈ 3 min on 2 cores
+    python benchmarks/bench_pd_lab.py                    # every part, ≈ 4 min on 2 cores
     python benchmarks/bench_pd_lab.py --parts credit --conversations 24
 """
 
@@ -100,9 +105,65 @@ def credit(args: argparse.Namespace) -> None:
     print("raw:", [dataclasses.asdict(s) for s in rows])
 
 
+def kill(args: argparse.Namespace) -> None:
+    import random
+    import threading
+    import time
+
+    import httpx
+
+    def tokens(seed: int) -> list[int]:
+        rng = random.Random(seed)
+        return [rng.randrange(1, 150_000) for _ in range(300)]
+
+    engine = EngineProfile(block_size=16, num_blocks=8192, prefill_tokens_per_s=100_000.0, decode_ms_per_token=2.0)
+    results: list[tuple[float, int, str | None]] = []
+    stop = threading.Event()
+    with LocalCluster(num_engines=3, roles=["prefill", "prefill", "decode"], block_size=16,
+                      num_blocks=engine.num_blocks, engine_args=engine.engine_args(),
+                      service_config=pd_config(non_cached_tokens=64)) as cluster:
+        def worker(w: int) -> None:
+            with httpx.Client(timeout=30) as http:
+                for i in range(1_000_000):
+                    if stop.is_set():
+                        return
+                    r = http.post(cluster.listener_url + "/v1/completions",
+                                  json={"model": "mock-model", "prompt": tokens(w * 1_000_000 + i), "max_tokens": 4})
+                    results.append((time.monotonic(), r.status_code, r.headers.get("x-mock-vllm-kv-transfer")))
+
+        threads = [threading.Thread(target=worker, args=(w,)) for w in range(args.kill_workers)]
+        for t in threads:
+            t.start()
+        time.sleep(args.kill_after)
+        killed_at = time.monotonic()
+        cluster.kill_engine(0)
+        dead = cluster.engine_endpoints[0]
+        while dead not in httpx.get(cluster.admin_url + "/debug/state").json()["health"]["kvDisconnected"]:
+            time.sleep(0.005)
+        noticed_at = time.monotonic()
+        time.sleep(args.kill_after)
+        stop.set()
+        for t in threads:
+            t.join()
+    phases = {"before the kill": (0.0, killed_at), "kill → router noticed": (killed_at, noticed_at),
+              "after": (noticed_at, float("inf"))}
+    print(f"## A prefill engine killed under load: {args.kill_workers} clients back to back, 300-token uncached "
+          f"prompts; the router noticed {1e3 * (noticed_at - killed_at):.0f} ms after the kill")
+    print("| phase | requests | client errors | disaggregated |")
+    print("|---|---:|---:|---:|")
+    for name, (lo, hi) in phases.items():
+        rows = [r for r in results if lo <= r[0] < hi]
+        print(f"| {name} | {len(rows)} | {sum(1 for r in rows if r[1] != 200)} | "
+              f"{sum(1 for r in rows if r[2] == 'decode')} |")
+    print("(a request is placed in the phase in which it completed)")
+    print()
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--parts", default="onoff,credit", help="comma-separated: onoff, credit (default both)")
+    p.add_argument("--parts", default="onoff,credit,kill", help="comma-separated: onoff, credit, kill (default all)")
+    p.add_argument("--kill-workers", type=int, default=3)
+    p.add_argument("--kill-after", type=float, default=3.0, help="seconds of load before and after the kill")
     p.add_argument("--engines", type=int, default=4)
     p.add_argument("--prefill-engines", type=int, default=2)
     p.add_argument("--rate", type=float, default=8.0)
@@ -119,6 +180,8 @@ def main() -> None:
         onoff(args)
     if "credit" in parts:
         credit(args)
+    if "kill" in parts:
+        kill(args)
 
 
 if __name__ == "__main__":
