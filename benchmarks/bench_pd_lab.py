@@ -93,7 +93,7 @@ def credit(args: argparse.Namespace) -> None:
     print(f"## Decode credit on multi-turn chats: {plan.conversations} conversations x {plan.turns} turns, "
           f"{plan.context_tokens}-token context, +{plan.new_tokens_per_turn} tokens per turn "
           f"(nonCachedTokens {NON_CACHED}), {plan.concurrency} at a time, 250 ms think time")
-    print("| decode engines | follow-ups decode-only | on the conversation's engine | P/D requests | "
+    print("| decode engines | follow-ups decode-only | decode-only on the conversation's engine | P/D requests | "
           "TTFT p50 ms | follow-up TTFT p50 ms | TTFT p90 ms | out tok/s | hit rate | errors |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for s in rows:
