@@ -263,7 +263,7 @@ class _Builder:
             assert plays(handler, ProfileHandler)
             return handler
         handler = handlers[0]
-        if len(profiles) > 1:
+        if len(profiles) > 1 and not handler.multi_profile:
             message = (
                 "SingleProfileHandler cannot support multiple scheduling profiles"
                 if handler.type_name == "single-profile-handler"
@@ -382,6 +382,8 @@ def load_config_text(text: str, source: str = "<text>", services: Services | Non
     discovery = builder.discovery()
     layer = builder.data_layer()
     resolve_producers(builder, layer, document.data_layer.inject_defaults)
+    for plugin in builder.roles.references:  # once every plugin exists, injected producers too
+        plugin.resolve_references(builder.plugins)
     builder.implicit_sources(layer)
     data_layer = builder.build_sources(layer)
     roles = builder.roles

@@ -25,8 +25,9 @@ import structlog
 from ppc_extproc.blockkeys import TokenProcessor, parse_raw_extra_keys, realign_extras
 from ppc_extproc.events.entry_table import EntryTable
 from ppc_extproc.events.stats import IngestStats
+from ppc_extproc.events.transfers import Transfer, TransferLedger
 from ppc_extproc.events.wire import BlockRemoved, BlockStored, EventBatch
-from ppc_extproc.ids import EndpointId, EngineKey
+from ppc_extproc.ids import EndpointId, EngineKey, RequestKey
 from ppc_extproc.index import EngineScope, InMemoryIndex, PodEntry
 from ppc_extproc.tokens.le32 import tokens_to_le32
 
@@ -75,6 +76,8 @@ class EventApplier:
         self._scopes: dict[tuple[str, int, int | None], EngineScope] = {}
         #: The (tier, group) entries each endpoint owns (bounded by MAX_ENTRIES_PER_ENDPOINT).
         self.entries = EntryTable(MAX_ENTRIES_PER_ENDPOINT)
+        #: Blocks decode engines received under P/D: what their unknown parents may be.
+        self.transfers = TransferLedger()
 
     def _entry(self, endpoint: str, medium: str | None, group: int | None, *, new: bool = True) -> PodEntry | None:
         """The endpoint's entry; None when the table refuses it (or, with ``new`` False, when the
@@ -115,6 +118,7 @@ class EventApplier:
     def forget_endpoint(self, endpoint: str) -> int:
         """Clear an endpoint's index state and recycle its index entries (its counters stay)."""
         self._duplicates.pop(endpoint, None)
+        self.transfers.forget(endpoint)
         self.entries.reset(endpoint)
         for group_key in [k for k in self._groups if k[0] == endpoint]:
             del self._groups[group_key]
@@ -234,6 +238,8 @@ class EventApplier:
         if event.parent_block_hash:
             parent = self.index.get_request_key(EngineKey(event.parent_block_hash), scope)
             if parent is None:
+                parent = self._transferred_parent(endpoint, event, entry, scope)
+            if parent is None:
                 stats.drop(endpoint, "unknown_parent")
                 return 0
             parent_key = parent
@@ -284,6 +290,51 @@ class EventApplier:
                 dkey = (entry.tier, event.group_idx, rank, engine_key)
                 counts[dkey] = counts.get(dkey, 0) + 1
         return len(keys)
+
+    def _transferred_parent(
+        self, endpoint: str, event: BlockStored, entry: PodEntry, scope: EngineScope
+    ) -> RequestKey | None:
+        """A decode engine's unknown parent that is the last block of a prompt it received (see
+        ``events.transfers``): confirm that transfer on the engine and return the parent's key."""
+        pending = self.transfers.pending(endpoint)
+        if not pending or event.parent_block_hash is None:
+            return None
+        parent = EngineKey(event.parent_block_hash)
+        n_hashes, n_tokens, block = len(event.block_hashes), len(event.token_ids), self.processor.block_size
+        engine_block = n_tokens // n_hashes if n_hashes and n_tokens % n_hashes == 0 else 0
+        span = max(1, engine_block // block)  # canonical blocks per engine block
+        for transfer in reversed(pending):  # exact: the prefill engine stored that very hash
+            source = self._scope(transfer.source, transfer.source_rank, event.group_idx)
+            key = self.index.get_request_key(parent, source)
+            if key is not None and key in transfer.keys:
+                return self._confirm(endpoint, transfer, transfer.keys.index(key), span, parent, entry, scope, "exact")
+        if not engine_block or engine_block % block:
+            return None
+        head = tokens_to_le32(event.token_ids[:engine_block])
+        fits = [t for t in pending if t.engine_block == engine_block and t.n_tokens >= engine_block
+                and head.startswith(t.tail)]  # fmt: skip
+        if len(fits) != 1:
+            return None
+        transfer = fits[0]
+        last = transfer.n_tokens // engine_block * span - 1
+        if last >= len(transfer.keys):
+            return None
+        return self._confirm(endpoint, transfer, last, span, parent, entry, scope, "by_tokens")
+
+    def _confirm(
+        self, endpoint: str, transfer: Transfer, last: int, span: int, parent: EngineKey, entry: PodEntry,
+        scope: EngineScope, how: str,
+    ) -> RequestKey:
+        """The engine holds the prompt's blocks up to ``last``: index them as its own, the parent's
+        engine key mapped to the request keys of its block so later events chain without help."""
+        keys = transfer.keys[: last + 1]
+        mapped = keys[-span:]
+        self.index.add([parent], mapped, [entry], scope)
+        if len(keys) > len(mapped):
+            self.index.add(None, keys[: -len(mapped)], [entry])
+        self.transfers.take(endpoint, transfer)
+        self.stats.count(endpoint, f"transfers_confirmed_{how}")
+        return keys[-1]
 
     def _tier_update(self, scope: EngineScope, entry: PodEntry, event: BlockStored) -> None:
         """A token-less BlockStored (offload, location only): add the tier to mapped blocks."""

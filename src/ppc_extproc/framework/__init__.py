@@ -14,8 +14,10 @@ from ppc_extproc.framework.context import (
     StreamedKeys,
 )
 from ppc_extproc.framework.datakeys import (
+    DISAGG_PEER,
     ENGINE_METRICS,
     IN_FLIGHT_LOAD,
+    PEER_ENDPOINT,
     PREFIX_CACHE_MATCH_INFO,
     TOKENIZED_PROMPT,
     Consumes,
@@ -37,6 +39,7 @@ from ppc_extproc.framework.roles import (
     MetricsExtractor,
     Picker,
     Plugin,
+    PluginReferences,
     PluginState,
     PollingSource,
     PreRequest,
@@ -50,8 +53,10 @@ from ppc_extproc.framework.roles import (
 )
 
 __all__ = [
+    "DISAGG_PEER",
     "ENGINE_METRICS",
     "IN_FLIGHT_LOAD",
+    "PEER_ENDPOINT",
     "PREFIX_CACHE_MATCH_INFO",
     "TOKENIZED_PROMPT",
     "AsyncDataProducer",
@@ -74,6 +79,7 @@ __all__ = [
     "MetricsExtractor",
     "Picker",
     "Plugin",
+    "PluginReferences",
     "PluginRoles",
     "PluginState",
     "PollingSource",

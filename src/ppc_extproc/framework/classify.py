@@ -18,6 +18,7 @@ from ppc_extproc.framework.roles import (
     MetricsExtractor,
     Picker,
     Plugin,
+    PluginReferences,
     PollingSource,
     PreRequest,
     ProfileHandler,
@@ -56,6 +57,7 @@ class PluginRoles:
     streaming: list[StreamingKeyProducer] = field(default_factory=list)
     discovery: list[Discovery] = field(default_factory=list)
     parsers: list[RequestParser] = field(default_factory=list)
+    references: list[PluginReferences] = field(default_factory=list)
 
     def add(self, plugin: Plugin) -> None:
         """Classify one plugin into every group of a role it declares (once: a plugin already
@@ -88,6 +90,7 @@ _ROLES: tuple[tuple[type, str, str], ...] = (
     (Ticker, "tickers", ""),
     (StateReporter, "state_reporters", ""),
     (StreamingKeyProducer, "streaming", ""),
+    (PluginReferences, "references", ""),
 )
 
 

@@ -145,8 +145,20 @@ class SchedulingResult:
     targets: list[Endpoint]
     #: ``ip:port`` per target as the data plane must dial it (a DP handler rewrites the port).
     destinations: list[EndpointId]
-    #: Request headers to add for the data plane (e.g. ``x-data-parallel-host-port``).
+    #: Request headers to add for the data plane (e.g. ``x-data-parallel-host-port``); profile
+    #: handlers and pre-request hooks append with ``add_header``.
     headers: list[tuple[str, str]] = field(default_factory=list)
+    #: The endpoint that computes the prompt's KV and sends it to the primary target (the prefill
+    #: pick under P/D disaggregation); None: the primary target prefills the prompt itself.
+    kv_source: Endpoint | None = None
+    #: Request headers the data plane must drop when nothing here sets them (a client must not
+    #: choose the prefill endpoint of its own request).
+    remove_headers: list[str] = field(default_factory=list)
+
+    def add_header(self, name: str, value: str) -> None:
+        """Set request header ``name`` (lower case) for the data plane, replacing an earlier value."""
+        self.headers[:] = [(n, v) for n, v in self.headers if n != name]
+        self.headers.append((name, value))
 
     @property
     def primary(self) -> ProfileResult:

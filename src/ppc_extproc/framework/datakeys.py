@@ -17,11 +17,14 @@ from ppc_extproc.ids import EndpointId
 from ppc_extproc.matchinfo import PREFIX_MATCH_INFO_KEY, PrefixCacheMatchInfo
 
 if TYPE_CHECKING:
+    from ppc_extproc.framework.endpoint import Endpoint
     from ppc_extproc.tokens import TokenizedPrompt
 
 __all__ = [
+    "DISAGG_PEER",
     "ENGINE_METRICS",
     "IN_FLIGHT_LOAD",
+    "PEER_ENDPOINT",
     "PREFIX_CACHE_MATCH_INFO",
     "TOKENIZED_PROMPT",
     "Consumes",
@@ -103,3 +106,9 @@ ENGINE_METRICS: DataType[object] = DataType("EngineMetrics")
 #: Per-request: a live view of the in-flight load (llm-d's ``InFlightLoadDataKey``,
 #: ``pkg/epp/framework/plugins/datalayer/attribute/concurrency``).
 IN_FLIGHT_LOAD: DataType[InFlightLoad] = DataType("InFlightLoadDataKey")
+#: Per-request: the endpoint an earlier stage of a P/D handler picked (the decode pick when
+#: decode runs first), for a later profile to compare against (llm-d's ``peer-endpoint``,
+#: ``pkg/epp/framework/plugins/scheduling/profilehandler/disagg/disagg_profile_handler.go``).
+PEER_ENDPOINT: DataType[Endpoint] = DataType("peer-endpoint")
+#: Where the disaggregation handlers put it (llm-d: the key's producer is the handler's type).
+DISAGG_PEER: DataKey[Endpoint] = PEER_ENDPOINT.of("disagg-profile-handler")

@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from ppc_extproc.framework.context import (
     ProfileResult,
@@ -53,6 +53,7 @@ __all__ = [
     "MetricsExtractor",
     "Picker",
     "Plugin",
+    "PluginReferences",
     "PluginState",
     "PollingSource",
     "PreRequest",
@@ -116,6 +117,10 @@ class Picker(Plugin, Protocol):
 
 
 class ProfileHandler(Plugin, Protocol):
+    #: Whether the handler runs several profiles per request (P/D); the loader refuses a
+    #: configuration of several profiles under a handler that runs one.
+    multi_profile: ClassVar[bool] = False
+
     def pick_profiles(
         self, ctx: SchedulingContext, profiles: Sequence[str], results: Mapping[str, ProfileResult]
     ) -> list[str]:
@@ -123,6 +128,16 @@ class ProfileHandler(Plugin, Protocol):
         ...
 
     def process_results(self, ctx: SchedulingContext, results: Mapping[str, ProfileResult]) -> SchedulingResult: ...
+
+
+class PluginReferences(Plugin, Protocol):
+    """A plugin that names other plugins in its parameters (a profile handler's deciders): the
+    loader calls ``resolve_references`` once every plugin exists, whatever the document order."""
+
+    def resolve_references(self, plugins: Mapping[str, Plugin]) -> None:
+        """Look the named plugins up; ``ConfigError`` at the parameter's path when one is missing
+        or plays the wrong role."""
+        ...
 
 
 class EndpointExtractor(Plugin, Protocol):
@@ -205,6 +220,9 @@ class PluginState:
     kv_events: IngestStats | None = None
     #: A token producer's (backend, outcome → requests): ``ppc_extproc_tokenize_total``.
     tokenize: tuple[str, Mapping[str, int]] | None = None
+    #: A disaggregation handler's counters, ``(family, model, decision)`` → requests: family
+    #: ``pd`` / ``disagg`` (llm-d's decision families) or ``prefill_fallback`` (decision = reason).
+    decisions: Mapping[tuple[str, str, str], int] | None = None
     #: Anything else worth showing, JSON-ready.
     details: Mapping[str, object] = field(default_factory=dict)
 

@@ -21,7 +21,8 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
-__all__ = ["LlmdRequestMetrics", "PoolCollector", "PoolSnapshot", "RequestSeries", "error_code_for_status", "kv_cache_families"]
+__all__ = ["LlmdRequestMetrics", "PoolCollector", "PoolSnapshot", "RequestSeries", "disagg_families", "error_code_for_status",
+           "kv_cache_families"]
 
 #: metrics.go ``generalLatencyBuckets``: 5 ms … 1 hour.
 LATENCY_BUCKETS = (0.005, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.25, 1.5, 2, 3, 4, 5, 6, 8, 10, 15, 20, 30,
@@ -364,3 +365,51 @@ def kv_cache_families(plugins: Sequence[Any]) -> Iterator[Any]:
                             value=len(sources))
     yield GaugeMetricFamily("llm_d_epp_kv_cache_events_pool_queue_depth", "KV-event messages queued.",
                             value=sum(src.queue_depth for src in sources))
+
+
+#: family → (current name, deprecated name, help); ``llm-d/llm-d-router:
+#: pkg/epp/framework/plugins/scheduling/profilehandler/disagg/metrics.go``.
+_DISAGG = {
+    "pd": ("llm_d_epp_pd_decision", "llm_d_inference_scheduler_pd_decision",
+           "Total number of P/D disaggregation decisions made"),
+    "disagg": ("llm_d_epp_disagg_decision", "llm_d_inference_scheduler_disagg_decision",
+               "Total number of disaggregation routing decisions made"),
+}
+
+
+def disagg_families(plugins: Sequence[Any]) -> Iterator[Any]:
+    """The P/D decision counters of disaggregation handlers (``PluginState.decisions``): llm-d's
+    two families under both names, and ppc-extproc's prefill fallbacks and re-picks."""
+    states = [p for p in plugins if getattr(p, "decisions", None) is not None]
+    if not states:
+        return
+    for family, (name, deprecated, text) in _DISAGG.items():
+        current = CounterMetricFamily(name, text, labels=["plugin_name", "plugin_type", "model_name", "decision_type"])
+        old = CounterMetricFamily(deprecated, f"[Deprecated: Use {name}_total] {text}",
+                                  labels=["model_name", "decision_type"])
+        merged: dict[tuple[str, str], int] = {}
+        for state in states:
+            for (kind, model, decision), n in state.decisions.items():
+                if kind == family:
+                    current.add_metric([state.name, state.type_name, model, decision], n)
+                    merged[(model, decision)] = merged.get((model, decision), 0) + n
+        for (model, decision), n in merged.items():
+            old.add_metric([model, decision], n)
+        yield current
+        yield old
+    fallback = CounterMetricFamily(
+        "ppc_extproc_pd_prefill_fallback",
+        "Requests the decider sent to P/D that were prefilled on their decode endpoint instead (no healthy prefill endpoint).",
+        labels=["plugin_name", "model_name", "reason"])
+    repick = CounterMetricFamily(
+        "ppc_extproc_pd_prefill_repick",
+        "Requests whose prefill pick was unhealthy and replaced by another prefill endpoint.",
+        labels=["plugin_name", "model_name"])
+    for state in states:
+        for (kind, model, decision), n in state.decisions.items():
+            if kind == "prefill_fallback":
+                fallback.add_metric([state.name, model, decision], n)
+            elif kind == "prefill_repick":
+                repick.add_metric([state.name, model], n)
+    yield fallback
+    yield repick

@@ -10,7 +10,6 @@ from __future__ import annotations
 __all__ = ["UNSUPPORTED_TYPES", "unsupported_message"]
 
 _PD = "P/D disaggregation"
-_TOPOLOGY = "P/D topology"
 _FLOW = "flow control"
 _ADMISSION = "admission"
 _GPU = "GPU telemetry"
@@ -20,20 +19,8 @@ _OTHER = "routing"
 
 #: type → (category, what it does)
 UNSUPPORTED_TYPES: dict[str, tuple[str, str]] = {
-    "prefill-filter": (_PD, "keeps pods whose llm-d.ai/role label is prefill-capable"),
-    "encode-filter": (_PD, "keeps pods whose llm-d.ai/role label is encode-capable"),
-    "disagg-profile-handler": (_PD, "runs a decode profile, then encode/prefill profiles gated by deciders"),
-    "pd-profile-handler": (_PD, "deprecated alias of disagg-profile-handler"),
-    "disagg-headers-handler": (_PD, "deprecated alias of disagg-profile-handler"),
-    "prefill-header-handler": (_PD, "deprecated alias of disagg-profile-handler"),
-    "prefix-based-pd-decider": (_PD, "disaggregates a request when its uncached tokens reach nonCachedTokens"),
-    "always-disagg-pd-decider": (_PD, "always disaggregates prefill from decode"),
-    "always-disagg-multimodal-decider": (_PD, "always runs the encode stage for multimodal requests"),
     "disaggregatedset-rollout-pod-extractor": (_PD, "reads disaggregated-set rollout state from pods"),
     "disaggregatedset-rollout-screener": (_PD, "screens requests during a disaggregated-set rollout"),
-    "topology-extractor": (_TOPOLOGY, "reads an endpoint's hostname, rack, zone and region from the pod"),
-    "topology-affinity-filter": (_TOPOLOGY, "keeps prefill candidates co-located with the decode pick"),
-    "topology-affinity-scorer": (_TOPOLOGY, "scores prefill candidates by the topology level shared with the decode pick"),
     "probabilistic-admitter": (_ADMISSION, "sheds requests of negative priority with a probability that grows with saturation"),
     "latency-slo-admitter": (_ADMISSION, "rejects requests whose predicted latency misses their SLO"),
     "utilization-detector": (_FLOW, "saturation from queue depth and KV-cache utilisation, for flow control"),
@@ -69,7 +56,6 @@ UNSUPPORTED_TYPES: dict[str, tuple[str, str]] = {
     "header-profile-handler": (_OTHER, "picks the scheduling profile from a request header"),
     "context-length-aware": (_OTHER, "routes by prompt length to endpoints sized for it"),
     "lora-affinity-scorer": (_OTHER, "prefers endpoints with the request's LoRA adapter loaded"),
-    "p2p-source-producer": (_OTHER, "peer-to-peer KV transfer source selection"),
     "models-data-source": (_OTHER, "polls engines' /v1/models"),
     "models-data-extractor": (_OTHER, "reads the served models per endpoint"),
     "request-attribute-reporter": (_OTHER, "reports request attributes to the data plane"),

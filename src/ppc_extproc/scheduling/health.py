@@ -111,6 +111,16 @@ class EndpointHealth:
                 log.warning("health_panic", candidates=len(candidates), detail="every candidate is held down")
         return list(candidates)
 
+    def suspect(self, endpoint_id: str) -> bool:
+        """Held down, or its KV-event subscriber lost the engine: not to be trusted with work
+        that has a cheap fallback (a P/D prefill leg: the decode engine can prefill locally)."""
+        if endpoint_id in self._down:
+            self._expire_holds()
+            if endpoint_id in self._down:
+                return True
+        state = self._states.get(endpoint_id)
+        return state is not None and state.kv_connected is False
+
     # --- evidence ---------------------------------------------------------------------------------
 
     def upstream(self, endpoint_id: str, reached: bool) -> None:

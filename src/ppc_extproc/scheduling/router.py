@@ -153,7 +153,9 @@ class Router:
         t2 = time.perf_counter()
         if not dry_run:
             primary = result.targets[0]
-            self.inflight.start(request.request_id, primary.id, ctx.uncached_tokens(primary.id))
+            # Under P/D the prefill endpoint computes the prompt: the decode target prefills nothing.
+            prefill = ctx.uncached_tokens(primary.id) if result.kv_source is None else 0
+            self.inflight.start(request.request_id, primary.id, prefill)
             for hook in self.pipeline.pre_request:
                 try:
                     hook.pre_request(ctx, result)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import itertools
 import os
 import signal
 import socket
@@ -31,7 +32,7 @@ from ppc_extproc.config.epp import LoadedConfig, load_config, load_config_text
 from ppc_extproc.discovery import StaticDiscovery
 from ppc_extproc.errors import BindError, ConfigError
 from ppc_extproc.framework import Discovery, Endpoint, Lifecycle, PluginState
-from ppc_extproc.observability.llmd_metrics import PoolCollector, PoolSnapshot, kv_cache_families
+from ppc_extproc.observability.llmd_metrics import PoolCollector, PoolSnapshot, disagg_families, kv_cache_families
 from ppc_extproc.observability.metrics import Metrics, ServiceState, StateCollector
 from ppc_extproc.observability.tracing import RequestTracer
 from ppc_extproc.plugins.registry import Services
@@ -133,7 +134,7 @@ class Service:
         self.metrics.llmd.namespace = options.pool_namespace
         self.registry.register(PoolCollector(
             self.pool_for_metrics, (os.environ.get("PPC_EXTPROC_COMMIT", ""), __version__),
-            kv=lambda: kv_cache_families(self.plugin_states()),
+            kv=lambda: itertools.chain(kv_cache_families(states := self.plugin_states()), disagg_families(states)),
         ))
         self.health = Health()
         elector = options.leader_elector

@@ -52,8 +52,12 @@ def _header(key: str, value: str) -> HeaderValueOption:
     return HeaderValueOption(header=HeaderValue(key=key, raw_value=value.encode()))
 
 
-def _set_route(common: CommonResponse, destination: str, extra: Sequence[tuple[str, str]]) -> None:
+def _set_route(
+    common: CommonResponse, destination: str, extra: Sequence[tuple[str, str]], remove: Sequence[str] = ()
+) -> None:
     common.clear_route_cache = True
+    if remove:  # applied before the sets: envoyproxy/envoy source/extensions/filters/http/ext_proc/mutation_utils.cc
+        common.header_mutation.remove_headers.extend(remove)
     headers = common.header_mutation.set_headers
     header = headers.add().header
     header.key = DESTINATION_HEADER
@@ -71,23 +75,29 @@ def _set_metadata(reply: ProcessingResponse, destination: str) -> None:
 # Messages are filled in place: nested constructors would copy every sub-message once more.
 
 
-def route_headers_response(destination: str, extra_headers: Sequence[tuple[str, str]] = ()) -> ProcessingResponse:
+def route_headers_response(
+    destination: str, extra_headers: Sequence[tuple[str, str]] = (), remove_headers: Sequence[str] = ()
+) -> ProcessingResponse:
     """The request-headers reply that routes: destination header (+ extras such as
-    ``Content-Length``), ``clear_route_cache``, and the same destination in ``envoy.lb``."""
+    ``Content-Length``), ``clear_route_cache``, and the same destination in ``envoy.lb``;
+    ``remove_headers`` are dropped from the request first."""
     reply = ProcessingResponse()
-    _set_route(reply.request_headers.response, destination, extra_headers)
+    _set_route(reply.request_headers.response, destination, extra_headers, remove_headers)
     _set_metadata(reply, destination)
     return reply
 
 
 def buffered_route_response(
-    destination: str, extra_headers: Sequence[tuple[str, str]] = (), new_body: bytes | None = None
+    destination: str,
+    extra_headers: Sequence[tuple[str, str]] = (),
+    new_body: bytes | None = None,
+    remove_headers: Sequence[str] = (),
 ) -> ProcessingResponse:
     """BUFFERED mode: the destination rides on the request-body reply (headers are still held by
     Envoy there); the body is replaced only when it was rewritten."""
     reply = ProcessingResponse()
     common = reply.request_body.response
-    _set_route(common, destination, extra_headers)
+    _set_route(common, destination, extra_headers, remove_headers)
     if new_body is not None:
         common.body_mutation.body = new_body
     _set_metadata(reply, destination)

@@ -290,13 +290,15 @@ class ExtProcStream:
         if self._full_duplex:
             if forwarded:
                 extra.append(("Content-Length", str(len(forwarded))))
-            replies = [messages.route_headers_response(self.decision.destination, extra)]
+            replies = [messages.route_headers_response(self.decision.destination, extra,
+                                                       self.decision.result.remove_headers)]
             replies.extend(messages.body_chunks(forwarded, end_of_stream))
         else:
             new_body = forwarded if assembled.rewritten else None
             if new_body is not None:
                 extra.append(("Content-Length", str(len(new_body))))
-            replies = [messages.buffered_route_response(self.decision.destination, extra, new_body)]
+            replies = [messages.buffered_route_response(self.decision.destination, extra, new_body,
+                                                        self.decision.result.remove_headers)]
         record_decision(self.metrics, self.recorder, self.request_id, self.decision, self._series,
                         len(self.body), started, parse_done)
         return replies

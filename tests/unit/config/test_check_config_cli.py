@@ -23,7 +23,7 @@ schedulingProfiles:
             {pluginRef: queue-scorer, weight: 1.5}, {pluginRef: max-score-picker}]
 """
 INVALID = HEADER + "plugins:\n- {type: max-score-picker, parameters: {maxNumOfEndpoints: many}}\n"
-UNSUPPORTED = HEADER + "plugins:\n- {type: max-score-picker}\n- {type: prefill-filter}\n"
+UNSUPPORTED = HEADER + "plugins:\n- {type: max-score-picker}\n- {type: program-aware-fairness}\n"
 
 
 @pytest.fixture
@@ -81,8 +81,8 @@ def test_any_invalid_file_makes_the_exit_status_2(files: dict[str, Path], tmp_pa
     assert result.returncode == 2
     out = result.stdout
     assert f"{files['valid']}: valid" in out
-    assert (f"{files['unsupported']}: invalid\n  error: plugins[1].type: plugin type 'prefill-filter' "
-            "(P/D disaggregation: ") in out
+    assert (f"{files['unsupported']}: invalid\n  error: plugins[1].type: plugin type 'program-aware-fairness' "
+            "(flow control: ") in out
     assert f"{tmp_path / 'missing.yaml'}: invalid\n  error: cannot read config file" in out
     assert out.rstrip().endswith("1 of 3 configurations are valid")
 

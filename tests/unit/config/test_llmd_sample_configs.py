@@ -1,10 +1,11 @@
 """llm-d's 19 sample EndpointPickerConfigs (``llm-d/llm-d-router: deploy/config/*.yaml``),
 restated here in flow style with the same plugin types, parameters, profiles and data layer.
 
-The nine without P/D, flow control, GPU telemetry or multimodal plugins load, pass
-``check-config``, and resolve to the pipeline asserted below (the estimate ``token-producer`` and
-the ``approx-prefix-cache-producer`` that llm-d creates for unnamed prefix scorers included). The
-other ten fail on their first unsupported type, naming its category, at that plugin's path.
+The fourteen without flow control, GPU telemetry or multimodal-cache plugins (the five P/D ones
+included) load, pass ``check-config``, and resolve to the pipeline asserted below (the estimate
+``token-producer`` and the ``approx-prefix-cache-producer`` that llm-d creates for unnamed prefix
+scorers and deciders included). The other five fail on their first unsupported type, naming its
+category, at that plugin's path.
 """
 
 from __future__ import annotations
@@ -27,7 +28,18 @@ DEPRECATED_API = "inference.networking.x-k8s.io/v1alpha1"
 IMPLICIT = "(implicit) endpoint-notification-source"
 METRICS = {"metrics-data-source": ["core-metrics-extractor"]}
 
-# --- the nine that load -------------------------------------------------------------------------
+# --- the fourteen that load ----------------------------------------------------------------------
+
+#: The prefill and decode profiles of the P/D samples.
+PD_PROFILES = """\
+schedulingProfiles:
+- name: prefill
+  plugins: [{pluginRef: prefill-filter}, {pluginRef: max-score-picker}, {pluginRef: prefix-cache-scorer, weight: 2},
+            {pluginRef: queue-scorer, weight: 1}]
+- name: decode
+  plugins: [{pluginRef: decode-filter}, {pluginRef: max-score-picker}, {pluginRef: prefix-cache-scorer, weight: 2},
+            {pluginRef: queue-scorer, weight: 1}]
+"""
 
 LOADABLE: dict[str, str] = {
     "epp-config": """
@@ -152,6 +164,77 @@ plugins:
 schedulingProfiles:
 - {name: default, plugins: [{pluginRef: decode-filter}, {pluginRef: max-score-picker}, {pluginRef: prefix-cache-scorer, weight: 10}]}
 """,
+    "pd-epp-config": """
+plugins:
+- {type: approx-prefix-cache-producer, parameters: {maxPrefixTokensToMatch: 16384, lruCapacityPerServer: 31250}}
+- {type: prefix-cache-scorer}
+- {type: queue-scorer}
+- {type: prefill-filter}
+- {type: decode-filter}
+- {type: max-score-picker}
+- {type: disagg-profile-handler, parameters: {deciders: {prefill: prefix-based-pd-decider}}}
+- {type: prefix-based-pd-decider, parameters: {nonCachedTokens: 16}}
+""" + PD_PROFILES,
+    "pd-topology-epp-config": """
+plugins:
+- {type: approx-prefix-cache-producer, parameters: {maxPrefixTokensToMatch: 16384, lruCapacityPerServer: 31250}}
+- {type: prefix-cache-scorer}
+- {type: queue-scorer}
+- {type: prefill-filter}
+- {type: decode-filter}
+- {type: max-score-picker}
+- {type: topology-extractor}
+- {type: topology-affinity-filter}
+- {type: topology-affinity-scorer}
+- {type: disagg-profile-handler, parameters: {deciders: {prefill: prefix-based-pd-decider}}}
+- {type: prefix-based-pd-decider, parameters: {nonCachedTokens: 16}}
+schedulingProfiles:
+- name: prefill
+  plugins: [{pluginRef: prefill-filter}, {pluginRef: topology-affinity-filter}, {pluginRef: max-score-picker},
+            {pluginRef: prefix-cache-scorer, weight: 2}, {pluginRef: queue-scorer, weight: 1},
+            {pluginRef: topology-affinity-scorer, weight: 1}]
+- name: decode
+  plugins: [{pluginRef: decode-filter}, {pluginRef: max-score-picker}, {pluginRef: prefix-cache-scorer, weight: 2},
+            {pluginRef: queue-scorer, weight: 1}]
+""",
+    "sim-e-p-d-epp-config": """
+plugins:
+- {type: queue-scorer}
+- {type: encode-filter}
+- {type: prefill-filter}
+- {type: decode-filter}
+- type: disagg-profile-handler
+  parameters: {deciders: {encode: always-disagg-multimodal-decider, prefill: prefix-based-pd-decider}}
+- {type: always-disagg-multimodal-decider}
+- {type: prefix-based-pd-decider, parameters: {nonCachedTokens: 16}}
+schedulingProfiles:
+- {name: encode, plugins: [{pluginRef: encode-filter}]}
+- {name: prefill, plugins: [{pluginRef: prefill-filter}, {pluginRef: queue-scorer, weight: 1}]}
+- {name: decode, plugins: [{pluginRef: decode-filter}, {pluginRef: queue-scorer, weight: 1}]}
+""",
+    "sim-e-pd-epp-config": """
+plugins:
+- {type: encode-filter}
+- {type: decode-filter}
+- {type: max-score-picker}
+- {type: always-disagg-multimodal-decider}
+- {type: disagg-profile-handler, parameters: {deciders: {encode: always-disagg-multimodal-decider}}}
+schedulingProfiles:
+- {name: encode, plugins: [{pluginRef: encode-filter}]}
+- {name: decode, plugins: [{pluginRef: decode-filter}]}
+""",
+    "sim-pd-epp-config": """
+plugins:
+- type: approx-prefix-cache-producer
+  parameters: {blockSizeTokens: 16, autoTune: false, maxPrefixTokensToMatch: 16384, lruCapacityPerServer: 31250}
+- {type: prefix-cache-scorer}
+- {type: queue-scorer}
+- {type: prefill-filter}
+- {type: decode-filter}
+- {type: max-score-picker}
+- {type: prefix-based-pd-decider, parameters: {nonCachedTokens: 16}}
+- {type: disagg-profile-handler, parameters: {deciders: {prefill: prefix-based-pd-decider}}}
+""" + PD_PROFILES,
 }
 
 
@@ -160,6 +243,10 @@ def _profile(scorers: list[tuple[str, float]], filters: tuple[str, ...] = ("deco
 
 
 _APPROX_CHAIN = ["token-producer[estimate]", "approx-prefix-cache-producer"]
+_PD_CHAIN = [*_APPROX_CHAIN, "inflight-load-producer"]  # for the metrics source
+_PD_SOURCES = {IMPLICIT: ["approx-prefix-cache-producer"], **METRICS}
+_PD_STAGE = {"scorers": [("prefix-cache-scorer", 2.0), ("queue-scorer", 1.0)], "picker": "max-score-picker"}
+_PD = {"prefill": {"filters": ["prefill-filter"], **_PD_STAGE}, "decode": {"filters": ["decode-filter"], **_PD_STAGE}}
 
 EXPECTED: dict[str, dict[str, Any]] = {
     "epp-config": {
@@ -219,55 +306,44 @@ EXPECTED: dict[str, dict[str, Any]] = {
         "producers": ["token-producer[vllm]", "precise-prefix-cache-producer"],
         "sources": {IMPLICIT: ["precise-prefix-cache-producer"]},
     },
+    "pd-epp-config": {"handler": "disagg-profile-handler", "profiles": _PD, "producers": _PD_CHAIN, "sources": _PD_SOURCES},
+    "sim-pd-epp-config": {"handler": "disagg-profile-handler", "profiles": _PD, "producers": _PD_CHAIN,
+                          "sources": _PD_SOURCES},
+    "pd-topology-epp-config": {
+        "handler": "disagg-profile-handler",
+        "profiles": {
+            "prefill": {"filters": ["prefill-filter", "topology-affinity-filter"], "picker": "max-score-picker",
+                        "scorers": [("prefix-cache-scorer", 2.0), ("queue-scorer", 1.0), ("topology-affinity-scorer", 1.0)]},
+            "decode": _PD["decode"],
+        },
+        "producers": ["topology-extractor", *_PD_CHAIN],
+        "sources": _PD_SOURCES,
+    },
+    "sim-e-p-d-epp-config": {
+        "handler": "disagg-profile-handler",
+        "profiles": {
+            "encode": {"filters": ["encode-filter"], "scorers": [], "picker": "max-score-picker"},
+            "prefill": {"filters": ["prefill-filter"], "scorers": [("queue-scorer", 1.0)], "picker": "max-score-picker"},
+            "decode": {"filters": ["decode-filter"], "scorers": [("queue-scorer", 1.0)], "picker": "max-score-picker"},
+        },
+        # the decider reads llm-d's default (approximate) match info: created, as llm-d does
+        "producers": _PD_CHAIN,
+        "sources": _PD_SOURCES,
+    },
+    "sim-e-pd-epp-config": {
+        "handler": "disagg-profile-handler",
+        "profiles": {
+            "encode": {"filters": ["encode-filter"], "scorers": [], "picker": "max-score-picker"},
+            "decode": {"filters": ["decode-filter"], "scorers": [], "picker": "max-score-picker"},
+        },
+        "producers": ["token-producer[estimate]"],  # the multimodal decider reads its items
+        "sources": {},
+    },
 }
 
-# --- the ten that name their first unsupported type ------------------------------------------------
-
-#: The prefill and decode profiles of two P/D samples.
-PD_PROFILES = """\
-schedulingProfiles:
-- name: prefill
-  plugins: [{pluginRef: prefill-filter}, {pluginRef: max-score-picker}, {pluginRef: prefix-cache-scorer, weight: 2},
-            {pluginRef: queue-scorer, weight: 1}]
-- name: decode
-  plugins: [{pluginRef: decode-filter}, {pluginRef: max-score-picker}, {pluginRef: prefix-cache-scorer, weight: 2},
-            {pluginRef: queue-scorer, weight: 1}]
-"""
+# --- the five that name their first unsupported type ------------------------------------------------
 
 UNSUPPORTED: dict[str, str] = {
-    "pd-epp-config": """
-plugins:
-- {type: approx-prefix-cache-producer, parameters: {maxPrefixTokensToMatch: 16384, lruCapacityPerServer: 31250}}
-- {type: prefix-cache-scorer}
-- {type: queue-scorer}
-- {type: prefill-filter}
-- {type: decode-filter}
-- {type: max-score-picker}
-- {type: disagg-profile-handler, parameters: {deciders: {prefill: prefix-based-pd-decider}}}
-- {type: prefix-based-pd-decider, parameters: {nonCachedTokens: 16}}
-""" + PD_PROFILES,
-    "pd-topology-epp-config": """
-plugins:
-- {type: approx-prefix-cache-producer, parameters: {maxPrefixTokensToMatch: 16384, lruCapacityPerServer: 31250}}
-- {type: prefix-cache-scorer}
-- {type: queue-scorer}
-- {type: prefill-filter}
-- {type: decode-filter}
-- {type: max-score-picker}
-- {type: topology-extractor}
-- {type: topology-affinity-filter}
-- {type: topology-affinity-scorer}
-- {type: disagg-profile-handler, parameters: {deciders: {prefill: prefix-based-pd-decider}}}
-- {type: prefix-based-pd-decider, parameters: {nonCachedTokens: 16}}
-schedulingProfiles:
-- name: prefill
-  plugins: [{pluginRef: prefill-filter}, {pluginRef: topology-affinity-filter}, {pluginRef: max-score-picker},
-            {pluginRef: prefix-cache-scorer, weight: 2}, {pluginRef: queue-scorer, weight: 1},
-            {pluginRef: topology-affinity-scorer, weight: 1}]
-- name: decode
-  plugins: [{pluginRef: decode-filter}, {pluginRef: max-score-picker}, {pluginRef: prefix-cache-scorer, weight: 2},
-            {pluginRef: queue-scorer, weight: 1}]
-""",
     "probabilistic-admitter-epp-config": """
 plugins:
 - {type: probabilistic-admitter}
@@ -276,32 +352,6 @@ plugins:
 flowControl: {saturationDetector: {pluginRef: utilization-detector}}
 schedulingProfiles:
 - {name: default, plugins: [{pluginRef: random-picker}]}
-""",
-    "sim-e-p-d-epp-config": """
-plugins:
-- {type: queue-scorer}
-- {type: encode-filter}
-- {type: prefill-filter}
-- {type: decode-filter}
-- type: disagg-profile-handler
-  parameters: {deciders: {encode: always-disagg-multimodal-decider, prefill: prefix-based-pd-decider}}
-- {type: always-disagg-multimodal-decider}
-- {type: prefix-based-pd-decider, parameters: {nonCachedTokens: 16}}
-schedulingProfiles:
-- {name: encode, plugins: [{pluginRef: encode-filter}]}
-- {name: prefill, plugins: [{pluginRef: prefill-filter}, {pluginRef: queue-scorer, weight: 1}]}
-- {name: decode, plugins: [{pluginRef: decode-filter}, {pluginRef: queue-scorer, weight: 1}]}
-""",
-    "sim-e-pd-epp-config": """
-plugins:
-- {type: encode-filter}
-- {type: decode-filter}
-- {type: max-score-picker}
-- {type: always-disagg-multimodal-decider}
-- {type: disagg-profile-handler, parameters: {deciders: {encode: always-disagg-multimodal-decider}}}
-schedulingProfiles:
-- {name: encode, plugins: [{pluginRef: encode-filter}]}
-- {name: decode, plugins: [{pluginRef: decode-filter}]}
 """,
     "sim-epp-gpu-config": """
 plugins:
@@ -332,18 +382,6 @@ schedulingProfiles:
             {pluginRef: gpu-utilization-scorer, weight: 2.0}, {pluginRef: kv-cache-utilization-scorer, weight: 1.0},
             {pluginRef: max-score-picker}]
 """,
-    "sim-pd-epp-config": """
-plugins:
-- type: approx-prefix-cache-producer
-  parameters: {blockSizeTokens: 16, autoTune: false, maxPrefixTokensToMatch: 16384, lruCapacityPerServer: 31250}
-- {type: prefix-cache-scorer}
-- {type: queue-scorer}
-- {type: prefill-filter}
-- {type: decode-filter}
-- {type: max-score-picker}
-- {type: prefix-based-pd-decider, parameters: {nonCachedTokens: 16}}
-- {type: disagg-profile-handler, parameters: {deciders: {prefill: prefix-based-pd-decider}}}
-""" + PD_PROFILES,
     "sim-program-aware-config": """
 plugins:
 - {type: program-aware-fairness}
@@ -398,13 +436,8 @@ schedulingProfiles:
 
 #: config → (field path, first unsupported type, its category)
 FIRST_UNSUPPORTED: dict[str, tuple[str, str, str]] = {
-    "pd-epp-config": ("plugins[3].type", "prefill-filter", "P/D disaggregation"),
-    "pd-topology-epp-config": ("plugins[3].type", "prefill-filter", "P/D disaggregation"),
     "probabilistic-admitter-epp-config": ("plugins[0].type", "probabilistic-admitter", "admission"),
-    "sim-e-p-d-epp-config": ("plugins[1].type", "encode-filter", "P/D disaggregation"),
-    "sim-e-pd-epp-config": ("plugins[0].type", "encode-filter", "P/D disaggregation"),
     "sim-epp-gpu-config": ("plugins[0].type", "dcgm-data-source", "GPU telemetry"),
-    "sim-pd-epp-config": ("plugins[3].type", "prefill-filter", "P/D disaggregation"),
     "sim-program-aware-config": ("plugins[0].type", "program-aware-fairness", "flow control"),
     "soft-reflective-ceiling-epp-config": ("plugins[3].type", "soft-reflective-ceiling-policy", "flow control"),
     "epp-mm-embeddings-cache-config": ("plugins[4].type", "mm-embeddings-cache-producer", "multimodal"),
@@ -419,7 +452,7 @@ def document(name: str) -> str:
 
 
 def test_the_inventory_is_llm_d_s_nineteen_samples() -> None:
-    assert len(LOADABLE) == 9 and len(UNSUPPORTED) == 10
+    assert len(LOADABLE) == 14 and len(UNSUPPORTED) == 5
     assert set(EXPECTED) == set(LOADABLE) and set(FIRST_UNSUPPORTED) == set(UNSUPPORTED)
 
 
@@ -450,13 +483,13 @@ def _write(tmp_path: Path, names: list[str]) -> list[Path]:
 def test_check_config_accepts_every_loadable_sample(tmp_path: Path) -> None:
     result = check_config(*_write(tmp_path, sorted(LOADABLE)))
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "9 of 9 configurations are valid" in result.stdout
+    assert "14 of 14 configurations are valid" in result.stdout
 
 
 def test_check_config_rejects_every_unsupported_sample(tmp_path: Path) -> None:
     result = check_config(*_write(tmp_path, sorted(UNSUPPORTED)))
     assert result.returncode == 2
-    assert "0 of 10 configurations are valid" in result.stdout
+    assert "0 of 5 configurations are valid" in result.stdout
     for name, (path, type_name, _) in FIRST_UNSUPPORTED.items():
         assert f"{name}.yaml: invalid\n  error: {path}: plugin type '{type_name}'" in result.stdout
 

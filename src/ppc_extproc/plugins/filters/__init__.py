@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ppc_extproc.plugins.filters.prefix_cache_affinity import PrefixCacheAffinityFilter
-from ppc_extproc.plugins.filters.role import DecodeFilter
+from ppc_extproc.plugins.filters.role import DecodeFilter, EncodeFilter, PrefillFilter
+from ppc_extproc.plugins.filters.topology_affinity import TopologyAffinityFilter
 
-__all__ = ["DecodeFilter", "PrefixCacheAffinityFilter"]
+__all__ = ["DecodeFilter", "EncodeFilter", "PrefillFilter", "PrefixCacheAffinityFilter", "TopologyAffinityFilter"]

@@ -241,20 +241,25 @@ class ApproxPrefixCacheProducer(DataProducer, PreRequest, EndpointExtractor, Sta
     # --- after the pick ------------------------------------------------------------------------
 
     def pre_request(self, ctx: SchedulingContext, result: SchedulingResult) -> None:
-        """Remember that the primary target now holds this request's blocks."""
+        """Remember that the primary target now holds this request's blocks, and so does the
+        prefill endpoint that computed them under P/D (``result.kv_source``), as llm-d records its
+        ``prefill`` profile's pick (``approximateprefix/plugin.go``)."""
         state = ctx.get(self._state_key)
         if state is None or not result.targets:
             return
         block_size, per_prompt = state
-        endpoint_id = result.targets[0].id
-        capacity = self.capacity(endpoint_id, block_size)
-        with self._lock:
-            blocks = self._endpoints.get(endpoint_id)
-            if blocks is None:
-                blocks = self._endpoints[endpoint_id] = _EndpointBlocks(capacity)
-            blocks.capacity = capacity
-            for hashes in per_prompt:
-                blocks.add(hashes)
+        holders = [result.targets[0].id]
+        if result.kv_source is not None and result.kv_source.id != holders[0]:
+            holders.append(result.kv_source.id)
+        for endpoint_id in holders:
+            capacity = self.capacity(endpoint_id, block_size)
+            with self._lock:
+                blocks = self._endpoints.get(endpoint_id)
+                if blocks is None:
+                    blocks = self._endpoints[endpoint_id] = _EndpointBlocks(capacity)
+                blocks.capacity = capacity
+                for hashes in per_prompt:
+                    blocks.add(hashes)
 
     # --- endpoint lifecycle --------------------------------------------------------------------
 

@@ -52,6 +52,7 @@ from ppc_extproc.blockkeys import TokenProcessor, compute_block_extras, fold_cac
 from ppc_extproc.events.apply import EventApplier
 from ppc_extproc.events.null_transport import EventTransport, NullTransport
 from ppc_extproc.events.stats import IngestStats
+from ppc_extproc.events.transfers import Transfer
 from ppc_extproc.framework import (
     PREFIX_CACHE_MATCH_INFO,
     TOKENIZED_PROMPT,
@@ -59,6 +60,7 @@ from ppc_extproc.framework import (
     DataKey,
     DataProducer,
     DataType,
+    Endpoint,
     EndpointEvent,
     EndpointEventKind,
     EndpointExtractor,
@@ -118,6 +120,7 @@ log = structlog.get_logger(__name__)
 _BLOCK_KEYS: DataType[list[list[RequestKey]]] = DataType("PreciseBlockKeys")
 _PREFIX_RUNS: DataType[list[list[PrefixRun]]] = DataType("PrecisePrefixRuns")
 _SEEDED: DataType[Seeded] = DataType("PreciseSpeculativeEntries")
+_TRANSFER: DataType[tuple[EndpointId, Transfer]] = DataType("PreciseKvTransfer")
 
 
 @register("precise-prefix-cache-producer")
@@ -157,6 +160,7 @@ class PrecisePrefixCacheProducer(
         self._keys_key = _BLOCK_KEYS.of(name)
         self._runs_key = _PREFIX_RUNS.of(name)
         self.seeded_key = _SEEDED.of(name)
+        self._transfer_key = _TRANSFER.of(name)
         #: The KV-event transport (ZMQ subscribers): replaced in ``start``; until then (and after
         #: ``stop``) the null transport, which clears a deleted endpoint at once.
         self.transport: EventTransport = NullTransport(self.applier)
@@ -242,6 +246,7 @@ class PrecisePrefixCacheProducer(
         endpoint health (a soft signal: it corroborates connection failures, and a reconnect ends
         their hold; the entries of a disconnected endpoint are suspended by the ingestion)."""
         self.speculative.expire(now)
+        self.applier.transfers.expire(now)
         events = self.config.kv_events
         if not isinstance(self.transport, NullTransport) and events.discover_pods and not events.zmq_endpoint:
             for endpoint, source in list(self.stats.sources.items()):
@@ -348,26 +353,47 @@ class PrecisePrefixCacheProducer(
 
     def pre_request(self, ctx: SchedulingContext, result: SchedulingResult) -> None:
         """Seed speculative entries for the primary target: every key of every prompt beyond the
-        leading blocks the lookup found it already has them for (a long prompt sent again)."""
-        if not self.config.speculative_indexing or not result.targets:
+        leading blocks the lookup found it already has them for (a long prompt sent again).
+        Under P/D (``result.kv_source``) the decode target is credited this way whatever
+        ``speculativeIndexing`` says — it receives the prompt's blocks and announces none of
+        them — and the transfer is recorded for its KV events to confirm (``events.transfers``)."""
+        if not result.targets:
+            return
+        source = result.kv_source
+        if not self.config.speculative_indexing and source is None:
             return
         keys_per_prompt = ctx.get(self._keys_key)
-        if keys_per_prompt:
-            target = result.targets[0].id
-            engine_block = self.stats.block_sizes.get(target)
-            block = self.processor.block_size
-            if engine_block and engine_block != block and ctx.request.tokenized is not None:
-                # The engine will store only its own whole blocks of each prompt.
-                keys_per_prompt = [
-                    keys[: len(p) // 4 // engine_block * engine_block // block]
-                    for keys, p in zip(keys_per_prompt, ctx.request.tokenized.prompts)
-                ]
-            runs_per_prompt = ctx.get(self._runs_key)
-            if runs_per_prompt is not None:  # the blocks already seeded for the target keep their expiry
-                keys_per_prompt = [keys[_seeded_blocks(runs, target):] for keys, runs in zip(keys_per_prompt, runs_per_prompt)]
-            seeded = self.speculative.seed(target, keys_per_prompt)
-            if seeded is not None:
-                ctx.put(self.seeded_key, seeded)
+        if not keys_per_prompt:
+            return
+        target = result.targets[0]
+        if source is not None and len(keys_per_prompt) == 1 and ctx.request.tokenized is not None:
+            transfer = self._record_transfer(target.id, source, keys_per_prompt[0], ctx.request.tokenized.prompts[0])
+            ctx.put(self._transfer_key, (target.id, transfer))
+        seeded = self._seed(ctx, target.id, keys_per_prompt)
+        if seeded is not None:
+            ctx.put(self.seeded_key, seeded)
+
+    def _seed(self, ctx: SchedulingContext, target: EndpointId, keys_per_prompt: list[list[RequestKey]]) -> Seeded | None:
+        engine_block = self.stats.block_sizes.get(target)
+        block = self.processor.block_size
+        if engine_block and engine_block != block and ctx.request.tokenized is not None:
+            # The engine will store only its own whole blocks of each prompt.
+            keys_per_prompt = [
+                keys[: len(p) // 4 // engine_block * engine_block // block]
+                for keys, p in zip(keys_per_prompt, ctx.request.tokenized.prompts)
+            ]
+        runs_per_prompt = ctx.get(self._runs_key)
+        if runs_per_prompt is not None:  # the blocks already seeded for the target keep their expiry
+            keys_per_prompt = [keys[_seeded_blocks(runs, target):] for keys, runs in zip(keys_per_prompt, runs_per_prompt)]
+        return self.speculative.seed(target, keys_per_prompt)
+
+    def _record_transfer(self, target: EndpointId, source: Endpoint, keys: list[RequestKey], tokens: bytes) -> Transfer:
+        engine_block = self.stats.block_sizes.get(target) or self._polled_block_size(target) or self.processor.block_size
+        n_tokens = len(tokens) // 4
+        boundary = n_tokens // engine_block * engine_block
+        transfer = Transfer(source.id, source.rank, keys, n_tokens, engine_block, tokens[boundary * 4 :])
+        self.applier.transfers.record(target, transfer)
+        return transfer
 
     def response_complete(self, ctx: SchedulingContext, info: ResponseInfo) -> None:
         """An engine that rejected the request (4xx/5xx), or a stream that ended before any
@@ -375,6 +401,9 @@ class PrecisePrefixCacheProducer(
         seeded = ctx.get(self.seeded_key)
         if seeded is not None and info.failed:
             self.speculative.undo(seeded)
+        transfer = ctx.get(self._transfer_key)
+        if transfer is not None and info.failed:
+            self.applier.transfers.take(*transfer)
 
     # --- endpoint lifecycle --------------------------------------------------------------------
 

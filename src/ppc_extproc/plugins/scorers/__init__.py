@@ -11,6 +11,7 @@ from ppc_extproc.plugins.scorers.prefix_cache import PrefixCacheScorer
 from ppc_extproc.plugins.scorers.queue_depth import QueueScorer
 from ppc_extproc.plugins.scorers.running_requests import RunningRequestsScorer
 from ppc_extproc.plugins.scorers.token_load import TokenLoadScorer
+from ppc_extproc.plugins.scorers.topology_affinity import TopologyAffinityScorer
 
 __all__ = [
     "ActiveRequestScorer",
@@ -22,4 +23,5 @@ __all__ = [
     "QueueScorer",
     "RunningRequestsScorer",
     "TokenLoadScorer",
+    "TopologyAffinityScorer",
 ]
