@@ -129,9 +129,12 @@ def verdict(summaries: Sequence[Summary]) -> str:
     def ratio(x: float, y: float) -> str:
         return "n/a" if math.isnan(x) or math.isnan(y) or y == 0 else f"{x / y:.1f}x"
 
+    ttft = ratio(b.ttft_p90_s, a.ttft_p90_s) + " lower"
+    if a.ttft_p90_s > b.ttft_p90_s > 0:
+        ttft = ratio(a.ttft_p90_s, b.ttft_p90_s) + " higher"
     return (
         f"{a.policy} vs {b.policy}: hit rate {100 * a.hit_rate:.0f}% vs {100 * b.hit_rate:.0f}%, "
-        f"TTFT p90 {ratio(b.ttft_p90_s, a.ttft_p90_s)} lower, "
+        f"TTFT p90 {ttft}, "
         f"throughput {ratio(a.output_tokens_per_s, b.output_tokens_per_s)}."
     )
 

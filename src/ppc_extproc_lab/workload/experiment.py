@@ -241,7 +241,8 @@ def run_policy(
         roles=plan.pd_roles if chosen.pd else None,
     )
     with cluster, _router(chosen, cluster, plan) as (router_url, router_pids):
-        endpoints = cluster.engine_endpoints
+        # Under P/D the decode pods answer (and count in the balance); prefill engines never do.
+        endpoints = [e for i, e in enumerate(cluster.engine_endpoints) if cluster.role(i) != "prefill"]
         target: Target | str
         if router_url is None:
             target = OracleTarget(cluster.engine_urls, seed=workload.spec.seed)

@@ -154,7 +154,8 @@ class ChatSummary:
     errors: int
     followups: int
     followups_decode_only: int
-    #: Decode-only follow-ups served by the decode engine that served the conversation's first turn.
+    #: Decode-only follow-ups served by the decode engine that served the conversation's previous
+    #: turn (the one holding the conversation).
     followups_on_home: int
     disaggregated_total: int
     ttft_p50_s: float
@@ -174,7 +175,7 @@ class ChatSummary:
 
 def summarize_chats(label: str, records: Sequence[TurnRecord], non_cached_tokens: int) -> ChatSummary:
     """Sum up a run of :func:`run_chats`."""
-    home = {r.conversation: r.endpoint for r in records if r.turn == 1 and r.ok}
+    previous = {(r.conversation, r.turn + 1): r.endpoint for r in records if r.ok}
     done = [r for r in records if r.ok]
     follow = [r for r in done if r.turn >= 2 and r.new_tokens < non_cached_tokens]
     decode_only = [r for r in follow if not r.disaggregated]
@@ -188,7 +189,7 @@ def summarize_chats(label: str, records: Sequence[TurnRecord], non_cached_tokens
         errors=sum(1 for r in records if not r.ok),
         followups=len(follow),
         followups_decode_only=len(decode_only),
-        followups_on_home=sum(1 for r in decode_only if r.endpoint == home.get(r.conversation)),
+        followups_on_home=sum(1 for r in decode_only if r.endpoint == previous.get((r.conversation, r.turn))),
         disaggregated_total=sum(1 for r in done if r.disaggregated),
         ttft_p50_s=percentile(ttft, 50),
         ttft_p90_s=percentile(ttft, 90),
