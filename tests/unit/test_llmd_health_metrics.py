@@ -114,7 +114,7 @@ def test_pool_gauges_average_the_engines_with_metrics() -> None:
 
 def test_request_families_carry_the_fairness_id_bounded() -> None:
     metrics = Metrics(CollectorRegistry())
-    metrics.llmd.scheduled(metrics.llmd.series("m", "m", 0, "tenant-a"), 10, "m", "pod", 8000, {})
+    metrics.llmd.scheduled(metrics.llmd.series("m", "m", 0, "tenant-a"), 10, "m", "pod", 8000, 0.0)
     for i in range(1100):
         metrics.llmd.series("m", "m", 0, f"t{i}")
     assert ("m", "m", 0, "other") in metrics.llmd._series
