@@ -10,9 +10,12 @@ from pathlib import Path
 import pytest
 
 from ppc_extproc_lab.demo.cli import add_arguments, options_from_args
+from ppc_extproc_lab.demo.run import failures
 from ppc_extproc_lab.localcluster.pd import endpoints_document, with_file_discovery
-from ppc_extproc_lab.workload import ClusterPlan
+from ppc_extproc_lab.workload import ClusterPlan, PolicyRun
 from ppc_extproc_lab.workload.policies import policy
+from ppc_extproc_lab.workload.report import RequestRecord, summarize
+from ppc_extproc_lab.workload.runner import RunResult
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -51,3 +54,20 @@ def test_labelled_file_discovery() -> None:
                                  Path("/tmp/e.yaml"))
     assert config["dataLayer"] == {"sources": [], "discovery": {"pluginRef": "lab-endpoints"}}
     assert config["plugins"] == [{"type": "file-discovery", "name": "lab-endpoints", "parameters": {"path": "/tmp/e.yaml"}}]
+
+
+def _run(name: str, *, disaggregated: bool, cached: int) -> PolicyRun:
+    rec = RequestRecord(0, 0, 0, 0, 0, 0.0, prompt_tokens=100, sent_s=0.0, first_token_s=0.1, done_s=0.2,
+                        cached_tokens=cached, output_tokens=4, status=200,
+                        kv_transfer="decode" if disaggregated else None)
+    summary = summarize(name, [rec])
+    return PolicyRun(policy(name), RunResult([rec], 1.0, 1.0), summary, [summary], [])
+
+
+def test_check_of_a_pd_run_asks_for_disaggregation_not_a_better_hit_rate() -> None:
+    assert failures([_run("pd", disaggregated=True, cached=10), _run("default", disaggregated=False, cached=90)],
+                    check=True) == []
+    assert failures([_run("pd", disaggregated=False, cached=10), _run("default", disaggregated=False, cached=90)],
+                    check=True) == ["pd: no request was disaggregated"]
+    assert failures([_run("default", disaggregated=False, cached=10), _run("round-robin", disaggregated=False, cached=90)],
+                    check=True) == ["default does not beat round-robin on hit rate (10.0% vs 90.0%)"]

@@ -145,7 +145,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--check",
         action="store_true",
         help="also exit 1 unless every request succeeded and the first policy beats the second on hit "
-        "rate (what CI runs); without it the exit status is 1 only when a policy completed less than "
+        "rate (what CI runs; with a P/D first policy: some request was disaggregated); without it the exit status is 1 only when a policy completed less than "
         "90%% of its schedule",
     )
     p.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default="warning")

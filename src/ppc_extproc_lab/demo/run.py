@@ -147,7 +147,9 @@ def failures(runs: Sequence[PolicyRun], *, check: bool = False) -> list[str]:
     """Why the run does not show what it should, one sentence each (empty: it does).
 
     Always: a policy completed less than ``MIN_COMPLETED`` of its schedule. With ``check`` (what
-    CI asks): also any failed request, and the first policy not beating the second on hit rate.
+    CI asks): also any failed request, and the first policy not beating the second on hit rate —
+    or, when the first is a P/D policy (which the lab's time model does not favour), no request of
+    it disaggregated.
     """
     problems: list[str] = []
     for run in runs:
@@ -161,7 +163,10 @@ def failures(runs: Sequence[PolicyRun], *, check: bool = False) -> list[str]:
             )
         elif check and s.errors:
             problems.append(f"{s.policy}: {s.errors} requests failed{because}")
-    if check and len(runs) >= 2:
+    if check and runs and runs[0].policy.pd:
+        if not runs[0].summary.disaggregated:
+            problems.append(f"{runs[0].summary.policy}: no request was disaggregated")
+    elif check and len(runs) >= 2:
         a, b = runs[0].summary, runs[1].summary
         if not (a.hit_rate > b.hit_rate):  # NaN (nothing completed) fails too
             problems.append(f"{a.policy} does not beat {b.policy} on hit rate "

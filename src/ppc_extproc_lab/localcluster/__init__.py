@@ -8,7 +8,8 @@ below it are usable on their own:
 * :mod:`~ppc_extproc_lab.localcluster.processes` — process groups that are always reaped;
 * :mod:`~ppc_extproc_lab.localcluster.readiness` — waits with deadlines (TCP, HTTP, gRPC health);
 * :mod:`~ppc_extproc_lab.localcluster.envoy_config` — the shipped Envoy configs and their local rewrite;
-* :mod:`~ppc_extproc_lab.localcluster.service_config` — the service config pointed at the engines.
+* :mod:`~ppc_extproc_lab.localcluster.service_config` — the service config pointed at the engines;
+* :mod:`~ppc_extproc_lab.localcluster.pd` — P/D roles: decode pods (sidecar + engine), labelled file discovery.
 """
 
 from __future__ import annotations

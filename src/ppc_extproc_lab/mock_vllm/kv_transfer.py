@@ -162,7 +162,10 @@ KV_SIDE: Final = web.AppKey("kv_side", KvSide)
 REQUEST_LOG: Final = web.AppKey("request_log", RequestLog)
 
 
-_KV_ROLE: Final = "mock_kv_role"
+#: Where a request's role is kept (``web.RequestKey`` from aiohttp 3.12 on; a string before).
+_KV_ROLE: Final[Any] = (
+    web.RequestKey("mock_kv_role", KvTransfer) if hasattr(web, "RequestKey") else "mock_kv_role"
+)
 
 
 def record_request(request: web.Request, body: object) -> KvTransfer | None:
@@ -172,7 +175,8 @@ def record_request(request: web.Request, body: object) -> KvTransfer | None:
     if log is not None:
         log.record(request.path, request.headers, body)
     kv = parse_kv_transfer_params(body.get("kv_transfer_params") if isinstance(body, dict) else None)
-    request[_KV_ROLE] = kv
+    if kv is not None:
+        request[_KV_ROLE] = kv
     return kv
 
 
