@@ -1,10 +1,10 @@
 """llm-d's 19 sample EndpointPickerConfigs (``llm-d/llm-d-router: deploy/config/*.yaml``),
 restated here in flow style with the same plugin types, parameters, profiles and data layer.
 
-The nine without P/D, flow control, GPU telemetry or multimodal plugins load, pass
+``LOADABLE`` (those without P/D or flow-control plugins not built yet) load, pass
 ``check-config``, and resolve to the pipeline asserted below (the estimate ``token-producer`` and
 the ``approx-prefix-cache-producer`` that llm-d creates for unnamed prefix scorers included). The
-other ten fail on their first unsupported type, naming its category, at that plugin's path.
+others fail on their first unsupported type, naming its category, at that plugin's path.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ DEPRECATED_API = "inference.networking.x-k8s.io/v1alpha1"
 IMPLICIT = "(implicit) endpoint-notification-source"
 METRICS = {"metrics-data-source": ["core-metrics-extractor"]}
 
-# --- the nine that load -------------------------------------------------------------------------
+# --- the ones that load -------------------------------------------------------------------------
 
 LOADABLE: dict[str, str] = {
     "epp-config": """
@@ -152,6 +152,61 @@ plugins:
 schedulingProfiles:
 - {name: default, plugins: [{pluginRef: decode-filter}, {pluginRef: max-score-picker}, {pluginRef: prefix-cache-scorer, weight: 10}]}
 """,
+    "sim-epp-gpu-config": """
+plugins:
+- {type: dcgm-data-source, name: dcgm-source, parameters: {port: 9400, interval: "1s"}}
+- {type: dcgm-extractor, name: dcgm-extractor}
+- type: endpoint-attribute-filter
+  name: gpu-utilization-filter
+  parameters:
+    attribute: GPUUtilization
+    producer: dcgm-extractor
+    onMissing: Pass
+    fallbackOnEmpty: true
+    algorithm: {type: threshold, threshold: {operator: LessThanOrEqual, value: 0.90}}
+- type: endpoint-attribute-scorer
+  name: gpu-utilization-scorer
+  parameters:
+    attributeKey: GPUUtilization
+    producer: dcgm-extractor
+    algorithm: {type: linear_lower_is_better, normalization: {fixedRange: {min: 0.0, max: 1.0}}}
+- {type: kv-cache-utilization-scorer}
+- {type: max-score-picker}
+- {type: single-profile-handler}
+- {type: decode-filter}
+dataLayer: {sources: [{pluginRef: dcgm-source, extractors: [{pluginRef: dcgm-extractor}]}]}
+schedulingProfiles:
+- name: default
+  plugins: [{pluginRef: decode-filter}, {pluginRef: gpu-utilization-filter},
+            {pluginRef: gpu-utilization-scorer, weight: 2.0}, {pluginRef: kv-cache-utilization-scorer, weight: 1.0},
+            {pluginRef: max-score-picker}]
+""",
+    "epp-mm-embeddings-cache-config": """
+plugins:
+- {type: token-producer, parameters: {modelName: hf-repo/model-name, vllm: {url: "http://localhost:8000"}}}
+- {type: endpoint-notification-source}
+- {type: metrics-data-source}
+- {type: core-metrics-extractor}
+- {type: mm-embeddings-cache-producer, parameters: {cacheSizeInMB: 2048}}
+- {type: mm-embeddings-cache-scorer}
+- type: precise-prefix-cache-producer
+  parameters: {tokenProcessorConfig: {blockSize: 64}, indexerConfig: {kvBlockIndexConfig: {enableMetrics: true}}}
+- {type: prefix-cache-scorer, parameters: {prefixMatchInfoProducerName: precise-prefix-cache-producer}}
+- {type: queue-scorer}
+- {type: max-score-picker}
+- {type: single-profile-handler}
+- {type: decode-filter}
+dataLayer:
+  sources:
+  - {pluginRef: metrics-data-source, extractors: [{pluginRef: core-metrics-extractor}]}
+  - {pluginRef: endpoint-notification-source,
+     extractors: [{pluginRef: mm-embeddings-cache-producer}, {pluginRef: precise-prefix-cache-producer}]}
+schedulingProfiles:
+- name: default
+  plugins: [{pluginRef: decode-filter}, {pluginRef: prefix-cache-scorer, weight: 10},
+            {pluginRef: mm-embeddings-cache-scorer, weight: 4}, {pluginRef: queue-scorer, weight: 1},
+            {pluginRef: max-score-picker}]
+""",
 }
 
 
@@ -219,9 +274,29 @@ EXPECTED: dict[str, dict[str, Any]] = {
         "producers": ["token-producer[vllm]", "precise-prefix-cache-producer"],
         "sources": {IMPLICIT: ["precise-prefix-cache-producer"]},
     },
+    "sim-epp-gpu-config": {
+        "handler": "single-profile-handler",
+        "profiles": _profile(
+            [("gpu-utilization-scorer", 2.0), ("kv-cache-utilization-scorer", 1.0)],
+            filters=("decode-filter", "gpu-utilization-filter"),
+        ),
+        "producers": ["inflight-load-producer"],  # for the metrics source
+        # the kv-cache scorer's engine metrics: llm-d injects the metrics source beside DCGM's too
+        "sources": {"dcgm-source": ["dcgm-extractor"], **METRICS},
+    },
+    "epp-mm-embeddings-cache-config": {
+        "handler": "single-profile-handler",
+        "profiles": _profile(
+            [("prefix-cache-scorer", 10.0), ("mm-embeddings-cache-scorer", 4.0), ("queue-scorer", 1.0)]
+        ),
+        "producers": ["token-producer[vllm]", "mm-embeddings-cache-producer", "precise-prefix-cache-producer",
+                      "inflight-load-producer"],
+        "sources": {"endpoint-notification-source": ["mm-embeddings-cache-producer", "precise-prefix-cache-producer"],
+                    **METRICS},
+    },
 }
 
-# --- the ten that name their first unsupported type ------------------------------------------------
+# --- the ones that name their first unsupported type ------------------------------------------------
 
 #: The prefill and decode profiles of two P/D samples.
 PD_PROFILES = """\
@@ -303,35 +378,6 @@ schedulingProfiles:
 - {name: encode, plugins: [{pluginRef: encode-filter}]}
 - {name: decode, plugins: [{pluginRef: decode-filter}]}
 """,
-    "sim-epp-gpu-config": """
-plugins:
-- {type: dcgm-data-source, name: dcgm-source, parameters: {port: 9400, interval: "1s"}}
-- {type: dcgm-extractor, name: dcgm-extractor}
-- type: endpoint-attribute-filter
-  name: gpu-utilization-filter
-  parameters:
-    attribute: GPUUtilization
-    producer: dcgm-extractor
-    onMissing: Pass
-    fallbackOnEmpty: true
-    algorithm: {type: threshold, threshold: {operator: LessThanOrEqual, value: 0.90}}
-- type: endpoint-attribute-scorer
-  name: gpu-utilization-scorer
-  parameters:
-    attributeKey: GPUUtilization
-    producer: dcgm-extractor
-    algorithm: {type: linear_lower_is_better, normalization: {fixedRange: {min: 0.0, max: 1.0}}}
-- {type: kv-cache-utilization-scorer}
-- {type: max-score-picker}
-- {type: single-profile-handler}
-- {type: decode-filter}
-dataLayer: {sources: [{pluginRef: dcgm-source, extractors: [{pluginRef: dcgm-extractor}]}]}
-schedulingProfiles:
-- name: default
-  plugins: [{pluginRef: decode-filter}, {pluginRef: gpu-utilization-filter},
-            {pluginRef: gpu-utilization-scorer, weight: 2.0}, {pluginRef: kv-cache-utilization-scorer, weight: 1.0},
-            {pluginRef: max-score-picker}]
-""",
     "sim-pd-epp-config": """
 plugins:
 - type: approx-prefix-cache-producer
@@ -368,32 +414,6 @@ schedulingProfiles:
             {pluginRef: prefix-cache-scorer, weight: 3.0}]
 flowControl: {usageLimitPolicyPluginRef: soft-reflective-ceiling-policy}
 """,
-    "epp-mm-embeddings-cache-config": """
-plugins:
-- {type: token-producer, parameters: {modelName: hf-repo/model-name, vllm: {url: "http://localhost:8000"}}}
-- {type: endpoint-notification-source}
-- {type: metrics-data-source}
-- {type: core-metrics-extractor}
-- {type: mm-embeddings-cache-producer, parameters: {cacheSizeInMB: 2048}}
-- {type: mm-embeddings-cache-scorer}
-- type: precise-prefix-cache-producer
-  parameters: {tokenProcessorConfig: {blockSize: 64}, indexerConfig: {kvBlockIndexConfig: {enableMetrics: true}}}
-- {type: prefix-cache-scorer, parameters: {prefixMatchInfoProducerName: precise-prefix-cache-producer}}
-- {type: queue-scorer}
-- {type: max-score-picker}
-- {type: single-profile-handler}
-- {type: decode-filter}
-dataLayer:
-  sources:
-  - {pluginRef: metrics-data-source, extractors: [{pluginRef: core-metrics-extractor}]}
-  - {pluginRef: endpoint-notification-source,
-     extractors: [{pluginRef: mm-embeddings-cache-producer}, {pluginRef: precise-prefix-cache-producer}]}
-schedulingProfiles:
-- name: default
-  plugins: [{pluginRef: decode-filter}, {pluginRef: prefix-cache-scorer, weight: 10},
-            {pluginRef: mm-embeddings-cache-scorer, weight: 4}, {pluginRef: queue-scorer, weight: 1},
-            {pluginRef: max-score-picker}]
-""",
 }
 
 #: config → (field path, first unsupported type, its category)
@@ -403,11 +423,9 @@ FIRST_UNSUPPORTED: dict[str, tuple[str, str, str]] = {
     "probabilistic-admitter-epp-config": ("plugins[0].type", "probabilistic-admitter", "admission"),
     "sim-e-p-d-epp-config": ("plugins[1].type", "encode-filter", "P/D disaggregation"),
     "sim-e-pd-epp-config": ("plugins[0].type", "encode-filter", "P/D disaggregation"),
-    "sim-epp-gpu-config": ("plugins[0].type", "dcgm-data-source", "GPU telemetry"),
     "sim-pd-epp-config": ("plugins[3].type", "prefill-filter", "P/D disaggregation"),
     "sim-program-aware-config": ("plugins[0].type", "program-aware-fairness", "flow control"),
     "soft-reflective-ceiling-epp-config": ("plugins[3].type", "soft-reflective-ceiling-policy", "flow control"),
-    "epp-mm-embeddings-cache-config": ("plugins[4].type", "mm-embeddings-cache-producer", "multimodal"),
 }
 #: The two samples still written against the deprecated API group.
 API_VERSIONS = {"probabilistic-admitter-epp-config": DEPRECATED_API, "sim-program-aware-config": DEPRECATED_API}
@@ -419,7 +437,7 @@ def document(name: str) -> str:
 
 
 def test_the_inventory_is_llm_d_s_nineteen_samples() -> None:
-    assert len(LOADABLE) == 9 and len(UNSUPPORTED) == 10
+    assert len(LOADABLE) + len(UNSUPPORTED) == 19 and not set(LOADABLE) & set(UNSUPPORTED)
     assert set(EXPECTED) == set(LOADABLE) and set(FIRST_UNSUPPORTED) == set(UNSUPPORTED)
 
 
@@ -450,13 +468,13 @@ def _write(tmp_path: Path, names: list[str]) -> list[Path]:
 def test_check_config_accepts_every_loadable_sample(tmp_path: Path) -> None:
     result = check_config(*_write(tmp_path, sorted(LOADABLE)))
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "9 of 9 configurations are valid" in result.stdout
+    assert f"{len(LOADABLE)} of {len(LOADABLE)} configurations are valid" in result.stdout
 
 
 def test_check_config_rejects_every_unsupported_sample(tmp_path: Path) -> None:
     result = check_config(*_write(tmp_path, sorted(UNSUPPORTED)))
     assert result.returncode == 2
-    assert "0 of 10 configurations are valid" in result.stdout
+    assert f"0 of {len(UNSUPPORTED)} configurations are valid" in result.stdout
     for name, (path, type_name, _) in FIRST_UNSUPPORTED.items():
         assert f"{name}.yaml: invalid\n  error: {path}: plugin type '{type_name}'" in result.stdout
 

@@ -3,7 +3,15 @@
 from __future__ import annotations
 
 from ppc_extproc.plugins.datalayer.core_metrics_extractor import CoreMetricsExtractor
+from ppc_extproc.plugins.datalayer.dcgm import DCGMDataSource, DCGMExtractor
 from ppc_extproc.plugins.datalayer.endpoint_notification_source import EndpointNotificationSource
 from ppc_extproc.plugins.datalayer.metrics_data_source import MetricsDataSource, PollOptions
 
-__all__ = ["CoreMetricsExtractor", "EndpointNotificationSource", "MetricsDataSource", "PollOptions"]
+__all__ = [
+    "CoreMetricsExtractor",
+    "DCGMDataSource",
+    "DCGMExtractor",
+    "EndpointNotificationSource",
+    "MetricsDataSource",
+    "PollOptions",
+]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from ppc_extproc.plugins.producers.approx_prefix_cache import ApproxPrefixCacheProducer
 from ppc_extproc.plugins.producers.burst_prefix_cache import BurstPrefixCacheProducer
 from ppc_extproc.plugins.producers.inflight_load import InflightLoadProducer
+from ppc_extproc.plugins.producers.mm_embeddings_cache import MMEmbeddingsCacheProducer
 from ppc_extproc.plugins.producers.precise_prefix_cache import PrecisePrefixCacheProducer
 from ppc_extproc.plugins.producers.token_producer import TokenProducer
 
@@ -12,6 +13,7 @@ __all__ = [
     "ApproxPrefixCacheProducer",
     "BurstPrefixCacheProducer",
     "InflightLoadProducer",
+    "MMEmbeddingsCacheProducer",
     "PrecisePrefixCacheProducer",
     "TokenProducer",
 ]
