@@ -8,7 +8,9 @@ with ``--tokenizer`` the text routes of :mod:`~ppc_extproc_lab.mock_vllm.text`).
 "kv_events": false}``: answer completions / ``/metrics`` with that status, close the KV-event
 publisher for good; ``null`` statuses clear), ``POST /mock/match`` (``{"prompt" | "messages", "cache_salt"?}`` →
 ``{"cached_tokens", "matched_tokens", "block_size"}``, no side effects; ``messages`` need
-``--tokenizer``) and ``GET /mock/state``. Every response carries ``x-mock-vllm-endpoint``.
+``--tokenizer``), ``GET /mock/state``, and the overload lab's ``GET /mock/scrapes`` and
+``POST /mock/metrics-stall`` (:mod:`~ppc_extproc_lab.mock_vllm.scrapes`). Every response carries
+``x-mock-vllm-endpoint``.
 
 Streaming: one SSE ``data: <json>\\n\\n`` chunk per output token, each sent no earlier than the
 token's simulated time; chunks due together are written together and the writer wakes at
@@ -33,8 +35,9 @@ import ppc_extproc_lab.mock_vllm.protocol as p
 from ppc_extproc.errors import BadRequestError
 from ppc_extproc.tokenizer.local import LocalTokenizer
 from ppc_extproc_lab.mock_vllm.engine import EngineAborted, EngineRequest, MockEngine, RequestRejected
-from ppc_extproc_lab.mock_vllm.metrics import engine_registry
+from ppc_extproc_lab.mock_vllm.metrics import EngineCollector, engine_registry
 from ppc_extproc_lab.mock_vllm.peer_probes import add_peer_probe_routes
+from ppc_extproc_lab.mock_vllm.scrapes import SCRAPES, ScrapeLog, add_scrape_routes
 from ppc_extproc_lab.mock_vllm.streaming import ENGINE, STREAM_INTERVAL, STREAM_MIN_INTERVAL_S, TOKENIZER, sse_stream
 from ppc_extproc_lab.mock_vllm.text import add_text_routes, chat_ids
 
@@ -216,9 +219,14 @@ async def version(request: web.Request) -> web.Response:
 async def metrics(request: web.Request) -> web.Response:
     info = request.app[_INFO]
     info["metrics_requests"] += 1
+    log = request.app[SCRAPES]
+    assert isinstance(log, ScrapeLog)
+    if log.stalled and not await log.wait_unstalled():
+        return web.Response(status=503, text="stalled by POST /mock/metrics-stall")
     if status := info["faults"]["metrics_status"]:
         return web.Response(status=status, text="injected by POST /mock/faults")
     body = generate_latest(info["registry"])
+    log.record()
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
@@ -316,8 +324,11 @@ def create_app(
     engine_index: int = 0,
     tokenizer: LocalTokenizer | None = None,
     stream_interval_s: float = STREAM_MIN_INTERVAL_S,
+    metrics_update_interval_s: float = 0.0,
 ) -> web.Application:
-    """The aiohttp application serving ``engine`` as ``advertised_endpoint`` (``ip:port``)."""
+    """The aiohttp application serving ``engine`` as ``advertised_endpoint`` (``ip:port``);
+    its gauges lag by up to ``metrics_update_interval_s`` (vLLM's per-step update)."""
+    collector = EngineCollector(engine, engine_index, metrics_update_interval_s)
     app = web.Application(client_max_size=64 * 1024 * 1024)
     app[ENGINE] = engine
     app[STREAM_INTERVAL] = stream_interval_s
@@ -327,7 +338,7 @@ def create_app(
         "event_encoding": event_encoding,
         "kv_events_config": kv_events_config
         or {"enable_kv_cache_events": False, "publisher": "null"},
-        "registry": engine_registry(engine, engine_index),
+        "registry": engine_registry(engine, engine_index, collector),
         #: ``GET /metrics`` requests served (shown in ``/mock/state``: who polls this engine).
         "metrics_requests": 0,
         #: Injected by ``POST /mock/faults``.
@@ -350,6 +361,7 @@ def create_app(
     app.router.add_post("/mock/faults", mock_faults)
     app.router.add_post("/mock/match", mock_match)
     app.router.add_get("/mock/state", mock_state)
+    add_scrape_routes(app, ScrapeLog(engine, collector))
     if tokenizer is not None:
         add_text_routes(app, tokenizer)  # /tokenize with the real tokenizer among them
     else:
