@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import json
 import tempfile
+import time
 import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -138,6 +139,8 @@ class PhaseResult:
     records: list[TenantRecord]
     #: Per engine: [t, waiting, served waiting, running] at each scrape during the phase.
     scrapes: list[list[list[float]]] = field(default_factory=list)
+    #: Monotonic time the last arrival was due (the end of contention).
+    arrivals_end: float | None = None
 
     def p0(self) -> list[TenantRecord]:
         return [r for r in self.records if r.priority == 0]
@@ -161,8 +164,13 @@ class PhaseResult:
         every = [s for engine in self.scrapes for s in engine]
         return sum(1 for s in every if s[1] > threshold), len(every)
 
+    def service(self, band: int | None = None) -> dict[str, int]:
+        """Uncached prompt tokens each tenant got prefilled while arrivals lasted."""
+        return uncached_service(self.records, band, self.arrivals_end)
+
     def jain(self, band: int = -1) -> float:
-        return jain_index(uncached_service(self.records, band).values())
+        """Jain's index over the band's tenants' service while arrivals lasted."""
+        return jain_index(self.service(band).values())
 
 
 @dataclass(slots=True)
@@ -189,8 +197,9 @@ def _scrapes(cluster: LocalCluster, clear: bool) -> list[list[list[float]]]:
 async def _phase(name: str, cluster: LocalCluster, tenants: Sequence[Tenant], duration_s: float, plan: OverloadPlan,
                  model: str) -> PhaseResult:  # fmt: skip
     _scrapes(cluster, clear=True)
+    end = time.monotonic() + duration_s
     records = await run_tenants(cluster.listener_url, tenants, duration_s, model=model, seed=plan.seed)
-    return PhaseResult(name, records, _scrapes(cluster, clear=True))
+    return PhaseResult(name, records, _scrapes(cluster, clear=True), end)
 
 
 def run_overload(mode: str, plan: OverloadPlan, log_dir: Path | None = None, model: str = "mock-model") -> OverloadResult:

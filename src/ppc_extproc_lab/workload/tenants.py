@@ -161,14 +161,19 @@ async def run_tenants(
     return records
 
 
-def uncached_service(records: Iterable[TenantRecord], band: int | None = None) -> dict[str, int]:
-    """Uncached prompt tokens served per tenant (answered requests), optionally of one band."""
+def uncached_service(
+    records: Iterable[TenantRecord], band: int | None = None, until: float | None = None
+) -> dict[str, int]:
+    """Uncached prompt tokens served per tenant, optionally of one band: answered requests, or
+    (``until``, a monotonic time) requests prefilled by then — the service while tenants contend,
+    not the backlog served after arrivals stop."""
     out: dict[str, int] = {}
     for rec in records:
         if band is not None and rec.priority != band:
             continue
         out.setdefault(rec.tenant, 0)
-        if rec.ok:
+        served = rec.ok if until is None else rec.first_token_at is not None and rec.first_token_at <= until
+        if served:
             out[rec.tenant] += rec.uncached_tokens
     return out
 

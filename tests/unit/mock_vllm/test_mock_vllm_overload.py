@@ -101,3 +101,15 @@ def test_overload_plan_capacity_and_modes() -> None:
     llmd = router_config("llmd", plan)
     assert llmd["flowControl"]["inflightCredit"] is False
     assert next(p for p in llmd["plugins"] if p["type"] == "utilization-detector")["parameters"]["staleMetrics"] == "saturated"
+
+
+def test_service_counts_uncached_tokens_prefilled_while_arrivals_last() -> None:
+    from ppc_extproc_lab.workload.tenants import TenantRecord, uncached_service
+
+    early = TenantRecord("a", -1, 0.0, 100, status=200, first_token_at=1.0, done_at=2.0, cached_tokens=40)
+    late = TenantRecord("a", -1, 0.0, 100, status=200, first_token_at=9.0, done_at=9.5)
+    rejected = TenantRecord("b", -1, 0.0, 100, status=429)
+    other_band = TenantRecord("c", 0, 0.0, 100, status=200, first_token_at=1.0, done_at=2.0)
+    records = [early, late, rejected, other_band]
+    assert uncached_service(records, -1) == {"a": 160, "b": 0}
+    assert uncached_service(records, -1, until=5.0) == {"a": 60, "b": 0}
