@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
+import orjson
 import pytest
 from epp_helpers import load, router_for
 
@@ -157,3 +158,28 @@ plugins:
     producer = loaded.plugins["mm-embeddings-cache-producer"]
     assert isinstance(producer, MMEmbeddingsCacheProducer) and producer.capacity == capacity
     assert any("plugins[0].parameters.cacheSizeInMB" in w and warning in w for w in loaded.warnings)
+
+
+def test_mm_items_from_a_generate_body_s_mm_hashes_follow_the_image_through_the_stream() -> None:
+    """``/inference/v1/generate`` carries the items as ``features.mm_hashes``: the second request
+    with the same image goes where the first was encoded, whichever endpoint that was."""
+    from epp_helpers import extproc_request
+    from integration.extproc.harness import metadata_destination
+
+    loaded = load(MM_CONFIG)
+    producer = loaded.plugins["mm-embeddings-cache-producer"]
+    assert isinstance(producer, MMEmbeddingsCacheProducer)
+    router = router_for(loaded, PODS[:3])
+
+    def generate(image: str) -> bytes:
+        features = {"mm_hashes": {"image": [image]}, "mm_placeholders": {"image": [{"offset": 2, "length": 4}]}}
+        return orjson.dumps({"model": "m", "token_ids": list(range(16)), "features": features})
+
+    def route(image: str) -> str:
+        replies = asyncio.run(extproc_request(router, "/inference/v1/generate", generate(image)))
+        (destination,) = [d for d in map(metadata_destination, replies) if d]
+        return destination
+
+    first = route("cat")
+    assert producer.items_per_endpoint() == {first: 1}  # the stream's features reached the producer
+    assert route("cat") == first
