@@ -10,7 +10,8 @@ slots, a waiting queue and ``/metrics`` gauges that lag by one engine step):
   equal-weight band −1 tenants offering 3:1 request rates (both above their fair share);
 * 5xx (and unanswered requests) with every engine's ``/metrics`` stalled under the same load.
 
-    python benchmarks/bench_overload.py                 # every mode, ~3 min each
+    python benchmarks/bench_overload.py                 # off, on, llmd: ~3 min each
+    python benchmarks/bench_overload.py --modes holdback --holdback-ceiling 0.5   # slots kept for band 0
     python benchmarks/bench_overload.py --modes off --loaded-s 20 --unloaded-s 10 --stalled-s 10
 
 The machine is shared: compare modes within one run, as ratios.
@@ -27,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from _common import header
 
-from ppc_extproc_lab.workload.overload import MODES, OverloadPlan, OverloadResult, run_overload
+from ppc_extproc_lab.workload.overload import ALL_MODES, MODES, OverloadPlan, OverloadResult, run_overload
 
 
 def _ms(seconds: float | None) -> str:
@@ -69,24 +70,25 @@ def report(results: list[OverloadResult]) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--modes", default=",".join(MODES), help="comma-separated among off,on,llmd (default all)")
+    parser.add_argument("--modes", default=",".join(MODES),
+                        help=f"comma-separated among {','.join(ALL_MODES)} (default {','.join(MODES)})")
     d = OverloadPlan()
     for flag, attr in (("--engines", "engines"), ("--max-num-seqs", "max_num_seqs"),
                        ("--queue-depth-threshold", "queue_depth_threshold"), ("--seed", "seed")):  # fmt: skip
         parser.add_argument(flag, type=int, default=getattr(d, attr))
     for flag, attr in (("--load", "load"), ("--unloaded-s", "unloaded_s"), ("--loaded-s", "loaded_s"),
                        ("--stalled-s", "stalled_s"), ("--decode-ms", "decode_ms_per_token"),
-                       ("--request-ttl-s", "request_ttl_s")):  # fmt: skip
+                       ("--request-ttl-s", "request_ttl_s"), ("--holdback-ceiling", "holdback_ceiling")):  # fmt: skip
         parser.add_argument(flag, type=float, default=getattr(d, attr))
     parser.add_argument("--log-dir", type=Path, default=None, help="keep each mode's cluster logs here")
     args = parser.parse_args()
     modes = [m for m in args.modes.split(",") if m]
-    if bad := [m for m in modes if m not in MODES]:
-        parser.error(f"--modes: unknown mode {bad[0]!r} (choose among {', '.join(MODES)})")
+    if bad := [m for m in modes if m not in ALL_MODES]:
+        parser.error(f"--modes: unknown mode {bad[0]!r} (choose among {', '.join(ALL_MODES)})")
     plan = OverloadPlan(
         engines=args.engines, max_num_seqs=args.max_num_seqs, queue_depth_threshold=args.queue_depth_threshold,
         seed=args.seed, load=args.load, unloaded_s=args.unloaded_s, loaded_s=args.loaded_s, stalled_s=args.stalled_s,
-        decode_ms_per_token=args.decode_ms, request_ttl_s=args.request_ttl_s,
+        decode_ms_per_token=args.decode_ms, request_ttl_s=args.request_ttl_s, holdback_ceiling=args.holdback_ceiling,
     )  # fmt: skip
     header("overload: flow control off / on / llm-d's dispatch rule at 2× capacity")
     print(f"load before: {' '.join(f'{x:.2f}' for x in os.getloadavg())} (1/5/15 min)")

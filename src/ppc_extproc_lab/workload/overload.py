@@ -16,7 +16,11 @@ prefill)``. Modes:
   (in-flight accounting), in-flight credit on, ``program-aware-fairness`` charged in uncached
   prompt tokens in both bands;
 * ``llmd``: the same but dispatching as llm-d does: in-flight credit off, a stale endpoint
-  counts as saturated.
+  counts as saturated;
+* ``holdback`` (not in the default set): ``on`` with ``concurrency-detector`` (``maxConcurrency``
+  = ``max_num_seqs``: saturation is the pool's busy sequence slots, as this service counts them,
+  also a filter) and ``priority-holdback-policy`` (band −1's ceiling ``holdback_ceiling``), so a
+  share of the slots stays free for priority 0.
 """
 
 from __future__ import annotations
@@ -37,9 +41,10 @@ from ppc_extproc_lab.localcluster import LocalCluster
 from ppc_extproc_lab.workload.report import percentile
 from ppc_extproc_lab.workload.tenants import Tenant, TenantRecord, jain_index, run_tenants, uncached_service
 
-__all__ = ["MODES", "OverloadPlan", "OverloadResult", "PhaseResult", "router_config", "run_overload"]
+__all__ = ["ALL_MODES", "MODES", "OverloadPlan", "OverloadResult", "PhaseResult", "router_config", "run_overload"]
 
 MODES = ("off", "on", "llmd")
+ALL_MODES = (*MODES, "holdback")
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +67,8 @@ class OverloadPlan:
     stalled_s: float = 15.0
     queue_depth_threshold: int = 5
     request_ttl_s: float = 10.0
+    #: ``holdback`` mode: band −1 dispatches while the busy share of the slots is below this.
+    holdback_ceiling: float = 0.5
     seed: int = 0
 
     @property
@@ -86,8 +93,8 @@ class OverloadPlan:
 
 def router_config(mode: str, plan: OverloadPlan) -> dict[str, Any]:
     """The router's EndpointPickerConfig for ``mode`` (load-balancing scorers, 50 ms scrapes)."""
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {', '.join(MODES)}")
+    if mode not in ALL_MODES:
+        raise ValueError(f"mode must be one of {', '.join(ALL_MODES)}")
     plugins: list[dict[str, Any]] = [
         {"type": "metrics-data-source", "parameters": {"interval": "50ms", "maxInterval": "50ms"}},
         {"type": "core-metrics-extractor"},
@@ -107,21 +114,29 @@ def router_config(mode: str, plan: OverloadPlan) -> dict[str, Any]:
     if mode == "off":
         return config
     llmd = mode == "llmd"
-    plugins += [
-        {"type": "utilization-detector", "parameters": {
+    plugins.append({"type": "program-aware-fairness", "parameters": {"serviceUnit": "uncachedPromptTokens"}})
+    if mode == "holdback":
+        plugins += [
+            {"type": "concurrency-detector", "name": "saturation",
+             "parameters": {"concurrencyMode": "requests", "maxConcurrency": plan.max_num_seqs}},
+            {"type": "priority-holdback-policy", "parameters": {"minCeiling": plan.holdback_ceiling}},
+        ]  # fmt: skip
+        config["schedulingProfiles"][0]["plugins"].insert(0, {"pluginRef": "saturation"})
+    else:
+        plugins.append({"type": "utilization-detector", "name": "saturation", "parameters": {
             "queueDepthThreshold": plan.queue_depth_threshold, "metricsStalenessThreshold": "200ms",
-            "staleMetrics": "saturated" if llmd else "inflight"}},
-        {"type": "program-aware-fairness", "parameters": {"serviceUnit": "uncachedPromptTokens"}},
-    ]  # fmt: skip
+            "staleMetrics": "saturated" if llmd else "inflight"}})  # fmt: skip
     band = {"fairnessPolicyRef": "program-aware-fairness"}
     config["featureGates"] = ["flowControl"]
     config["flowControl"] = {
         "defaultRequestTTL": f"{plan.request_ttl_s:g}s",
-        "saturationDetector": {"pluginRef": "utilization-detector"},
+        "saturationDetector": {"pluginRef": "saturation"},
         "defaultPriorityBand": band,
         "defaultNegativePriorityBand": band,
         "inflightCredit": not llmd,
     }
+    if mode == "holdback":
+        config["flowControl"]["usageLimitPolicyPluginRef"] = "priority-holdback-policy"
     return config
 
 

@@ -101,6 +101,9 @@ def test_overload_plan_capacity_and_modes() -> None:
     llmd = router_config("llmd", plan)
     assert llmd["flowControl"]["inflightCredit"] is False
     assert next(p for p in llmd["plugins"] if p["type"] == "utilization-detector")["parameters"]["staleMetrics"] == "saturated"
+    holdback = router_config("holdback", plan)
+    assert holdback["flowControl"]["usageLimitPolicyPluginRef"] == "priority-holdback-policy"
+    assert holdback["schedulingProfiles"][0]["plugins"][0] == {"pluginRef": "saturation"}
 
 
 def test_service_counts_uncached_tokens_prefilled_while_arrivals_last() -> None:
