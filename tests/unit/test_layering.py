@@ -43,6 +43,7 @@ LAYERS: tuple[str, ...] = (
     "tokenizer",      # text → token ids
     "enginemetrics",  # engine load as polled
     "scheduling",     # endpoint pool, health, in-flight, the router running the roles
+    "flowcontrol",    # admission queue: bands, flows, policies' roles, the controller
     "plugins",        # producers, scorers, filters, pickers, … and their registry
     "discovery",      # static, file and Kubernetes endpoint sources (plugins themselves)
     "config",         # EndpointPickerConfig → plugins and profiles

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from grpc_health.v1 import health_pb2
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, generate_latest
 
 from ppc_extproc.observability.llmd_metrics import PoolCollector, PoolSnapshot, error_code_for_status
 from ppc_extproc.observability.metrics import Metrics
@@ -76,7 +76,7 @@ def test_errors_use_llmds_codes_and_models_are_bounded() -> None:
         "model_name": "", "target_model_name": "", "error_code": "ResourceExhausted"}) == 1
     for i in range(1100):
         metrics.llmd.series(f"m{i}", f"m{i}")
-    assert ("other", "other", 0) in metrics.llmd._series and len(metrics.llmd._series) <= 1002
+    assert ("other", "other", 0, "default-flow") in metrics.llmd._series and len(metrics.llmd._series) <= 1002
 
 
 def test_priority_labels_llmds_families_and_gies_histograms_merge_over_it() -> None:
@@ -106,3 +106,13 @@ def test_pool_gauges_average_the_engines_with_metrics() -> None:
     assert get("inference_pool_average_running_requests", {"name": "qwen"}) == 3
     assert get("inference_pool_per_pod_queue_size", {"name": "qwen", "model_server_pod": "qwen-0-rank-0"}) == 2
     assert get("inference_extension_info", {"commit": "", "build_ref": "0.1.0"}) == 1
+
+
+def test_request_families_carry_the_fairness_id_bounded() -> None:
+    metrics = Metrics(CollectorRegistry())
+    metrics.llmd.scheduled(metrics.llmd.series("m", "m", 0, "tenant-a"), 10, "m", "pod", 8000, {})
+    for i in range(1100):
+        metrics.llmd.series("m", "m", 0, f"t{i}")
+    assert ("m", "m", 0, "other") in metrics.llmd._series
+    text = generate_latest(metrics.registry).decode()
+    assert 'llm_d_epp_request_total{fairness_id="tenant-a",model_name="m",priority="0",target_model_name="m"} 1.0' in text

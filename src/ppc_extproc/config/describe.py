@@ -41,10 +41,36 @@ def describe_config(loaded: LoadedConfig) -> list[str]:
         lines.append(f"request parsers: {', '.join(p.name for p in loaded.pipeline.parsers)}")
     gates = ", ".join(f"{k}={str(v).lower()}" for k, v in loaded.feature_gates.items())
     lines.append(f"feature gates: {gates}")
+    lines.extend(_flow_control(loaded))
     if loaded.injected:
         lines.append("injected defaults:")
         lines.extend(f"  - {line}" for line in loaded.injected)
     if loaded.warnings:
         lines.append("warnings:")
         lines.extend(f"  - {line}" for line in loaded.warnings)
+    return lines
+
+
+def _flow_control(loaded: LoadedConfig) -> list[str]:
+    """Admission and flow control, when configured: what runs before scheduling."""
+    plan = loaded.flow_control
+    if plan is None or not (plan.enabled or plan.admitters or plan.detector is not None):
+        return []
+    lines = []
+    if plan.admitters:
+        lines.append(f"admitters: {', '.join(a.name for a in plan.admitters)}")
+    if plan.policies is None:
+        if plan.detector is not None:
+            lines.append(f"legacy admission: sheddable requests rejected at saturation >= 1.0 ({plan.detector.name})")
+        return lines
+    p, spec = plan.policies, plan.spec
+    bands = ", ".join(f"{b.priority} (max {b.max_requests} requests)" for b in spec.bands) or "-"
+    band = spec.band_for(0)
+    lines.append(
+        f"flow control: detector {p.detector.name}, usage limit {p.usage_limit.name}, default band fairness "
+        f"{band.fairness_ref or p.default_fairness.name}, ordering {band.ordering_ref or p.default_ordering.name}; "
+        f"configured bands {bands}; TTL {spec.default_ttl:g}s; "
+        f"in-flight credit {'on' if spec.inflight_credit else 'off'}; band starvation limit "
+        f"{spec.band_starvation_limit or 'off (strict priority)'}"
+    )
     return lines

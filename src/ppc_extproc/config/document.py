@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import yaml
 
 from ppc_extproc.errors import ConfigError
+from ppc_extproc.flowcontrol.config import FlowControlSpec, parse_flow_control
 from ppc_extproc.framework.params import Section
 from ppc_extproc.plugins.producers.token_producer_config import pool_config_to_params
 
@@ -92,6 +93,8 @@ class ConfigDocument:
     warnings: list[str] = field(default_factory=list)
     #: (path, pluginRef) of the saturation detector (``flowControl.saturationDetector``), if set.
     saturation_detector: tuple[str, str] | None = None
+    #: The decoded ``flowControl`` section, if present (honoured with the ``flowControl`` gate).
+    flow_control: FlowControlSpec | None = None
 
 
 def _feature_gates(root: Section) -> dict[str, bool]:
@@ -110,8 +113,6 @@ def _feature_gates(root: Section) -> dict[str, bool]:
             gates[name] = text in ("1", "t", "true")
         else:
             gates[name] = True
-    if gates["flowControl"]:
-        root.warn("featureGates", "flowControl is enabled, but ppc-extproc has no flow control: the gate has no effect")
     return gates
 
 
@@ -255,20 +256,25 @@ def _detector_ref(section: Section, key: str) -> tuple[str, str] | None:
     return f"{section.child_path(key)}.pluginRef", spec["pluginRef"]
 
 
-def _flow_control(root: Section, gates: dict[str, bool]) -> tuple[str, str] | None:
-    """Warn about what is ignored; return the saturation detector's (path, pluginRef), if any."""
+def _flow_control(root: Section, gates: dict[str, bool]) -> tuple[tuple[str, str] | None, FlowControlSpec | None]:
+    """The saturation detector's (path, pluginRef), if any, and the decoded section; warns as
+    llm-d does about a section the gate leaves off."""
     legacy = None
     if root.has("saturationDetector"):
         legacy = _detector_ref(root, "saturationDetector")
         root.warn("saturationDetector", "DEPRECATION: top-level saturationDetector is deprecated, use "
-                                        "flowControl.saturationDetector instead (ppc-extproc ignores both)")  # fmt: skip
+                                        "flowControl.saturationDetector instead. If both are set, the new field is "
+                                        "used.")  # fmt: skip
     current = None
+    spec = None
     if root.has("flowControl"):
         section = root.section("flowControl")
         current = _detector_ref(section, "saturationDetector")
-        if set(section.data) - {"saturationDetector"}:
-            root.warn("flowControl", "flow control is not implemented by ppc-extproc: the section is accepted and ignored")
-    return current or legacy  # llm-d: the new field wins
+        if set(section.data) - {"saturationDetector"} and not gates["flowControl"]:
+            root.warn("flowControl", "WARNING: the flowControl config section is set but the flowControl feature "
+                                     "gate is disabled; its settings (other than saturationDetector) are ignored")  # fmt: skip
+        spec = parse_flow_control(section)
+    return current or legacy, spec  # llm-d: the new field wins
 
 def parse_document(text: str, source: str = "<text>") -> ConfigDocument:
     """Decode a document. Raises ``ConfigError`` with the field's path."""
@@ -289,6 +295,7 @@ def parse_document(text: str, source: str = "<text>") -> ConfigDocument:
     profiles = _profile_specs(root)
     data_layer = _data_layer(root)
     parsers = _request_handler(root)
-    detector = _flow_control(root, gates)
+    detector, flow_control = _flow_control(root, gates)
     root.finish()
-    return ConfigDocument(api_version, gates, plugins, profiles, data_layer, parsers, root.warnings, detector)
+    return ConfigDocument(api_version, gates, plugins, profiles, data_layer, parsers, root.warnings, detector,
+                          flow_control)  # fmt: skip

@@ -27,6 +27,7 @@ import structlog
 
 from ppc_extproc.config.datalayer import DataLayer, SourcePlan, SourcesPlan, build_sources, wire_sources
 from ppc_extproc.config.document import ConfigDocument, PluginSpec, parse_document
+from ppc_extproc.config.flowcontrol import FlowControlPlan, resolve_flow_control
 from ppc_extproc.config.producers import order_producers, resolve_producers
 from ppc_extproc.errors import ConfigError
 from ppc_extproc.framework import (
@@ -85,6 +86,8 @@ class LoadedConfig:
     injected: list[str] = field(default_factory=list)
     #: plugin name → its path in the document (``plugins[i]``; injected: ``(injected)``)
     paths: dict[str, str] = field(default_factory=dict)
+    #: Admission and flow control (``flowControl`` and its feature gate).
+    flow_control: FlowControlPlan | None = None
 
 
 def default_config_text() -> str:
@@ -291,16 +294,6 @@ class _Builder:
             parsers.append(plugin)
         return parsers
 
-    def check_saturation_detector(self) -> None:
-        """llm-d resolves ``flowControl.saturationDetector`` (default ``utilization-detector``,
-        injected when absent); a reference to any other undefined plugin is an error."""
-        spec = self.document.saturation_detector
-        if spec is None:
-            return
-        path, ref = spec
-        if ref != "utilization-detector" and ref not in self.plugins:
-            raise ConfigError(path, f"saturation detector references undefined plugin '{ref}'")
-
     def discovery(self) -> Discovery | None:
         spec = self.document.data_layer.discovery
         if spec is None:
@@ -374,9 +367,9 @@ def load_config_text(text: str, source: str = "<text>", services: Services | Non
     services = services or Services()
     builder = _Builder(document, services)
     builder.build_plugins()
-    builder.check_saturation_detector()
     roles = builder.roles
     profiles = builder.build_profiles(roles)
+    flow_control = resolve_flow_control(builder)  # after the profiles: an injected detector is in none
     handler = builder.profile_handler(roles, profiles)
     parsers = builder.parsers()
     discovery = builder.discovery()
@@ -400,7 +393,7 @@ def load_config_text(text: str, source: str = "<text>", services: Services | Non
         source=source, plugins=builder.in_document_order(), roles=roles, pipeline=pipeline, profiles=profiles,
         handler=handler, data_layer=data_layer, discovery=discovery, services=services,
         feature_gates=document.feature_gates, warnings=builder.warnings, injected=builder.injected,
-        paths=builder.paths,
+        paths=builder.paths, flow_control=flow_control,
     )
     for warning in loaded.warnings:
         log.warning("config_warning", source=source, message=warning)

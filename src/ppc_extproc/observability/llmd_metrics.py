@@ -35,12 +35,14 @@ OUTPUT_TOKEN_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
 NTPOT_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
 SCHEDULER_BUCKETS = (0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1)
 
-#: llm-d's request labels beyond the model pair: no flow control here, so every request is in
-#: llm-d's default flow (``pkg/epp/metadata/consts.go``); priority is its InferenceObjective's (0 without one).
+#: llm-d's request labels beyond the model pair: the fairness id header's value, else llm-d's
+#: default flow (``pkg/epp/metadata/consts.go``); priority is its InferenceObjective's (0 without one).
 DEFAULT_FAIRNESS_ID = "default-flow"
 DEFAULT_PRIORITY = "0"
 #: cardinality.go: distinct model names kept as label values before the rest become ``other``.
 MAX_MODEL_LABEL_VALUES = 1000
+#: cardinality.go ``maxFairnessLabelValues``.
+MAX_FAIRNESS_LABEL_VALUES = 1000
 OVERFLOW_VALUE = "other"
 
 #: Our routing stages → llm-d's extension points (scheduler.go, requestcontrol/plugins.go).
@@ -135,7 +137,8 @@ class LlmdRequestMetrics(Collector):
     """Request-path families of llm-d and GIE, recorded per request and collected at scrape time."""
 
     def __init__(self, namespace: str = "") -> None:
-        self._series: dict[tuple[str, str, int], RequestSeries] = {}
+        self._series: dict[tuple[str, str, int, str], RequestSeries] = {}
+        self._fairness: set[str] = set()
         self._models: set[str] = set()
         self.namespace = namespace
         self.scheduler_e2e = _Hist(SCHEDULER_BUCKETS)
@@ -151,12 +154,18 @@ class LlmdRequestMetrics(Collector):
         self._models.add(model)
         return model
 
-    def series(self, model: str, target: str, priority: int = 0) -> RequestSeries:
-        """The series of a (model, target model, priority), created on first use (bounded)."""
-        key = (model, target, priority)
+    def series(self, model: str, target: str, priority: int = 0, fairness: str = DEFAULT_FAIRNESS_ID) -> RequestSeries:
+        """The series of a (model, target model, priority, fairness id), created on first use
+        (bounded: 1,000 model names and 1,000 fairness ids, then ``other``)."""
+        key = (model, target, priority, fairness)
         found = self._series.get(key)
         if found is None:
-            key = (self._bound(model), self._bound(target), priority)
+            if fairness not in self._fairness:
+                if len(self._fairness) >= MAX_FAIRNESS_LABEL_VALUES:
+                    fairness = OVERFLOW_VALUE
+                else:
+                    self._fairness.add(fairness)
+            key = (self._bound(model), self._bound(target), priority, fairness)
             found = self._series.get(key)
             if found is None:
                 found = self._series[key] = RequestSeries()
@@ -216,9 +225,9 @@ class LlmdRequestMetrics(Collector):
         # GIE's families carry no fairness/priority (histograms, errors): one sample per model pair.
         gie_hists: dict[tuple[str, str, int], _Hist] = {}
         gie_errors: dict[tuple[str, str, str], int] = {}
-        for (model, target, priority), s in list(self._series.items()):
+        for (model, target, priority, fairness), s in list(self._series.items()):
             pair = [model, target]
-            flow = [DEFAULT_FAIRNESS_ID, str(priority)]
+            flow = [fairness, str(priority)]
             gie_total.add_metric([*pair, str(priority)], s.requests)
             llmd_total.add_metric([*pair, *flow], s.requests)
             for code, n in s.errors.items():

@@ -99,6 +99,7 @@ _BUILTIN_MODULES = (
     "ppc_extproc.plugins.profile_handlers",
     "ppc_extproc.plugins.datalayer",
     "ppc_extproc.plugins.parsers",
+    "ppc_extproc.plugins.flowcontrol",
     "ppc_extproc.discovery",
 )
 

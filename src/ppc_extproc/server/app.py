@@ -41,6 +41,7 @@ from ppc_extproc.scheduling.router import Router
 from ppc_extproc.scheduling.saturation import SaturationDetector
 from ppc_extproc.server.admin import MetricsAuth, build_admin_app, plugin_state_json
 from ppc_extproc.server.extproc import ExternalProcessor
+from ppc_extproc.server.flow import build_admission
 from ppc_extproc.server.health import Background, Health, LeaderElection, ProbeHealthServicer
 from ppc_extproc.server.stream import BodyMode, StreamOptions
 
@@ -141,12 +142,15 @@ class Service:
             lambda: self.health.ready, leader_election=options.leader_election,
             is_leader=(lambda: elector.is_leader) if elector is not None else (lambda: True))
         self.health_port = 0
+        #: Admitters and flow control (None: neither is configured).
+        self.admission, self.flow_controller = build_admission(loaded, self.pool, self.registry, options.pool_name)
         stream_options = StreamOptions(
             options.max_body_bytes, options.default_body_mode, options.json_errors, options.usage_sample_rate,
             honour_subset=options.honour_subset, rewrites=options.rewrites, objectives=options.objectives,
             tracer=options.tracer,
             saturation=SaturationDetector(lambda: [e.id for e in self.pool.endpoints()],
                                           services.engine_metrics, self.router.inflight),
+            admission=self.admission,
         )
         self.extproc = ExternalProcessor(self.router, stream_options, self.metrics)
         self.grpc_port = 0
@@ -325,6 +329,8 @@ async def serve(
         await stop.wait()
         log.info("service_stopping", open_streams=service.extproc.active)
         await _drain(service, options.drain_timeout_seconds)
+        if service.flow_controller is not None:
+            service.flow_controller.close()  # still queued: 503 rejected-shutting-down
         discovery_stop.set()
     finally:
         await service.health.shutdown()

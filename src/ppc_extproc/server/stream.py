@@ -35,7 +35,10 @@ from envoy.service.ext_proc.v3.external_processor_pb2 import (
 )
 from google.protobuf.struct_pb2 import Struct
 
-from ppc_extproc.errors import PayloadTooLargeError, RequestError, SaturatedError
+from ppc_extproc.errors import PayloadTooLargeError, RequestError
+from ppc_extproc.flowcontrol.admission import fairness_id
+from ppc_extproc.flowcontrol.controller import Ticket
+from ppc_extproc.flowcontrol.types import DEFAULT_FLOW
 from ppc_extproc.framework import ResponseInfo
 from ppc_extproc.ids import EndpointId, destination_host_port, endpoint_id
 from ppc_extproc.observability.llmd_metrics import RequestSeries, error_code_for_status
@@ -44,6 +47,7 @@ from ppc_extproc.scheduling.objectives import OBJECTIVE_HEADERS
 from ppc_extproc.scheduling.router import Decision, Router
 from ppc_extproc.server import messages
 from ppc_extproc.server.assembly import assemble_request, streaming_prompt
+from ppc_extproc.server.flow import admit_and_route
 from ppc_extproc.server.model_name import ModelNameRewriter
 from ppc_extproc.server.stream_protocol import (
     MAX_REQUEST_ID_CHARS,
@@ -120,8 +124,10 @@ class ExtProcStream:
         #: llm-d's request families: this request's series, its arrival and its response size.
         self._series: RequestSeries | None = None
         #: (model, target model, priority) once the body is parsed: the labels of an early rejection.
-        self._labels: tuple[str, str, int] | None = None
+        self._labels: tuple[str, str, int, str] | None = None
         self._received = 0.0
+        #: Set when flow control dispatched this request: told where it went and when it ended.
+        self._ticket: Ticket | None = None
         self._response_bytes = 0
         self._sized = False
 
@@ -277,11 +283,10 @@ class ExtProcStream:
         if assembled.rewritten and assembled.body_model:
             self.model_back = ModelNameRewriter(request.model, assembled.body_model)
         priority = self._priority()
-        self._labels = (assembled.body_model, request.model, priority)
-        saturation = self.options.saturation
-        if priority < 0 and saturation is not None and saturation.saturated():
-            raise SaturatedError("system saturated, sheddable request dropped")
-        self.decision = await self.router.route(request, self._subset())
+        self._labels = (assembled.body_model, request.model, priority, fairness_id(self.headers))
+        self.decision, self._ticket = await admit_and_route(
+            self.router, self.options, request, self._subset(), self.headers, priority, len(body),
+            assembled.body_model, started - self._received)  # fmt: skip
         self.phase = _Phase.ROUTED
         self._series = self.metrics.llmd.series(*self._labels)
         extra = [*self._id_header(), *self.decision.result.headers]
@@ -305,7 +310,7 @@ class ExtProcStream:
         self.phase = _Phase.DONE
         outcome = "error" if error.status >= 500 and error.dropped_reason is None else "rejected"
         self.metrics.count_request(outcome, error.status)
-        series = self._series or self.metrics.llmd.series(*(self._labels or ("", "", 0)))
+        series = self._series or self.metrics.llmd.series(*(self._labels or ("", "", 0, DEFAULT_FLOW)))
         self.metrics.llmd.failed(series, error_code_for_status(error.status), running=self._series is not None)
         self._series = None  # counted: the stream's end records nothing more
         level = log.warning if error.status >= 500 else log.info
@@ -381,8 +386,11 @@ class ExtProcStream:
         decision = self.decision
         if decision is None:
             return
+
         self.metrics.count_request(self._outcome(cancelled), self.status or "none")
         usage = self.usage.finish() if self.usage is not None else None
+        if self._ticket is not None:
+            self._ticket.finished(usage.prompt_tokens if usage else None, usage.completion_tokens if usage else None)
         endpoint = self._served_endpoint(decision)
         record_completion(self.metrics, self._series, self.status, usage, decision.ctx.match_info(endpoint),
                           time.perf_counter() - self._received, self._response_bytes)

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from envoy.config.core.v3.base_pb2 import HeaderValue, Metadata
 
 from ppc_extproc.errors import ProtocolConfigError
+from ppc_extproc.flowcontrol.admission import Admission
 from ppc_extproc.observability.tracing import RequestTracer
 from ppc_extproc.scheduling.objectives import ModelRewrites, Objectives
 from ppc_extproc.scheduling.saturation import SaturationDetector
@@ -64,6 +65,8 @@ class StreamOptions:
     #: admission, ``pkg/epp/requestcontrol/admission.go``).
     objectives: Objectives | None = None
     saturation: SaturationDetector | None = None
+    #: Admitters and flow control (replaces ``saturation`` when set): may hold the request.
+    admission: Admission | None = None
     #: OpenTelemetry spans per request (``--tracing``); None: no per-request work.
     tracer: RequestTracer | None = None
 

@@ -1,7 +1,7 @@
 """llm-d's 19 sample EndpointPickerConfigs (``llm-d/llm-d-router: deploy/config/*.yaml``),
 restated here in flow style with the same plugin types, parameters, profiles and data layer.
 
-``LOADABLE`` (those without P/D or flow-control plugins not built yet) load, pass
+``LOADABLE`` (every sample without P/D plugins: flow control, GPU telemetry, multimodal) load, pass
 ``check-config``, and resolve to the pipeline asserted below (the estimate ``token-producer`` and
 the ``approx-prefix-cache-producer`` that llm-d creates for unnamed prefix scorers included). The
 others fail on their first unsupported type, naming its category, at that plugin's path.
@@ -152,6 +152,39 @@ plugins:
 schedulingProfiles:
 - {name: default, plugins: [{pluginRef: decode-filter}, {pluginRef: max-score-picker}, {pluginRef: prefix-cache-scorer, weight: 10}]}
 """,
+    "probabilistic-admitter-epp-config": """
+plugins:
+- {type: probabilistic-admitter}
+- {type: random-picker}
+- {type: utilization-detector, parameters: {queueDepthThreshold: 999999999, kvCacheUtilThreshold: 1.0}}
+flowControl: {saturationDetector: {pluginRef: utilization-detector}}
+schedulingProfiles:
+- {name: default, plugins: [{pluginRef: random-picker}]}
+""",
+    "sim-program-aware-config": """
+plugins:
+- {type: program-aware-fairness}
+- {type: queue-scorer}
+- {type: max-score-picker}
+- {type: single-profile-handler}
+featureGates: [flowControl]
+flowControl: {defaultPriorityBand: {fairnessPolicyRef: program-aware-fairness}}
+schedulingProfiles:
+- {name: default, plugins: [{pluginRef: queue-scorer}, {pluginRef: max-score-picker}]}
+""",
+    "soft-reflective-ceiling-epp-config": """
+featureGates: [flowControl]
+plugins:
+- {type: queue-scorer}
+- {type: kv-cache-utilization-scorer}
+- {type: prefix-cache-scorer}
+- {type: soft-reflective-ceiling-policy}
+schedulingProfiles:
+- name: default
+  plugins: [{pluginRef: queue-scorer, weight: 2.0}, {pluginRef: kv-cache-utilization-scorer, weight: 2.0},
+            {pluginRef: prefix-cache-scorer, weight: 3.0}]
+flowControl: {usageLimitPolicyPluginRef: soft-reflective-ceiling-policy}
+""",
     "sim-epp-gpu-config": """
 plugins:
 - {type: dcgm-data-source, name: dcgm-source, parameters: {port: 9400, interval: "1s"}}
@@ -274,6 +307,26 @@ EXPECTED: dict[str, dict[str, Any]] = {
         "producers": ["token-producer[vllm]", "precise-prefix-cache-producer"],
         "sources": {IMPLICIT: ["precise-prefix-cache-producer"]},
     },
+    # flow control: the detector and the admitter read engine metrics, so a metrics source is made
+    "probabilistic-admitter-epp-config": {
+        "handler": "single-profile-handler",
+        "profiles": {"default": {"filters": [], "scorers": [], "picker": "random-picker"}},
+        "producers": ["inflight-load-producer"],  # for the metrics source
+        "sources": METRICS,
+    },
+    "sim-program-aware-config": {
+        "handler": "single-profile-handler",
+        "profiles": _profile([("queue-scorer", 1.0)], filters=()),
+        "producers": ["inflight-load-producer"],
+        "sources": METRICS,
+    },
+    "soft-reflective-ceiling-epp-config": {
+        "handler": "single-profile-handler",
+        "profiles": _profile([("queue-scorer", 2.0), ("kv-cache-utilization-scorer", 2.0), ("prefix-cache-scorer", 3.0)],
+                             filters=()),
+        "producers": [*_APPROX_CHAIN, "inflight-load-producer"],
+        "sources": {IMPLICIT: ["approx-prefix-cache-producer"], **METRICS},
+    },
     "sim-epp-gpu-config": {
         "handler": "single-profile-handler",
         "profiles": _profile(
@@ -343,15 +396,6 @@ schedulingProfiles:
   plugins: [{pluginRef: decode-filter}, {pluginRef: max-score-picker}, {pluginRef: prefix-cache-scorer, weight: 2},
             {pluginRef: queue-scorer, weight: 1}]
 """,
-    "probabilistic-admitter-epp-config": """
-plugins:
-- {type: probabilistic-admitter}
-- {type: random-picker}
-- {type: utilization-detector, parameters: {queueDepthThreshold: 999999999, kvCacheUtilThreshold: 1.0}}
-flowControl: {saturationDetector: {pluginRef: utilization-detector}}
-schedulingProfiles:
-- {name: default, plugins: [{pluginRef: random-picker}]}
-""",
     "sim-e-p-d-epp-config": """
 plugins:
 - {type: queue-scorer}
@@ -390,42 +434,15 @@ plugins:
 - {type: prefix-based-pd-decider, parameters: {nonCachedTokens: 16}}
 - {type: disagg-profile-handler, parameters: {deciders: {prefill: prefix-based-pd-decider}}}
 """ + PD_PROFILES,
-    "sim-program-aware-config": """
-plugins:
-- {type: program-aware-fairness}
-- {type: queue-scorer}
-- {type: max-score-picker}
-- {type: single-profile-handler}
-featureGates: [flowControl]
-flowControl: {defaultPriorityBand: {fairnessPolicyRef: program-aware-fairness}}
-schedulingProfiles:
-- {name: default, plugins: [{pluginRef: queue-scorer}, {pluginRef: max-score-picker}]}
-""",
-    "soft-reflective-ceiling-epp-config": """
-featureGates: [flowControl]
-plugins:
-- {type: queue-scorer}
-- {type: kv-cache-utilization-scorer}
-- {type: prefix-cache-scorer}
-- {type: soft-reflective-ceiling-policy}
-schedulingProfiles:
-- name: default
-  plugins: [{pluginRef: queue-scorer, weight: 2.0}, {pluginRef: kv-cache-utilization-scorer, weight: 2.0},
-            {pluginRef: prefix-cache-scorer, weight: 3.0}]
-flowControl: {usageLimitPolicyPluginRef: soft-reflective-ceiling-policy}
-""",
 }
 
 #: config → (field path, first unsupported type, its category)
 FIRST_UNSUPPORTED: dict[str, tuple[str, str, str]] = {
     "pd-epp-config": ("plugins[3].type", "prefill-filter", "P/D disaggregation"),
     "pd-topology-epp-config": ("plugins[3].type", "prefill-filter", "P/D disaggregation"),
-    "probabilistic-admitter-epp-config": ("plugins[0].type", "probabilistic-admitter", "admission"),
     "sim-e-p-d-epp-config": ("plugins[1].type", "encode-filter", "P/D disaggregation"),
     "sim-e-pd-epp-config": ("plugins[0].type", "encode-filter", "P/D disaggregation"),
     "sim-pd-epp-config": ("plugins[3].type", "prefill-filter", "P/D disaggregation"),
-    "sim-program-aware-config": ("plugins[0].type", "program-aware-fairness", "flow control"),
-    "soft-reflective-ceiling-epp-config": ("plugins[3].type", "soft-reflective-ceiling-policy", "flow control"),
 }
 #: The two samples still written against the deprecated API group.
 API_VERSIONS = {"probabilistic-admitter-epp-config": DEPRECATED_API, "sim-program-aware-config": DEPRECATED_API}

@@ -102,8 +102,8 @@ plugins:
 def test_feature_gates(gates: str, expected: dict[str, bool]) -> None:
     loaded = load(MAX_SCORE + f"featureGates: {gates}\n")
     assert loaded.feature_gates == expected
-    # ppc-extproc has no flow control: enabling the gate is accepted and called out, once
-    assert len(loaded.warnings) == (1 if expected["flowControl"] else 0)
+    assert loaded.warnings == []
+    assert loaded.flow_control is not None and loaded.flow_control.enabled is expected["flowControl"]
 
 
 @pytest.mark.parametrize(
@@ -121,7 +121,8 @@ def test_feature_gate_errors_are_llm_d_s(gate: str, message: str) -> None:
 
 # --- flowControl (TestFlowControlConfigIgnoredWarning) ----------------------------------------------
 
-FLOW_CONTROL_IGNORED = "flowControl: flow control is not implemented by ppc-extproc: the section is accepted and ignored"
+FLOW_CONTROL_IGNORED = ("flowControl: WARNING: the flowControl config section is set but the flowControl feature gate is "
+                        "disabled; its settings (other than saturationDetector) are ignored")
 
 
 @pytest.mark.parametrize(
