@@ -10,6 +10,8 @@ pkg/epp/datalayer/data_graph.go``), with ppc-extproc's differences:
   scorer reads it (a ``prefix-cache-scorer`` without ``prefixMatchInfoProducerName``), with a
   warning when a precise producer is configured — that silent misconfiguration costs llm-d users
   their precise routing.
+* ``MultiModalEncoderCacheMatchInfoKey/mm-embeddings-cache-producer``: created with defaults when
+  a scorer reads it and none of that name is configured, as llm-d's default producer.
 * ``InFlightLoadDataKey/inflight-load-producer``: created when a consumer reads it (the load
   scorers, the affinity filter, a metrics source's adaptive polling) and none of that name is
   configured, as llm-d's default producers; a consumer naming another producer that does not
@@ -47,6 +49,7 @@ from ppc_extproc.framework import (
     plays,
 )
 from ppc_extproc.plugins.producers.inflight_load import INFLIGHT_LOAD_PRODUCER
+from ppc_extproc.plugins.producers.mm_embeddings_cache import MM_EMBEDDINGS_CACHE_PRODUCER, MM_ENCODER_CACHE_MATCH_INFO
 from ppc_extproc.scheduling.router import AsyncProducerStep, ProducerStep
 
 __all__ = ["APPROXIMATE_PRODUCER", "order_producers", "resolve_producers"]
@@ -117,7 +120,7 @@ def resolve_producers(builder: LoaderState, layer: SourcesPlan, inject_defaults:
     while True:
         produced = _produced(roles.producers)
         precise = [p.name for p in roles.producers if p.type_name == PRECISE_PRODUCER]
-        if _inject_in_flight_load(builder, produced):
+        if _inject_in_flight_load(builder, produced) or _inject_mm_cache(builder, produced):
             continue
         missing: tuple[DataConsumer, Consumes[object]] | None = None
         for consumer, need in _needs(roles.consumers, PREFIX_CACHE_MATCH_INFO):
@@ -172,6 +175,15 @@ def _inject_in_flight_load(builder: LoaderState, produced: set[DataKey[object]])
     return False
 
 
+def _inject_mm_cache(builder: LoaderState, produced: set[DataKey[object]]) -> bool:
+    """llm-d's default producer of encoder-cache match info, for a scorer reading it; True when created."""
+    for consumer, need in _needs(builder.roles.consumers, MM_ENCODER_CACHE_MATCH_INFO):
+        if need.required and need.producer == MM_EMBEDDINGS_CACHE_PRODUCER and not any(need.satisfied_by(k) for k in produced):
+            builder.inject(MM_EMBEDDINGS_CACHE_PRODUCER, MM_EMBEDDINGS_CACHE_PRODUCER, f"{need}, consumed by {consumer.name}")
+            return True
+    return False
+
+
 def _check_required(builder: LoaderState) -> None:
     """Every other required need has a producer (token ids may come in the body, engine metrics
     from the data layer, match info was resolved above)."""
@@ -203,7 +215,8 @@ def _warn_unread(builder: LoaderState) -> None:
 
 def _resolve_engine_metrics(builder: LoaderState, layer: SourcesPlan, inject_defaults: bool) -> None:
     readers = [c.name for c, need in _needs(builder.roles.consumers, ENGINE_METRICS) if need.required]
-    if not readers or layer.metrics_extractors():
+    # Only the core extractor writes engine metrics (a dcgm-extractor under its own source does not).
+    if not readers or any(e.type_name == METRICS_EXTRACTOR for e in layer.metrics_extractors()):
         return
     if not inject_defaults:
         builder.warnings.append(

@@ -9,12 +9,20 @@ package starts nothing.
 
 from __future__ import annotations
 
+from ppc_extproc.enginemetrics.attributes import (
+    CORE_METRICS_EXTRACTOR,
+    AttributeStore,
+    attribute_key,
+    read_scalar,
+    resolve_attribute,
+)
 from ppc_extproc.enginemetrics.parse import (
     BUILTIN_ENGINES,
     VLLM,
     EngineMapping,
     MetricSpec,
     ParsedMetrics,
+    family_samples,
     parse_engine_metrics,
     parse_vllm_metrics,
 )
@@ -27,14 +35,20 @@ from ppc_extproc.enginemetrics.types import (
 
 __all__ = [
     "BUILTIN_ENGINES",
+    "CORE_METRICS_EXTRACTOR",
     "DEFAULT_STALE_AFTER_SECONDS",
     "VLLM",
+    "AttributeStore",
     "EngineMapping",
     "EngineMetrics",
     "EngineMetricsReader",
     "EngineMetricsStore",
     "MetricSpec",
     "ParsedMetrics",
+    "attribute_key",
+    "family_samples",
     "parse_engine_metrics",
     "parse_vllm_metrics",
+    "read_scalar",
+    "resolve_attribute",
 ]

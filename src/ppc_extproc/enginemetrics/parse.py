@@ -34,6 +34,7 @@ __all__ = [
     "EngineMapping",
     "MetricSpec",
     "ParsedMetrics",
+    "family_samples",
     "parse_engine_metrics",
     "parse_labels",
     "parse_vllm_metrics",
@@ -214,6 +215,12 @@ def _samples(data: bytes, spec: MetricSpec) -> Iterator[tuple[bytes, float]]:
         line = data.find(b"\n", match.end()) + 1
         if line == 0 or not data.startswith(name, line):
             return
+
+
+def family_samples(body: bytes, spec: MetricSpec) -> Iterator[tuple[dict[str, str], float]]:
+    """(labels, value) of every series of ``spec``'s family carrying its labels (NaN skipped)."""
+    for raw, value in _samples(body, spec):
+        yield dict(_labels(raw)), value
 
 
 def _present(data: bytes, spec: MetricSpec) -> bool:

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import ClassVar, Protocol, TypeVar
 
-from ppc_extproc.enginemetrics import EngineMetricsStore
+from ppc_extproc.enginemetrics import AttributeStore, EngineMetricsStore
 from ppc_extproc.errors import ConfigError
 from ppc_extproc.framework import Consumes, EndpointSource, InFlightLoad, Plugin, PollingSource
 from ppc_extproc.framework.params import Section
@@ -55,6 +55,8 @@ class Services:
     engine_metrics: EngineMetricsStore = field(default_factory=EngineMetricsStore)
     #: Which endpoints may receive traffic: KV-event, metrics and response evidence.
     health: EndpointHealth = field(default_factory=EndpointHealth)
+    #: Scalar endpoint attributes other extractors write (``dcgm-extractor``'s GPU utilisation).
+    attributes: AttributeStore = field(default_factory=AttributeStore)
 
 
 class PluginFactory(Protocol):

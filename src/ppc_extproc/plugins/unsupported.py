@@ -13,7 +13,6 @@ _PD = "P/D disaggregation"
 _FLOW = "flow control"
 _ADMISSION = "admission"
 _GPU = "GPU telemetry"
-_MM = "multimodal"
 _LATENCY = "latency prediction"
 _OTHER = "routing"
 
@@ -24,13 +23,7 @@ UNSUPPORTED_TYPES: dict[str, tuple[str, str]] = {
     "latency-slo-admitter": (_ADMISSION, "rejects requests whose predicted latency misses their SLO"),
     "sheddable-filter": (_FLOW, "selects sheddable requests for eviction"),
     "priority-then-time-ordering": (_FLOW, "eviction order by priority, then age"),
-    "dcgm-data-source": (_GPU, "polls the DCGM exporter for GPU telemetry"),
-    "dcgm-extractor": (_GPU, "reads DCGM_FI_DEV_GPU_UTIL into an endpoint's GPU utilisation"),
-    "endpoint-attribute-filter": (_GPU, "threshold filter on a scalar endpoint attribute"),
-    "endpoint-attribute-scorer": (_GPU, "linear score of a scalar endpoint attribute"),
     "utilization-filter": (_GPU, "drops endpoints above a utilisation threshold"),
-    "mm-embeddings-cache-producer": (_MM, "remembers which pods hold which multimodal encoder outputs"),
-    "mm-embeddings-cache-scorer": (_MM, "scores pods by the multimodal items they already encoded"),
     "predicted-latency-producer": (_LATENCY, "predicts TTFT and TPOT per endpoint with a trained model"),
     "latency-scorer": (_LATENCY, "scores endpoints by predicted latency"),
     "slo-headroom-tier-filter": (_LATENCY, "keeps endpoints with SLO headroom"),
@@ -40,7 +33,6 @@ UNSUPPORTED_TYPES: dict[str, tuple[str, str]] = {
     "header-label-affinity-scorer": (_OTHER, "prefers endpoints whose labels match request headers"),
     "header-profile-handler": (_OTHER, "picks the scheduling profile from a request header"),
     "context-length-aware": (_OTHER, "routes by prompt length to endpoints sized for it"),
-    "lora-affinity-scorer": (_OTHER, "prefers endpoints with the request's LoRA adapter loaded"),
     "models-data-source": (_OTHER, "polls engines' /v1/models"),
     "models-data-extractor": (_OTHER, "reads the served models per endpoint"),
     "request-attribute-reporter": (_OTHER, "reports request attributes to the data plane"),

@@ -177,6 +177,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "0 = one write per token (default %(default)s)",
     )
     parser.add_argument(
+        "--metrics-update-ms",
+        type=non_negative_float,
+        default=d.metrics_update_interval_s * 1e3,
+        help="/metrics gauges (running, waiting, KV usage) are a snapshot at most this old, as vLLM "
+        "updates them once per engine step; 0 = live (default %(default)s)",
+    )
+    parser.add_argument(
         "--tokenizer",
         default=None,
         metavar="DIR",
@@ -206,6 +213,7 @@ def options_from_args(args: argparse.Namespace) -> MockVllmOptions:
         prefill_tokens_per_s=args.prefill_tokens_per_s,
         decode_ms_per_token=args.decode_ms_per_token,
         seed=args.seed,
+        metrics_update_interval_s=args.metrics_update_ms / 1e3,
         kv_events_endpoint=args.kv_events_endpoint,
         replay_endpoint=args.replay_endpoint or None,
         replay_format=args.replay_format,

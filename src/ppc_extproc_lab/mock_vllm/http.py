@@ -9,8 +9,10 @@ with ``--tokenizer`` the text routes of :mod:`~ppc_extproc_lab.mock_vllm.text`).
 "kv_events": false}``: answer completions / ``/metrics`` with that status, close the KV-event
 publisher for good; ``null`` statuses clear), ``POST /mock/match`` (``{"prompt" | "messages", "cache_salt"?}`` →
 ``{"cached_tokens", "matched_tokens", "block_size"}``, no side effects; ``messages`` need
-``--tokenizer``) and ``GET /mock/state``. Every response carries ``x-mock-vllm-endpoint``, a P/D
-leg's also ``x-mock-vllm-kv-transfer`` (:mod:`~ppc_extproc_lab.mock_vllm.kv_transfer`).
+``--tokenizer``), ``GET /mock/state``, and the overload lab's ``GET /mock/scrapes`` and
+``POST /mock/metrics-stall`` (:mod:`~ppc_extproc_lab.mock_vllm.scrapes`). Every response carries
+``x-mock-vllm-endpoint``, a P/D leg's also ``x-mock-vllm-kv-transfer``
+(:mod:`~ppc_extproc_lab.mock_vllm.kv_transfer`).
 
 Streaming: one SSE ``data: <json>\\n\\n`` chunk per output token, each sent no earlier than the
 token's simulated time; chunks due together are written together and the writer wakes at
@@ -47,8 +49,9 @@ from ppc_extproc_lab.mock_vllm.kv_transfer import (
     record_request,
     response_params,
 )
-from ppc_extproc_lab.mock_vllm.metrics import engine_registry
+from ppc_extproc_lab.mock_vllm.metrics import EngineCollector, engine_registry
 from ppc_extproc_lab.mock_vllm.peer_probes import add_peer_probe_routes
+from ppc_extproc_lab.mock_vllm.scrapes import SCRAPES, ScrapeLog, add_scrape_routes
 from ppc_extproc_lab.mock_vllm.streaming import ENGINE, STREAM_INTERVAL, STREAM_MIN_INTERVAL_S, TOKENIZER, sse_stream
 from ppc_extproc_lab.mock_vllm.text import add_text_routes, chat_ids
 
@@ -238,9 +241,14 @@ async def version(request: web.Request) -> web.Response:
 async def metrics(request: web.Request) -> web.Response:
     info = request.app[_INFO]
     info["metrics_requests"] += 1
+    log = request.app[SCRAPES]
+    assert isinstance(log, ScrapeLog)
+    if log.stalled and not await log.wait_unstalled():
+        return web.Response(status=503, text="stalled by POST /mock/metrics-stall")
     if status := info["faults"]["metrics_status"]:
         return web.Response(status=status, text="injected by POST /mock/faults")
     body = generate_latest(info["registry"])
+    log.record()
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
@@ -344,9 +352,12 @@ def create_app(
     tokenizer: LocalTokenizer | None = None,
     stream_interval_s: float = STREAM_MIN_INTERVAL_S,
     kv_engine_id: str | None = None,
+    metrics_update_interval_s: float = 0.0,
 ) -> web.Application:
     """The aiohttp application serving ``engine`` as ``advertised_endpoint`` (``ip:port``);
-    ``kv_engine_id`` names it in prefill legs' ``kv_transfer_params`` (default a uuid4, as vLLM)."""
+    ``kv_engine_id`` names it in prefill legs' ``kv_transfer_params`` (default a uuid4, as vLLM);
+    its gauges lag by up to ``metrics_update_interval_s`` (vLLM's per-step update)."""
+    collector = EngineCollector(engine, engine_index, metrics_update_interval_s)
     app = web.Application(client_max_size=64 * 1024 * 1024)
     app[ENGINE] = engine
     app[REQUEST_LOG] = RequestLog()
@@ -362,7 +373,7 @@ def create_app(
         "event_encoding": event_encoding,
         "kv_events_config": kv_events_config
         or {"enable_kv_cache_events": False, "publisher": "null"},
-        "registry": engine_registry(engine, engine_index),
+        "registry": engine_registry(engine, engine_index, collector),
         #: ``GET /metrics`` requests served (shown in ``/mock/state``: who polls this engine).
         "metrics_requests": 0,
         #: Injected by ``POST /mock/faults``.
@@ -388,6 +399,7 @@ def create_app(
     app.router.add_post("/mock/match", mock_match)
     app.router.add_get("/mock/state", mock_state)
     app.router.add_get("/mock/requests", mock_requests)
+    add_scrape_routes(app, ScrapeLog(engine, collector))
     if tokenizer is not None:
         add_text_routes(app, tokenizer)  # /tokenize with the real tokenizer among them
     else:

@@ -8,10 +8,16 @@ Exported (labels ``model_name`` and ``engine``, like vLLM V1):
 * ``vllm:prefix_cache_queries_total`` / ``vllm:prefix_cache_hits_total`` — prompt tokens
   queried and served from the prefix cache (counters);
 * ``vllm:prompt_tokens_total`` / ``vllm:generation_tokens_total`` (counters).
+
+Lag: vLLM sets its gauges from each engine step's ``SchedulerStats``
+(``vllm/v1/metrics/loggers.py``, ``PrometheusStatLogger.record``), so a scrape sees the state as
+of the last step. With ``update_interval_s`` > 0 the running/waiting/KV-usage gauges are a
+snapshot taken at most that often (the step time), held in between; 0 reads the engine live.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry
@@ -28,14 +34,26 @@ _LABELS = ["model_name", "engine"]
 class EngineCollector(Collector):
     """Yields the engine's vLLM metrics on every scrape (no per-request bookkeeping)."""
 
-    def __init__(self, engine: MockEngine, engine_index: int = 0) -> None:
+    def __init__(self, engine: MockEngine, engine_index: int = 0, update_interval_s: float = 0.0) -> None:
         self._engine = engine
         self._values = [engine.config.model, str(engine_index)]
+        self.update_interval_s = update_interval_s
+        #: (taken at, running, waiting, KV usage): what the gauges show.
+        self._snapshot: tuple[float, int, int, float] | None = None
+
+    def gauges(self) -> tuple[int, int, float]:
+        """(running, waiting, KV usage) as a scrape now shows them (a held snapshot when lagging)."""
+        now = time.monotonic()
+        snap = self._snapshot
+        if snap is None or now - snap[0] >= self.update_interval_s:
+            eng = self._engine
+            snap = self._snapshot = (now, eng.num_running, eng.num_waiting, eng.cache.stats().usage)
+        return snap[1], snap[2], snap[3]
 
     def collect(self) -> Iterator[Metric]:
         eng = self._engine
-        stats = eng.cache.stats()
         vals = self._values
+        running, waiting, usage = self.gauges()
 
         def gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
             g = GaugeMetricFamily(name, doc, labels=_LABELS)
@@ -50,15 +68,15 @@ class EngineCollector(Collector):
         yield gauge(
             "vllm:num_requests_running",
             "Number of requests in model execution batches.",
-            eng.num_running,
+            running,
         )
         yield gauge(
             "vllm:num_requests_waiting",
             "Number of requests waiting to be processed.",
-            eng.num_waiting,
+            waiting,
         )
         yield gauge(
-            "vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", stats.usage
+            "vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", usage
         )
         info = GaugeMetricFamily(
             "vllm:cache_config_info",
@@ -90,8 +108,8 @@ class EngineCollector(Collector):
         )
 
 
-def engine_registry(engine: MockEngine, engine_index: int = 0) -> CollectorRegistry:
-    """A fresh registry holding only this engine's metrics."""
+def engine_registry(engine: MockEngine, engine_index: int = 0, collector: EngineCollector | None = None) -> CollectorRegistry:
+    """A fresh registry holding only this engine's metrics (``collector``, or a live one)."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(EngineCollector(engine, engine_index))
+    registry.register(collector or EngineCollector(engine, engine_index))
     return registry

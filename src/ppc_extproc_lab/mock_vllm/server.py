@@ -79,6 +79,8 @@ class MockVllmOptions:
     distinct_hosts: bool = False
     #: Minimum spacing of a stream's writes; 0 ⇒ one write per token.
     stream_interval_s: float = 0.02
+    #: ``/metrics`` gauges are a snapshot at most this old (vLLM updates them per engine step).
+    metrics_update_interval_s: float = 0.0
     #: HF model directory (``tokenizer.json`` + chat template): text, chat and messages are
     #: tokenized with it and the render/tokenize routes are served; None ⇒ UTF-8 bytes as ids.
     tokenizer: str | None = None
@@ -262,6 +264,7 @@ async def _start_engine(options: MockVllmOptions, index: int, tokenizer: LocalTo
             engine_index=index,
             tokenizer=tokenizer,
             stream_interval_s=options.stream_interval_s,
+            metrics_update_interval_s=options.metrics_update_interval_s,
         )
         runner = web.AppRunner(app, shutdown_timeout=0.5, access_log=None)
         await runner.setup()

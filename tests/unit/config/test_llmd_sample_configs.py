@@ -1,11 +1,10 @@
 """llm-d's 19 sample EndpointPickerConfigs (``llm-d/llm-d-router: deploy/config/*.yaml``),
 restated here in flow style with the same plugin types, parameters, profiles and data layer.
 
-The seventeen without GPU telemetry or multimodal-cache plugins (the five P/D and three
-flow-control ones included) load, pass ``check-config``, and resolve to the pipeline asserted below
-(the estimate ``token-producer`` and the ``approx-prefix-cache-producer`` that llm-d creates for
-unnamed prefix scorers and deciders included). The other two fail on their first unsupported type,
-naming its category, at that plugin's path.
+All nineteen (P/D, flow control, GPU telemetry and the multimodal cache included) load, pass
+``check-config``, and resolve to the pipeline asserted below (the estimate ``token-producer`` and
+the ``approx-prefix-cache-producer`` that llm-d creates for unnamed prefix scorers and deciders
+included).
 """
 
 from __future__ import annotations
@@ -15,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from epp_helpers import check_config, config_error, epp, pipeline, router_for
+from epp_helpers import check_config, epp, pipeline, router_for
 
 from ppc_extproc.config.epp import load_config_text
 from ppc_extproc.framework import Endpoint, LLMRequest
@@ -28,7 +27,7 @@ DEPRECATED_API = "inference.networking.x-k8s.io/v1alpha1"
 IMPLICIT = "(implicit) endpoint-notification-source"
 METRICS = {"metrics-data-source": ["core-metrics-extractor"]}
 
-# --- the seventeen that load ----------------------------------------------------------------------
+# --- all nineteen load ----------------------------------------------------------------------
 
 #: The prefill and decode profiles of the P/D samples.
 PD_PROFILES = """\
@@ -268,6 +267,61 @@ schedulingProfiles:
             {pluginRef: prefix-cache-scorer, weight: 3.0}]
 flowControl: {usageLimitPolicyPluginRef: soft-reflective-ceiling-policy}
 """,
+    "sim-epp-gpu-config": """
+plugins:
+- {type: dcgm-data-source, name: dcgm-source, parameters: {port: 9400, interval: "1s"}}
+- {type: dcgm-extractor, name: dcgm-extractor}
+- type: endpoint-attribute-filter
+  name: gpu-utilization-filter
+  parameters:
+    attribute: GPUUtilization
+    producer: dcgm-extractor
+    onMissing: Pass
+    fallbackOnEmpty: true
+    algorithm: {type: threshold, threshold: {operator: LessThanOrEqual, value: 0.90}}
+- type: endpoint-attribute-scorer
+  name: gpu-utilization-scorer
+  parameters:
+    attributeKey: GPUUtilization
+    producer: dcgm-extractor
+    algorithm: {type: linear_lower_is_better, normalization: {fixedRange: {min: 0.0, max: 1.0}}}
+- {type: kv-cache-utilization-scorer}
+- {type: max-score-picker}
+- {type: single-profile-handler}
+- {type: decode-filter}
+dataLayer: {sources: [{pluginRef: dcgm-source, extractors: [{pluginRef: dcgm-extractor}]}]}
+schedulingProfiles:
+- name: default
+  plugins: [{pluginRef: decode-filter}, {pluginRef: gpu-utilization-filter},
+            {pluginRef: gpu-utilization-scorer, weight: 2.0}, {pluginRef: kv-cache-utilization-scorer, weight: 1.0},
+            {pluginRef: max-score-picker}]
+""",
+    "epp-mm-embeddings-cache-config": """
+plugins:
+- {type: token-producer, parameters: {modelName: hf-repo/model-name, vllm: {url: "http://localhost:8000"}}}
+- {type: endpoint-notification-source}
+- {type: metrics-data-source}
+- {type: core-metrics-extractor}
+- {type: mm-embeddings-cache-producer, parameters: {cacheSizeInMB: 2048}}
+- {type: mm-embeddings-cache-scorer}
+- type: precise-prefix-cache-producer
+  parameters: {tokenProcessorConfig: {blockSize: 64}, indexerConfig: {kvBlockIndexConfig: {enableMetrics: true}}}
+- {type: prefix-cache-scorer, parameters: {prefixMatchInfoProducerName: precise-prefix-cache-producer}}
+- {type: queue-scorer}
+- {type: max-score-picker}
+- {type: single-profile-handler}
+- {type: decode-filter}
+dataLayer:
+  sources:
+  - {pluginRef: metrics-data-source, extractors: [{pluginRef: core-metrics-extractor}]}
+  - {pluginRef: endpoint-notification-source,
+     extractors: [{pluginRef: mm-embeddings-cache-producer}, {pluginRef: precise-prefix-cache-producer}]}
+schedulingProfiles:
+- name: default
+  plugins: [{pluginRef: decode-filter}, {pluginRef: prefix-cache-scorer, weight: 10},
+            {pluginRef: mm-embeddings-cache-scorer, weight: 4}, {pluginRef: queue-scorer, weight: 1},
+            {pluginRef: max-score-picker}]
+""",
 }
 
 
@@ -392,100 +446,45 @@ EXPECTED: dict[str, dict[str, Any]] = {
         "producers": [*_APPROX_CHAIN, "inflight-load-producer"],
         "sources": {IMPLICIT: ["approx-prefix-cache-producer"], **METRICS},
     },
+    "sim-epp-gpu-config": {
+        "handler": "single-profile-handler",
+        "profiles": _profile(
+            [("gpu-utilization-scorer", 2.0), ("kv-cache-utilization-scorer", 1.0)],
+            filters=("decode-filter", "gpu-utilization-filter"),
+        ),
+        "producers": ["inflight-load-producer"],  # for the metrics source
+        # the kv-cache scorer's engine metrics: llm-d injects the metrics source beside DCGM's too
+        "sources": {"dcgm-source": ["dcgm-extractor"], **METRICS},
+    },
+    "epp-mm-embeddings-cache-config": {
+        "handler": "single-profile-handler",
+        "profiles": _profile(
+            [("prefix-cache-scorer", 10.0), ("mm-embeddings-cache-scorer", 4.0), ("queue-scorer", 1.0)]
+        ),
+        "producers": ["token-producer[vllm]", "mm-embeddings-cache-producer", "precise-prefix-cache-producer",
+                      "inflight-load-producer"],
+        "sources": {"endpoint-notification-source": ["mm-embeddings-cache-producer", "precise-prefix-cache-producer"],
+                    **METRICS},
+    },
 }
 
-# --- the two that name their first unsupported type ------------------------------------------------
-
-UNSUPPORTED: dict[str, str] = {
-    "sim-epp-gpu-config": """
-plugins:
-- {type: dcgm-data-source, name: dcgm-source, parameters: {port: 9400, interval: "1s"}}
-- {type: dcgm-extractor, name: dcgm-extractor}
-- type: endpoint-attribute-filter
-  name: gpu-utilization-filter
-  parameters:
-    attribute: GPUUtilization
-    producer: dcgm-extractor
-    onMissing: Pass
-    fallbackOnEmpty: true
-    algorithm: {type: threshold, threshold: {operator: LessThanOrEqual, value: 0.90}}
-- type: endpoint-attribute-scorer
-  name: gpu-utilization-scorer
-  parameters:
-    attributeKey: GPUUtilization
-    producer: dcgm-extractor
-    algorithm: {type: linear_lower_is_better, normalization: {fixedRange: {min: 0.0, max: 1.0}}}
-- {type: kv-cache-utilization-scorer}
-- {type: max-score-picker}
-- {type: single-profile-handler}
-- {type: decode-filter}
-dataLayer: {sources: [{pluginRef: dcgm-source, extractors: [{pluginRef: dcgm-extractor}]}]}
-schedulingProfiles:
-- name: default
-  plugins: [{pluginRef: decode-filter}, {pluginRef: gpu-utilization-filter},
-            {pluginRef: gpu-utilization-scorer, weight: 2.0}, {pluginRef: kv-cache-utilization-scorer, weight: 1.0},
-            {pluginRef: max-score-picker}]
-""",
-    "epp-mm-embeddings-cache-config": """
-plugins:
-- {type: token-producer, parameters: {modelName: hf-repo/model-name, vllm: {url: "http://localhost:8000"}}}
-- {type: endpoint-notification-source}
-- {type: metrics-data-source}
-- {type: core-metrics-extractor}
-- {type: mm-embeddings-cache-producer, parameters: {cacheSizeInMB: 2048}}
-- {type: mm-embeddings-cache-scorer}
-- type: precise-prefix-cache-producer
-  parameters: {tokenProcessorConfig: {blockSize: 64}, indexerConfig: {kvBlockIndexConfig: {enableMetrics: true}}}
-- {type: prefix-cache-scorer, parameters: {prefixMatchInfoProducerName: precise-prefix-cache-producer}}
-- {type: queue-scorer}
-- {type: max-score-picker}
-- {type: single-profile-handler}
-- {type: decode-filter}
-dataLayer:
-  sources:
-  - {pluginRef: metrics-data-source, extractors: [{pluginRef: core-metrics-extractor}]}
-  - {pluginRef: endpoint-notification-source,
-     extractors: [{pluginRef: mm-embeddings-cache-producer}, {pluginRef: precise-prefix-cache-producer}]}
-schedulingProfiles:
-- name: default
-  plugins: [{pluginRef: decode-filter}, {pluginRef: prefix-cache-scorer, weight: 10},
-            {pluginRef: mm-embeddings-cache-scorer, weight: 4}, {pluginRef: queue-scorer, weight: 1},
-            {pluginRef: max-score-picker}]
-""",
-}
-
-#: config → (field path, first unsupported type, its category)
-FIRST_UNSUPPORTED: dict[str, tuple[str, str, str]] = {
-    "sim-epp-gpu-config": ("plugins[0].type", "dcgm-data-source", "GPU telemetry"),
-    "epp-mm-embeddings-cache-config": ("plugins[4].type", "mm-embeddings-cache-producer", "multimodal"),
-}
 #: The two samples still written against the deprecated API group.
 API_VERSIONS = {"probabilistic-admitter-epp-config": DEPRECATED_API, "sim-program-aware-config": DEPRECATED_API}
 
 
 def document(name: str) -> str:
-    body = LOADABLE.get(name) or UNSUPPORTED[name]
-    return epp(body, API_VERSIONS.get(name, "llm-d.ai/v1alpha1"))
+    return epp(LOADABLE[name], API_VERSIONS.get(name, "llm-d.ai/v1alpha1"))
 
 
 def test_the_inventory_is_llm_d_s_nineteen_samples() -> None:
-    assert len(LOADABLE) == 17 and len(UNSUPPORTED) == 2
-    assert set(EXPECTED) == set(LOADABLE) and set(FIRST_UNSUPPORTED) == set(UNSUPPORTED)
+    assert len(LOADABLE) == 19
+    assert set(EXPECTED) == set(LOADABLE)
 
 
 @pytest.mark.parametrize("name", sorted(LOADABLE))
 def test_loadable_sample_resolves_to_its_pipeline(name: str) -> None:
     loaded = load_config_text(document(name), name)
     assert pipeline(loaded) == EXPECTED[name]
-
-
-@pytest.mark.parametrize("name", sorted(UNSUPPORTED))
-def test_unsupported_sample_names_its_first_unsupported_type(name: str) -> None:
-    path, type_name, category = FIRST_UNSUPPORTED[name]
-    error = config_error(document(name))
-    assert error.path == path
-    assert f"plugin type '{type_name}' ({category}: " in error.message
-    assert "not implemented by ppc-extproc yet" in error.message
 
 
 def _write(tmp_path: Path, names: list[str]) -> list[Path]:
@@ -500,15 +499,7 @@ def _write(tmp_path: Path, names: list[str]) -> list[Path]:
 def test_check_config_accepts_every_loadable_sample(tmp_path: Path) -> None:
     result = check_config(*_write(tmp_path, sorted(LOADABLE)))
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "17 of 17 configurations are valid" in result.stdout
-
-
-def test_check_config_rejects_every_unsupported_sample(tmp_path: Path) -> None:
-    result = check_config(*_write(tmp_path, sorted(UNSUPPORTED)))
-    assert result.returncode == 2
-    assert "0 of 2 configurations are valid" in result.stdout
-    for name, (path, type_name, _) in FIRST_UNSUPPORTED.items():
-        assert f"{name}.yaml: invalid\n  error: {path}: plugin type '{type_name}'" in result.stdout
+    assert "19 of 19 configurations are valid" in result.stdout
 
 
 def test_deprecated_sample_parameters_are_honoured() -> None:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from ppc_extproc.errors import ConfigError
 from ppc_extproc.framework.params import Section, decode, param
 
-__all__ = ["BASE_TICK_SECONDS", "MetricsSourceConfig", "PollOptions", "poll_options"]
+__all__ = ["BASE_TICK_SECONDS", "MetricsSourceConfig", "PollOptions", "poll_options", "round_interval"]
 
 #: llm-d's ``--refresh-metrics-interval`` default and minimum.
 BASE_TICK_SECONDS = 0.05
@@ -64,7 +64,7 @@ class MetricsSourceConfig:
     max_interval_seconds: float = param("maxInterval", "1s", duration=True)
 
 
-def _round_interval(seconds: float) -> float:
+def round_interval(seconds: float) -> float:
     """llm-d rounds the interval to a multiple of the base tick, at least one tick."""
     ticks = max(1, math.ceil(seconds / BASE_TICK_SECONDS - 1e-9))
     return ticks * BASE_TICK_SECONDS
@@ -81,7 +81,7 @@ def poll_options(params: Section) -> PollOptions:
         raise ConfigError(params.child_path("interval"), "must be positive")
     if config.max_interval_seconds < 0:
         raise ConfigError(params.child_path("maxInterval"), "must not be negative")
-    interval = _round_interval(config.interval_seconds)
+    interval = round_interval(config.interval_seconds)
     return PollOptions(
         interval_seconds=interval,
         max_interval_seconds=config.max_interval_seconds if config.max_interval_seconds > interval else None,
