@@ -6,9 +6,11 @@ engines, the rest decode pods behind the nixlv2 sidecar; decode-first, prefix-ba
 512 uncached tokens) and ``default`` (the same engines aggregated, the service's default config).
 
 Part 2 (``credit``): multi-turn chats (:mod:`ppc_extproc_lab.workload.pd_chats`) through a P/D
-cluster of 2 prefill engines and 2 decode pods, with the decode engines credited (this router) and
-never credited (llm-d's behaviour, reproduced from outside: decode engines publish no KV events and
-the speculative credit lasts 1 ms). Follow-up turns add fewer tokens than ``nonCachedTokens``.
+cluster of 2 prefill engines and 2 decode pods, with the decode engines credited (this router's
+``creditDecodeEngine``, default true) and llm-d's behaviour (``creditDecodeEngine: false``: the
+decode engines' events after a transferred prompt are dropped as ``unknown_parent``), once with
+``speculativeIndexing`` (the 2 s speculative entries of a decode pick are all the credit there is)
+and once without it (never credited). Follow-up turns add fewer tokens than ``nonCachedTokens``.
 
 Part 3 (``kill``): ``--kill-workers`` clients send long uncached prompts back to back through a
 P/D cluster (2 prefill engines, 1 decode pod); one prefill engine is SIGKILLed mid-run. Counts the
@@ -73,23 +75,29 @@ def onoff(args: argparse.Namespace) -> None:
     print()
 
 
-def _chat_arm(plan: ChatPlan, *, credited: bool, block: int) -> ChatSummary:
+#: The arms: the producer's ``creditDecodeEngine`` and ``speculativeIndexing`` (speculativeTTL 2 s).
+_ARMS = (
+    ("credited (ppc-extproc)", True, True),
+    ("llm-d, speculativeIndexing 2 s", False, True),
+    ("never credited (llm-d, speculativeIndexing off)", False, False),
+)
+
+
+def _chat_arm(plan: ChatPlan, *, label: str, credit: bool, speculative: bool, block: int) -> ChatSummary:
     roles = ["prefill", "prefill", "decode", "decode"]
-    silent = ["--kv-events-endpoint", ""]
-    per_engine = [[] if credited or role != "decode" else silent for role in roles]
-    config = pd_config(non_cached_tokens=NON_CACHED, speculative_ttl="2s" if credited else "1ms")
+    config = pd_config(non_cached_tokens=NON_CACHED, speculative_indexing=speculative, credit_decode_engine=credit)
     engine = EngineProfile(block_size=block, num_blocks=4096)
     with LocalCluster(num_engines=len(roles), roles=roles, block_size=block, num_blocks=engine.num_blocks,
-                      engine_args=engine.engine_args(), per_engine_args=per_engine, service_config=config) as cluster:
+                      engine_args=engine.engine_args(), service_config=config) as cluster:
         records = asyncio.run(run_chats(cluster.listener_url, plan))
-    return summarize_chats("credited (ppc-extproc)" if credited else "never credited (llm-d)", records, NON_CACHED)
+    return summarize_chats(label, records, NON_CACHED)
 
 
 def credit(args: argparse.Namespace) -> None:
     plan = ChatPlan(conversations=args.conversations, turns=args.turns, context_tokens=args.context_tokens,
                     user_tokens=64, max_tokens=32, concurrency=args.concurrency, think_s=0.25, seed=args.seed)
     assert plan.new_tokens_per_turn < NON_CACHED
-    rows = [_chat_arm(plan, credited=c, block=64) for c in (True, False)]
+    rows = [_chat_arm(plan, label=label, credit=c, speculative=spec, block=64) for label, c, spec in _ARMS]
     print(f"## Decode credit on multi-turn chats: {plan.conversations} conversations x {plan.turns} turns, "
           f"{plan.context_tokens}-token context, +{plan.new_tokens_per_turn} tokens per turn "
           f"(nonCachedTokens {NON_CACHED}), {plan.concurrency} at a time, 250 ms think time")

@@ -3,11 +3,9 @@ pods): the follow-up turns (fewer new tokens than ``nonCachedTokens``) are decid
 land on the decode engine holding the conversation — and what llm-d's behaviour, a decode engine
 never credited with the blocks it received, gives on the same workload.
 
-llm-d's behaviour is reproduced from outside the router: the decode engines publish no KV events
-(under llm-d every event a decode engine publishes after a transferred prompt has a parent it never
-saw and is dropped, so the index learns nothing from them either) and the speculative credit the
-router seeds for a decode pick lasts 1 ms (``speculativeTTL``; expired at the producer's next
-100 ms tick), so it has gone when the next turn comes.
+llm-d's behaviour is the producer's ``creditDecodeEngine: false`` (with ``speculativeIndexing``
+at llm-d's default, false): the decode engines publish their KV events as usual, and every one
+after a transferred prompt has a parent the index never saw and is dropped as ``unknown_parent``.
 """
 
 from __future__ import annotations
@@ -27,18 +25,16 @@ BLOCK = 16
 NON_CACHED = 64
 ROLES = ["prefill", "prefill", "decode", "decode"]
 FAST_ENGINES = ["--prefill-tokens-per-s", "400000", "--decode-ms-per-token", "1"]
-#: Users think 250 ms between turns: longer than the 1 ms credit plus the producer's 100 ms expiry tick.
+#: Users think 250 ms between turns.
 PLAN = ChatPlan(conversations=6, turns=4, context_tokens=20 * BLOCK, user_tokens=16, max_tokens=8, concurrency=3,
                 think_s=0.25)
 
 
 @functools.cache  # one run per arm for the module
 def chats(*, credited: bool) -> ChatSummary:
-    silent = ["--kv-events-endpoint", ""]
-    per_engine = [[] if credited or role != "decode" else silent for role in ROLES]
-    config = pd_config(non_cached_tokens=NON_CACHED, speculative_ttl="2s" if credited else "1ms")
+    config = pd_config(non_cached_tokens=NON_CACHED, speculative_indexing=credited, credit_decode_engine=credited)
     with LocalCluster(num_engines=len(ROLES), roles=ROLES, block_size=BLOCK, num_blocks=2048,
-                      engine_args=FAST_ENGINES, per_engine_args=per_engine, service_config=config) as cluster:
+                      engine_args=FAST_ENGINES, service_config=config) as cluster:
         records = asyncio.run(run_chats(cluster.listener_url, PLAN))
         decode_pods = {cluster.engine_endpoints[i] for i in cluster.indices("decode")}
     assert all(r.endpoint in decode_pods for r in records if r.ok)

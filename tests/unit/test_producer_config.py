@@ -48,6 +48,12 @@ def test_defaults() -> None:
     assert config.indexer.pod_cache_size == 10
     assert config.kv_events.topic_filter == "kv@" and config.kv_events.discover_pods
     assert not config.speculative_indexing
+    assert config.credit_decode_engine and config.decode_credit_ttl_seconds == 120.0
+
+
+def test_decode_credit_parameters() -> None:
+    config = parse({"creditDecodeEngine": False, "decodeCreditTTL": "30s"})
+    assert not config.credit_decode_engine and config.decode_credit_ttl_seconds == 30.0
 
 
 def test_deprecated_block_size_alias_and_precedence() -> None:
@@ -73,6 +79,8 @@ def test_empty_hash_algorithm_means_llmd_default() -> None:
         ({"kvEventsConfig": {"engineType": "trt"}}, "plugins[0].parameters.kvEventsConfig.engineType", "must be one of"),
         ({"kvEventsConfig": {"podDiscoveryConfig": {"socketPort": 70000}}}, "plugins[0].parameters.kvEventsConfig.podDiscoveryConfig.socketPort", "at most 65535"),
         ({"speculativeTTL": "2 seconds"}, "plugins[0].parameters.speculativeTTL", "invalid duration"),
+        ({"creditDecodeEngine": "no"}, "plugins[0].parameters.creditDecodeEngine", "expected true or false"),
+        ({"decodeCreditTTL": "0s"}, "plugins[0].parameters.decodeCreditTTL", "greater than 0"),
         ({"speculativeIndexing": "yes"}, "plugins[0].parameters.speculativeIndexing", "expected true or false"),
         ({"indexerConfig": {"kvCacheBackendConfigs": [{"name": "gpu", "weight": -1}]}}, "plugins[0].parameters.indexerConfig.kvCacheBackendConfigs[0].weight", "at least 0"),
     ],

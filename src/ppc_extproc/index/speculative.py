@@ -45,8 +45,12 @@ class SpeculativeIndexer:
         *,
         max_pending: int = DEFAULT_MAX_PENDING,
         clock: Callable[[], float] = time.monotonic,
+        tier: str = SPECULATIVE_TIER,
     ) -> None:
         self.index = index
+        #: The entries' tier: two indexers with different tiers hold separate entries on one key,
+        #: so one's expiry never removes the other's.
+        self.tier = tier
         self.ttl_seconds = ttl_seconds if ttl_seconds > 0 else 2.0
         self.max_pending = max_pending
         self.clock = clock
@@ -63,7 +67,7 @@ class SpeculativeIndexer:
         prompts = tuple(keys for keys in keys_per_prompt if keys)
         if not prompts:
             return None
-        entry = PodEntry(endpoint, SPECULATIVE_TIER, speculative=True)
+        entry = PodEntry(endpoint, self.tier, speculative=True)
         for keys in prompts:
             self.index.add(None, keys, [entry])
         now = self.clock()

@@ -30,16 +30,30 @@ def _profile(name: str, role_filter: str) -> dict[str, Any]:
     }
 
 
-def pd_config(*, non_cached_tokens: int = DEFAULT_NON_CACHED_TOKENS, speculative_ttl: str = "2s") -> dict[str, Any]:
-    """The service config of the ``pd`` policy (``speculative_ttl``: the precise producer's
-    ``speculativeTTL``, also how long an unconfirmed decode-engine credit lasts)."""
+def pd_config(
+    *,
+    non_cached_tokens: int = DEFAULT_NON_CACHED_TOKENS,
+    speculative_ttl: str = "2s",
+    speculative_indexing: bool = True,
+    credit_decode_engine: bool = True,
+    decode_credit_ttl: str = "120s",
+) -> dict[str, Any]:
+    """The service config of the ``pd`` policy: the precise producer's ``speculativeIndexing``,
+    ``speculativeTTL``, ``creditDecodeEngine`` (false: llm-d's behaviour, a decode engine never
+    credited with the prompt it received) and ``decodeCreditTTL``."""
+    precise = {
+        "speculativeIndexing": speculative_indexing,
+        "speculativeTTL": speculative_ttl,
+        "creditDecodeEngine": credit_decode_engine,
+        "decodeCreditTTL": decode_credit_ttl,
+    }
     return {
         "apiVersion": "llm-d.ai/v1alpha1",
         "kind": "EndpointPickerConfig",
         "plugins": [
             {"type": "endpoint-notification-source"},
             {"type": "token-producer", "parameters": {"local": {}}},
-            {"type": _PRECISE, "parameters": {"speculativeIndexing": True, "speculativeTTL": speculative_ttl}},
+            {"type": _PRECISE, "parameters": precise},
             {"type": "prefix-cache-scorer", "parameters": {"prefixMatchInfoProducerName": _PRECISE}},
             {"type": "active-request-scorer"},
             {"type": "prefill-filter"},

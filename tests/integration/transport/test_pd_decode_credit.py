@@ -40,6 +40,7 @@ plugins:
   parameters:
     tokenProcessorConfig: {{blockSizeTokens: 16}}
     kvEventsConfig: {{podDiscoveryConfig: {{socketPort: {port}}}}}
+    {extra}
 - {{type: prefix-cache-scorer, parameters: {{prefixMatchInfoProducerName: precise-prefix-cache-producer}}}}
 - {{type: prefill-filter}}
 - {{type: decode-filter}}
@@ -63,11 +64,12 @@ def stored(hashes: list[int], parent: int | None, tokens: list[int]) -> bytes:
 
 
 class Lab:
-    def __init__(self, context: zmq.Context[Any]) -> None:
+    def __init__(self, context: zmq.Context[Any], extra: str = "") -> None:
+        """``extra``: more producer parameters (one YAML line)."""
         port = free_port(IPS["decode-a"])
         self.publishers = {name: Publisher(context, ip, port, topic=f"kv@{ip}:8000@{MODEL}".encode())
                            for name, ip in IPS.items()}  # fmt: skip
-        self.loaded: LoadedConfig = load_config_text(CONFIG.format(port=port))
+        self.loaded: LoadedConfig = load_config_text(CONFIG.format(port=port, extra=extra))
         producer = self.loaded.plugins["precise-prefix-cache-producer"]
         assert isinstance(producer, PrecisePrefixCacheProducer)
         self.producer = producer
@@ -116,9 +118,9 @@ class Lab:
 
 
 @pytest.fixture
-def lab() -> Iterator[Lab]:
+def lab(request: pytest.FixtureRequest) -> Iterator[Lab]:
     context: zmq.Context[Any] = zmq.Context()
-    lab = Lab(context)
+    lab = Lab(context, getattr(request, "param", ""))
     try:
         yield lab
     finally:
@@ -170,3 +172,62 @@ def test_decode_engine_generated_blocks_are_accepted_and_the_next_turn_is_cached
 def test_without_a_pending_transfer_an_unknown_parent_is_still_dropped(lab: Lab) -> None:
     lab.publishers["decode-a"].send(stored([0xABC], 0xDEF, list(range(16))))
     wait_until(lambda: lab.counter("decode-a", "unknown_parent") == 1, what="dropped as unknown_parent")
+
+
+SHORT_ANSWER = list(range(5001, 5009))  # 8 tokens: 108 < 112, the answer never fills a block
+SHORT_NEXT_TURN = PROMPT + SHORT_ANSWER + list(range(7001, 7011))  # 118 tokens, 22 new < 32
+
+
+def test_the_credit_outlives_speculative_ttl_and_an_answer_that_fills_no_block(lab: Lab) -> None:
+    first = lab.route(PROMPT, "turn-1")
+    assert PREFILL_HEADER in dict(first.result.headers)
+    decode = lab.name_of(first.primary.id)
+    # Ten seconds on (the producer's housekeeping told so): far beyond speculativeTTL (2 s), and
+    # the decode engine announced nothing — its 8-token answer filled no block.
+    lab.producer.tick(time.monotonic() + 10)
+    assert lab.producer.speculative.pending() == 0 and lab.producer.credit.pending() == 1
+
+    second = lab.route(SHORT_NEXT_TURN, "turn-2")
+    assert second.primary.id == first.primary.id
+    assert PREFILL_HEADER not in dict(second.result.headers)  # 118 − 96 = 22 < 32: decode-only
+    info = second.ctx.match_info(second.primary.id, lab.producer.match_key)
+    assert info is not None and info.cached_block_count == 6
+
+    # The second turn's first whole block completes the first prompt's partial block: the transfer,
+    # still pending, is confirmed by it.
+    lab.publishers[decode].send(stored([0xDEC0DE0006], 0xDEC0DE0005, SHORT_NEXT_TURN[96:112]))
+    wait_until(lambda: lab.counter(decode, "transfers_confirmed_by_tokens") == 1, what="transfer confirmed",
+               context=lambda: (dict(lab.producer.stats.transport), dict(lab.producer.stats.dropped)))  # fmt: skip
+    assert lab.counter(decode, "unknown_parent") == 0
+    assert lab.confirmed_blocks(decode, SHORT_NEXT_TURN) == 7
+
+
+@pytest.mark.parametrize("lab", ["decodeCreditTTL: 30s"], indirect=True)
+def test_an_unconfirmed_credit_is_bounded_by_decode_credit_ttl(lab: Lab) -> None:
+    first = lab.route(PROMPT, "turn-1")
+    assert PREFILL_HEADER in dict(first.result.headers)
+    lab.producer.tick(time.monotonic() + 31)  # past decodeCreditTTL: the credit and its transfer go
+    assert lab.producer.credit.pending() == 0 and len(lab.producer.applier.transfers) == 0
+
+    second = lab.route(SHORT_NEXT_TURN, "turn-2")
+    assert PREFILL_HEADER in dict(second.result.headers)  # nothing cached any more: P/D again
+
+
+@pytest.mark.parametrize("lab", ["creditDecodeEngine: false"], indirect=True)
+def test_credit_decode_engine_false_is_llm_d_no_credit_and_the_events_dropped(lab: Lab) -> None:
+    first = lab.route(PROMPT, "turn-1")
+    headers = dict(first.result.headers)
+    assert PREFILL_HEADER in headers
+    decode, prefill = lab.name_of(first.primary.id), lab.name_of(headers[PREFILL_HEADER])
+    assert lab.producer.credit.pending() == 0 and len(lab.producer.applier.transfers) == 0
+
+    lab.publishers[prefill].send(stored(list(range(1000, 1006)), None, PROMPT[:96]))
+    wait_until(lambda: lab.confirmed_blocks(prefill, PROMPT) == 6, what="prefill engine's blocks indexed")
+    lab.publishers[decode].send(stored([0xDEC0DE0006], 1005, PROMPT[96:] + GENERATED))
+    wait_until(lambda: lab.counter(decode, "unknown_parent") == 1, what="dropped as unknown_parent, as llm-d")
+
+    second = lab.route(NEXT_TURN, "turn-2")
+    info = second.ctx.match_info(second.primary.id, lab.producer.match_key)
+    assert lab.name_of(second.primary.id).startswith("decode")
+    assert info is None or info.cached_block_count == 0  # the decode engines hold nothing indexed
+    assert PREFILL_HEADER in dict(second.result.headers)  # P/D runs again

@@ -25,6 +25,9 @@ Parameters  (llm-d's names; defaults in brackets)
               no CURVE; then a bind beyond loopback needs ``allowUnauthenticatedPublishers``
               [false]]
             ``speculativeIndexing`` [false], ``speculativeTTL`` ["2s"]
+            ppc-extproc's: ``creditDecodeEngine`` [true; false = llm-d: a P/D decode engine is
+              never credited with the prompt it receives], ``decodeCreditTTL`` ["120s": how long
+              that credit and its pending transfer last unconfirmed]
 Streaming   for token-id bodies of 64 KiB or more, block keys are computed while the body streams
             in (``streaming_processor``); ``produce`` then only looks them up
 
@@ -156,6 +159,12 @@ class PrecisePrefixCacheProducer(
         self.speculative = SpeculativeIndexer(
             self.index, self.config.speculative_ttl_seconds, clock=services.clock
         )
+        # The decode-engine credit lives as long as its pending transfer, not ``speculativeTTL``:
+        # a turn that queues, or an answer that never fills a block (so no event confirms the
+        # transfer), keeps it. Its own tier keeps its entries apart from the speculative ones.
+        credit_ttl = self.config.decode_credit_ttl_seconds
+        self.applier.transfers.ttl_seconds = credit_ttl
+        self.credit = SpeculativeIndexer(self.index, credit_ttl, clock=services.clock, tier=CREDIT_TIER)
         #: Told whether each endpoint's KV-event subscriber is connected (per-endpoint mode): by
         #: the ingestion thread when it changes, and again by ``tick`` (a reconciliation).
         self.health = services.health
@@ -259,8 +268,9 @@ class PrecisePrefixCacheProducer(
         the ingestion). Returns when it is next due: the next speculative expiry, and within
         ``_RECONCILE_SECONDS`` while connections are reported."""
         self.speculative.expire(now)
+        self.credit.expire(now)
         self.applier.transfers.expire(now)
-        due = self.speculative.next_expiry(now)
+        due = min(self.speculative.next_expiry(now), self.credit.next_expiry(now))
         if self._reports_connections and not isinstance(self.transport, NullTransport):
             self.stats.report_connections()
             due = min(due, now + _RECONCILE_SECONDS)
@@ -271,7 +281,7 @@ class PrecisePrefixCacheProducer(
             self.name, self.type_name,
             index=self.index.stats(),
             entries_per_endpoint=self.index.entries_per_endpoint() if detailed else None,
-            speculative_pending=self.speculative.pending(),
+            speculative_pending=self.speculative.pending() + self.credit.pending(),
             kv_events=self.stats,
             details=(
                 {"kvEvents": self.stats.snapshot(), "kvEntryTable": self.applier.entries.to_json()}
@@ -368,12 +378,13 @@ class PrecisePrefixCacheProducer(
     def pre_request(self, ctx: SchedulingContext, result: SchedulingResult) -> None:
         """Seed speculative entries for the primary target: every key of every prompt beyond the
         leading blocks the lookup found it already has them for (a long prompt sent again).
-        Under P/D (``result.kv_source``) the decode target is credited this way whatever
-        ``speculativeIndexing`` says — it receives the prompt's blocks and announces none of
-        them — and the transfer is recorded for its KV events to confirm (``events.transfers``)."""
+        Under P/D (``result.kv_source``) with ``creditDecodeEngine`` the decode target is
+        credited whatever ``speculativeIndexing`` says — it receives the prompt's blocks and
+        announces none of them — for ``decodeCreditTTL``, and the transfer is recorded for its
+        KV events to confirm (``events.transfers``)."""
         if not result.targets:
             return
-        source = result.kv_source
+        source = result.kv_source if self.config.credit_decode_engine else None
         if not self.config.speculative_indexing and source is None:
             return
         keys_per_prompt = ctx.get(self._keys_key)
@@ -383,11 +394,13 @@ class PrecisePrefixCacheProducer(
         if source is not None and len(keys_per_prompt) == 1 and ctx.request.tokenized is not None:
             transfer = self._record_transfer(target.id, source, keys_per_prompt[0], ctx.request.tokenized.prompts[0])
             ctx.put(self._transfer_key, (target.id, transfer))
-        seeded = self._seed(ctx, target.id, keys_per_prompt)
+        seeded = self._seed(ctx, target.id, keys_per_prompt, credit=source is not None)
         if seeded is not None:
             ctx.put(self.seeded_key, seeded)
 
-    def _seed(self, ctx: SchedulingContext, target: EndpointId, keys_per_prompt: list[list[RequestKey]]) -> Seeded | None:
+    def _seed(
+        self, ctx: SchedulingContext, target: EndpointId, keys_per_prompt: list[list[RequestKey]], *, credit: bool
+    ) -> Seeded | None:
         engine_block = self.stats.block_sizes.get(target)
         block = self.processor.block_size
         if engine_block and engine_block != block and ctx.request.tokenized is not None:
@@ -396,6 +409,8 @@ class PrecisePrefixCacheProducer(
                 keys[: len(p) // 4 // engine_block * engine_block // block]
                 for keys, p in zip(keys_per_prompt, ctx.request.tokenized.prompts)
             ]
+        if credit:
+            return self.credit.seed(target, keys_per_prompt)
         runs_per_prompt = ctx.get(self._runs_key)
         if runs_per_prompt is not None:  # the blocks already seeded for the target keep their expiry
             keys_per_prompt = [keys[_seeded_blocks(runs, target):] for keys, runs in zip(keys_per_prompt, runs_per_prompt)]
@@ -414,7 +429,7 @@ class PrecisePrefixCacheProducer(
         response, never cached its prompt: take back the speculative entries it was given."""
         seeded = ctx.get(self.seeded_key)
         if seeded is not None and info.failed:
-            self.speculative.undo(seeded)
+            (self.credit if seeded.entry.tier == CREDIT_TIER else self.speculative).undo(seeded)
         transfer = ctx.get(self._transfer_key)
         if transfer is not None and info.failed:
             self.applier.transfers.take(*transfer)
@@ -435,6 +450,8 @@ class PrecisePrefixCacheProducer(
 
 
 _SPECULATIVE_LABEL = PodEntry(EndpointId(""), speculative=True).tier_label
+#: Tier of the decode-engine credit's speculative entries (weight 1.0 unless configured).
+CREDIT_TIER = "kv-transfer"
 
 
 def _seeded_blocks(runs: list[PrefixRun], endpoint: EndpointId) -> int:

@@ -45,6 +45,12 @@ class PrecisePrefixCacheProducerConfig:
     speculative_indexing: bool = False
     #: Lifetime of speculative entries in seconds (``speculativeTTL``, Go duration, default "2s").
     speculative_ttl_seconds: float = 2.0
+    #: ppc-extproc's: under P/D, credit the decode engine with the prompt it receives
+    #: (``creditDecodeEngine``, default true; false is llm-d's behaviour).
+    credit_decode_engine: bool = True
+    #: How long an unconfirmed decode-engine credit and its pending transfer last
+    #: (``decodeCreditTTL``, Go duration, default "120s").
+    decode_credit_ttl_seconds: float = 120.0
     warm_restart: WarmRestartConfig = field(default_factory=WarmRestartConfig)
 
 
@@ -140,6 +146,13 @@ def _warm_restart(s: Section) -> WarmRestartConfig:
     return config
 
 
+def _positive(s: Section, key: str, default: str) -> float:
+    seconds = s.duration(key, default)
+    if seconds <= 0:
+        raise ConfigError(s.child_path(key), f"{key} must be greater than 0")
+    return seconds
+
+
 def parse_producer_config(params: Section) -> PrecisePrefixCacheProducerConfig:
     """Decode the producer's ``parameters`` (the caller runs ``params.finish()``)."""
     if "indexerConfig" in params.data and params.data["indexerConfig"] is None:
@@ -150,5 +163,7 @@ def parse_producer_config(params: Section) -> PrecisePrefixCacheProducerConfig:
         kv_events=_kv_events(params.section("kvEventsConfig")),
         speculative_indexing=params.boolean("speculativeIndexing", False),
         speculative_ttl_seconds=params.duration("speculativeTTL", "2s"),
+        credit_decode_engine=params.boolean("creditDecodeEngine", True),
+        decode_credit_ttl_seconds=_positive(params, "decodeCreditTTL", "120s"),
         warm_restart=_warm_restart(params.section("warmRestart")),
     )
