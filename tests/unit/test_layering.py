@@ -32,6 +32,7 @@ README = PRODUCT.parent.parent / "README.md"
 LAYERS: tuple[str, ...] = (
     "ids",            # NewType keys
     "errors",         # the error tree
+    "histogram",      # bucket counts for the hand-built Prometheus collectors
     "__init__",       # the root package: version, the errors
     "native",         # per-prompt loops: the optional C extension or its pure-Python twins
     "tokens",         # request body → token ids

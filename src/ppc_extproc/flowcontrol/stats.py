@@ -8,8 +8,7 @@ only under ``llm_d_epp_``. ``fairness_id`` values are bounded (``cardinality.go`
 
 from __future__ import annotations
 
-from bisect import bisect_left
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
@@ -18,6 +17,7 @@ from prometheus_client.registry import Collector
 from ppc_extproc.flowcontrol.config import BandSpec
 from ppc_extproc.flowcontrol.outcomes import Outcome
 from ppc_extproc.flowcontrol.types import FlowItem
+from ppc_extproc.histogram import BucketCounts
 
 __all__ = ["FlowStats", "FlowStatsCollector"]
 
@@ -32,28 +32,6 @@ MAX_LABEL_SETS = 10_000
 
 _GIE, _LLMD = "inference_extension_", "llm_d_epp_"
 _REJECTED = (Outcome.REJECTED_CAPACITY, Outcome.REJECTED_NO_ENDPOINTS, Outcome.REJECTED_OTHER)
-
-
-class _Hist:
-    __slots__ = ("bounds", "counts", "total")
-
-    def __init__(self, bounds: Sequence[float]) -> None:
-        self.bounds = bounds
-        self.counts = [0] * (len(bounds) + 1)
-        self.total = 0.0
-
-    def observe(self, value: float) -> None:
-        self.counts[bisect_left(self.bounds, value)] += 1
-        self.total += value
-
-    def buckets(self) -> list[tuple[str, float]]:
-        out: list[tuple[str, float]] = []
-        running = 0
-        for bound, n in zip(self.bounds, self.counts):
-            running += n
-            out.append((repr(float(bound)), running))
-        out.append(("+Inf", running + self.counts[-1]))
-        return out
 
 
 class _Bounded:
@@ -82,9 +60,9 @@ class FlowStats:
         self._models = _Bounded(MAX_MODEL_LABEL_VALUES)
         self._seen: dict[tuple[str, int, str, str], tuple[str, str, str, str]] = {}
         #: (fairness_id, priority, outcome, model, target) → histogram
-        self.queue_duration: dict[tuple[str, str, str, str, str], _Hist] = {}
-        self.enqueue_duration: dict[tuple[str, str, str], _Hist] = {}
-        self.cycle_duration = _Hist(CYCLE_BUCKETS)
+        self.queue_duration: dict[tuple[str, str, str, str, str], BucketCounts] = {}
+        self.enqueue_duration: dict[tuple[str, str, str], BucketCounts] = {}
+        self.cycle_duration = BucketCounts(CYCLE_BUCKETS)
         #: (fairness_id, priority, model, target) → [requests, bytes]
         self.queue: dict[tuple[str, str, str, str], list[int]] = {}
         #: (outcome, priority) → count
@@ -113,7 +91,7 @@ class FlowStats:
         key = (*self._flow(item), outcome)
         hist = self.enqueue_duration.get(key)
         if hist is None:
-            hist = self.enqueue_duration[key] = _Hist(CYCLE_BUCKETS)
+            hist = self.enqueue_duration[key] = BucketCounts(CYCLE_BUCKETS)
         hist.observe(seconds)
 
     def finished(self, item: FlowItem, outcome: Outcome, waited: float) -> None:
@@ -121,7 +99,7 @@ class FlowStats:
         key = (fairness, priority, outcome.value, model, target)
         hist = self.queue_duration.get(key)
         if hist is None:
-            hist = self.queue_duration[key] = _Hist(QUEUE_BUCKETS)
+            hist = self.queue_duration[key] = BucketCounts(QUEUE_BUCKETS)
         hist.observe(waited)
         counted = (outcome.value, priority)
         self.requests[counted] = self.requests.get(counted, 0) + 1

@@ -13,13 +13,14 @@ Pool gauges are computed at scrape time from the pool and the engine metrics sto
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
+
+from ppc_extproc.histogram import BucketCounts
 
 __all__ = ["LlmdRequestMetrics", "PoolCollector", "PoolSnapshot", "RequestSeries", "disagg_families", "error_code_for_status",
            "kv_cache_families"]
@@ -62,34 +63,6 @@ def error_code_for_status(status: int) -> str:
     return _CODES.get(status, "Internal" if status >= 500 else "Unknown")
 
 
-class _Hist:
-    """A histogram's state: per-bucket counts (the last is +Inf) and the sum."""
-
-    __slots__ = ("bounds", "counts", "total")
-
-    def __init__(self, bounds: Sequence[float]) -> None:
-        self.bounds = bounds
-        self.counts = [0] * (len(bounds) + 1)
-        self.total = 0.0
-
-    def observe(self, value: float) -> None:
-        self.counts[bisect_left(self.bounds, value)] += 1
-        self.total += value
-
-    def buckets(self) -> list[tuple[str, float]]:
-        out: list[tuple[str, float]] = []
-        running = 0
-        for bound, n in zip(self.bounds, self.counts):
-            running += n
-            out.append((_le(bound), running))
-        out.append(("+Inf", running + self.counts[-1]))
-        return out
-
-
-def _le(bound: float) -> str:
-    return repr(float(bound))
-
-
 class RequestSeries:
     """One (model_name, target_model_name)'s request families."""
 
@@ -110,13 +83,13 @@ class RequestSeries:
         self.requests = 0
         self.errors: dict[str, int] = {}
         self.running = 0
-        self.duration = _Hist(LATENCY_BUCKETS)
-        self.request_size = _Hist(REQUEST_SIZE_BUCKETS)
-        self.response_size = _Hist(RESPONSE_SIZE_BUCKETS)
-        self.input_tokens = _Hist(INPUT_TOKEN_BUCKETS)
-        self.output_tokens = _Hist(OUTPUT_TOKEN_BUCKETS)
-        self.cached_tokens = _Hist(INPUT_TOKEN_BUCKETS)
-        self.ntpot = _Hist(NTPOT_BUCKETS)
+        self.duration = BucketCounts(LATENCY_BUCKETS)
+        self.request_size = BucketCounts(REQUEST_SIZE_BUCKETS)
+        self.response_size = BucketCounts(RESPONSE_SIZE_BUCKETS)
+        self.input_tokens = BucketCounts(INPUT_TOKEN_BUCKETS)
+        self.output_tokens = BucketCounts(OUTPUT_TOKEN_BUCKETS)
+        self.cached_tokens = BucketCounts(INPUT_TOKEN_BUCKETS)
+        self.ntpot = BucketCounts(NTPOT_BUCKETS)
 
 
 #: (family suffix, GIE name, llm-d name, help, attribute)
@@ -145,11 +118,11 @@ class LlmdRequestMetrics(Collector):
         self._fairness: set[str] = set()
         self._models: set[str] = set()
         self.namespace = namespace
-        self.scheduler_e2e = _Hist(SCHEDULER_BUCKETS)
+        self.scheduler_e2e = BucketCounts(SCHEDULER_BUCKETS)
         #: (status, target_model_name, endpoint_name, port) → attempts
         self.attempts: dict[tuple[str, str, str, str], int] = {}
         #: (extension point, plugin type, plugin name) → histogram
-        self.plugins: dict[tuple[str, str, str], _Hist] = {}
+        self.plugins: dict[tuple[str, str, str], BucketCounts] = {}
 
     def _bound(self, model: str) -> str:
         if not model or model in self._models:
@@ -192,7 +165,7 @@ class LlmdRequestMetrics(Collector):
             if hist is None:
                 if len(histograms) >= MAX_PLUGIN_SERIES:
                     continue
-                hist = histograms[plugin] = _Hist(SCHEDULER_BUCKETS)
+                hist = histograms[plugin] = BucketCounts(SCHEDULER_BUCKETS)
             hist.observe(seconds)
 
     def failed(self, series: RequestSeries, code: str, *, running: bool) -> None:
@@ -233,7 +206,7 @@ class LlmdRequestMetrics(Collector):
                   HistogramMetricFamily(llmd, text, labels=[*models, "fairness_id", "priority"]), attr)
                  for gie, llmd, text, attr in _HISTOGRAMS]
         # GIE's families carry no fairness/priority (histograms, errors): one sample per model pair.
-        gie_hists: dict[tuple[str, str, int], _Hist] = {}
+        gie_hists: dict[tuple[str, str, int], BucketCounts] = {}
         gie_errors: dict[tuple[str, str, str], int] = {}
         for (model, target, priority, fairness), s in list(self._series.items()):
             pair = [model, target]
@@ -247,11 +220,11 @@ class LlmdRequestMetrics(Collector):
             if model:
                 per_model[model] = per_model.get(model, 0) + s.running
             for i, (_, llmd_family, attr) in enumerate(hists):
-                h: _Hist = getattr(s, attr)
+                h: BucketCounts = getattr(s, attr)
                 llmd_family.add_metric([*pair, *flow], h.buckets(), h.total)
                 merged = gie_hists.get((model, target, i))
                 if merged is None:
-                    merged = gie_hists[(model, target, i)] = _Hist(h.bounds)
+                    merged = gie_hists[(model, target, i)] = BucketCounts(h.bounds)
                 merged.counts = [a + b for a, b in zip(merged.counts, h.counts, strict=True)]
                 merged.total += h.total
         for (model, target, code), n in gie_errors.items():

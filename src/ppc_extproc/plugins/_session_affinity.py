@@ -22,6 +22,7 @@ import binascii
 import importlib.util
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import ClassVar, Self
 
 from ppc_extproc.errors import ConfigError
 from ppc_extproc.framework import (
@@ -340,3 +341,51 @@ class SessionAffinityCore:
                 details["bindingsPerEndpoint"] = table.per_endpoint()
         return PluginState(self.name, self.type_name, details=details)
 
+
+
+class SessionAffinityPlugin:
+    """The roles the scorer and the filter share (lookup before scheduling, binding after the
+    pick, the response's token, housekeeping, state), delegated to one ``SessionAffinityCore``;
+    a subclass adds its output (``score`` or ``filter``) and names its ``TYPE_NAME``."""
+
+    TYPE_NAME: ClassVar[str]
+    #: The binding lookup bounds itself (``sharedStore.timeoutMs``) and never fails.
+    produce_timeout_seconds: float | None = None
+
+    def __init__(self, name: str, config: SessionAffinityConfig | None = None, services: Services | None = None) -> None:
+        self.name = name
+        self.core = SessionAffinityCore(name, self.TYPE_NAME, config or SessionAffinityConfig(), services or Services())
+
+    @classmethod
+    def from_parameters(cls, name: str, params: Section, services: Services) -> Self:
+        return cls(name, decode_config(params), services)
+
+    def consumes(self) -> tuple[Consumes[object], ...]:
+        return self.core.consumes()
+
+    def produces(self) -> frozenset[DataKey[object]]:
+        return self.core.produces()
+
+    async def produce_async(self, ctx: SchedulingContext) -> None:
+        await self.core.produce_async(ctx)
+
+    def pre_request(self, ctx: SchedulingContext, result: SchedulingResult) -> None:
+        self.core.pre_request(ctx, result)
+
+    def response_complete(self, ctx: SchedulingContext, info: ResponseInfo) -> None:
+        self.core.response_complete(ctx, info)
+
+    def response_headers(self, ctx: SchedulingContext, result: SchedulingResult, served: EndpointId) -> list[tuple[str, str]]:
+        return self.core.response_headers(ctx, result, served)
+
+    async def start(self) -> None:
+        await self.core.start()
+
+    async def stop(self) -> None:
+        await self.core.stop()
+
+    def tick(self, now: float) -> None:
+        self.core.tick(now)
+
+    def state(self, *, detailed: bool = False) -> PluginState:
+        return self.core.state(detailed=detailed)

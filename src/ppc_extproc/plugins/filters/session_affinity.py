@@ -29,26 +29,19 @@ from collections.abc import Sequence
 
 from ppc_extproc.framework import (
     AsyncDataProducer,
-    Consumes,
     DataConsumer,
-    DataKey,
     Endpoint,
     Filter,
     Lifecycle,
-    PluginState,
     PreRequest,
     ResponseComplete,
     ResponseHeaderProcessor,
-    ResponseInfo,
     SchedulingContext,
-    SchedulingResult,
     StateReporter,
     Ticker,
 )
-from ppc_extproc.framework.params import Section
-from ppc_extproc.ids import EndpointId
-from ppc_extproc.plugins._session_affinity import SessionAffinityConfig, SessionAffinityCore, decode_config
-from ppc_extproc.plugins.registry import Services, register
+from ppc_extproc.plugins._session_affinity import SessionAffinityPlugin
+from ppc_extproc.plugins.registry import register
 
 __all__ = ["SessionAffinityFilter"]
 
@@ -56,27 +49,9 @@ TYPE_NAME = "session-affinity-filter"
 
 
 @register(TYPE_NAME)
-class SessionAffinityFilter(Filter, AsyncDataProducer, DataConsumer, PreRequest, ResponseComplete,
+class SessionAffinityFilter(SessionAffinityPlugin, Filter, AsyncDataProducer, DataConsumer, PreRequest, ResponseComplete,
                             ResponseHeaderProcessor, Lifecycle, Ticker, StateReporter):  # fmt: skip
-    #: The binding lookup bounds itself (``sharedStore.timeoutMs``) and never fails.
-    produce_timeout_seconds: float | None = None
-
-    def __init__(self, name: str, config: SessionAffinityConfig | None = None, services: Services | None = None) -> None:
-        self.name = name
-        self.core = SessionAffinityCore(name, TYPE_NAME, config or SessionAffinityConfig(), services or Services())
-
-    @classmethod
-    def from_parameters(cls, name: str, params: Section, services: Services) -> SessionAffinityFilter:
-        return cls(name, decode_config(params), services)
-
-    def consumes(self) -> tuple[Consumes[object], ...]:
-        return self.core.consumes()
-
-    def produces(self) -> frozenset[DataKey[object]]:
-        return self.core.produces()
-
-    async def produce_async(self, ctx: SchedulingContext) -> None:
-        await self.core.produce_async(ctx)
+    TYPE_NAME = TYPE_NAME
 
     def filter(self, ctx: SchedulingContext, endpoints: Sequence[Endpoint]) -> list[Endpoint]:
         target = self.core.choose(ctx, endpoints)
@@ -87,24 +62,3 @@ class SessionAffinityFilter(Filter, AsyncDataProducer, DataConsumer, PreRequest,
             return list(endpoints)
         fewest = min(counts.values())
         return [e for e in endpoints if counts[e.id] == fewest]
-
-    def pre_request(self, ctx: SchedulingContext, result: SchedulingResult) -> None:
-        self.core.pre_request(ctx, result)
-
-    def response_complete(self, ctx: SchedulingContext, info: ResponseInfo) -> None:
-        self.core.response_complete(ctx, info)
-
-    def response_headers(self, ctx: SchedulingContext, result: SchedulingResult, served: EndpointId) -> list[tuple[str, str]]:
-        return self.core.response_headers(ctx, result, served)
-
-    async def start(self) -> None:
-        await self.core.start()
-
-    async def stop(self) -> None:
-        await self.core.stop()
-
-    def tick(self, now: float) -> None:
-        self.core.tick(now)
-
-    def state(self, *, detailed: bool = False) -> PluginState:
-        return self.core.state(detailed=detailed)
