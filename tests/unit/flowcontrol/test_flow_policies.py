@@ -241,6 +241,25 @@ def test_utilization_filter_drops_stale_and_over_limit_endpoints_but_never_all()
     assert detector.filter(ctx, [ea, eb]) == [ea, eb]  # all over: fail open
 
 
+def test_utilization_filter_drops_an_endpoint_whose_in_flight_requests_fill_it_since_its_scrape() -> None:
+    """The scrape says A is idle, but requests routed since fill its slots and its queue: the
+    filter sends the next one elsewhere (capacity: the most seen running plus the threshold)."""
+    now = [10.0]
+    detector, store, inflight = utilization(now)
+    store.set(A, metrics(0, 0.1, 10.0, running=4))  # capacity 4 + 5
+    store.set(B, metrics(0, 0.1, 10.0, running=4))
+    ea, eb = Endpoint("10.0.0.1", 8000), Endpoint("10.0.0.2", 8000)
+    ctx = SchedulingContext(LLMRequest("r", "m", TokenizedPrompt("m", ())), [ea, eb])
+    for i in range(8):
+        inflight.start(f"a{i}", A)
+    assert detector.filter(ctx, [ea, eb]) == [ea, eb]  # 8 < 9: one waiting place left
+    inflight.start("a8", A)
+    assert detector.filter(ctx, [ea, eb]) == [eb]
+    for i in range(9):
+        inflight.start(f"b{i}", B)
+    assert detector.filter(ctx, [ea, eb]) == [ea, eb]  # both full: fail open
+
+
 def test_concurrency_detector_modes() -> None:
     inflight = InflightTracker()
     inflight.start("r1", A, tokens=500)

@@ -51,8 +51,9 @@ class UtilizationDetector(Filter, SaturationDetector, DataConsumer):
                 stalled ``/metrics`` slows dispatch instead of halting it; ``staleMetrics: saturated``
                 is llm-d's fail-closed 1.0
     Filter      drops endpoints that are stale or above ``queueDepthThreshold × (1 + headroom)``
-                waiting or ``min(1, kvCacheUtilThreshold × (1 + headroom))`` KV use; all dropped ⇒
-                all kept
+                waiting or ``min(1, kvCacheUtilThreshold × (1 + headroom))`` KV use, or whose
+                in-flight requests reach the most it was seen running plus that many waiting (the
+                scrape lags what was routed since); all dropped ⇒ all kept
     Parameters  ``queueDepthThreshold`` [5] (> 0), ``kvCacheUtilThreshold`` [0.8] (in (0, 1]),
                 ``metricsStalenessThreshold`` [200ms] (> 0), ``headroom`` [0.0] (≥ 0),
                 ``staleMetrics`` [inflight] (``inflight`` | ``saturated``),
@@ -159,7 +160,12 @@ class UtilizationDetector(Filter, SaturationDetector, DataConsumer):
         kept = []
         for endpoint in endpoints:
             fresh = self._fresh(endpoint.id, now)
-            if fresh is not None and (fresh[0] or 0) <= max_queue and (fresh[1] or 0.0) <= max_kv:
+            if fresh is None or (fresh[0] or 0) > max_queue or (fresh[1] or 0.0) > max_kv:
+                continue
+            # the scrape lags the requests routed since: in-flight ≥ most seen running + threshold
+            # means its waiting queue is full now
+            room = self._capacity.get(endpoint.id, 0) + c.queue_depth_threshold * c.headroom
+            if self._inflight.requests(endpoint.id) < room:
                 kept.append(endpoint)
         return kept or list(endpoints)
 
