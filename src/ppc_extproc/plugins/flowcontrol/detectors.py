@@ -39,7 +39,8 @@ class UtilizationDetector(Filter, SaturationDetector, DataConsumer):
 
     Type        ``utilization-detector`` (flow-control saturation detector, and a filter; injected
                 as ``flowControl.saturationDetector`` when none is named)
-    Formula     per endpoint ``max(waiting / queueDepthThreshold, kvUsage / kvCacheUtilThreshold)``;
+    Formula     per endpoint ``max(waiting / queueDepthThreshold, kvUsage / kvCacheUtilThreshold,
+                inFlight / (mostSeenRunning + queueDepthThreshold))``;
                 the pool's saturation is the mean over endpoints; an empty pool is 1.0. With flow
                 control's in-flight credit, requests routed to an endpoint since its metrics were
                 scraped, less those finished there since, count as waiting there (never below 0),
@@ -138,7 +139,10 @@ class UtilizationDetector(Filter, SaturationDetector, DataConsumer):
                 continue
             waiting, kv = fresh
             queue = max(0.0, (waiting or 0) + extra.get(endpoint, 0) + share)
-            total += max(queue / c.queue_depth_threshold, (kv or 0.0) / c.kv_cache_util_threshold)
+            # the gauges lag the engine by a step: in-flight requests over what it holds (the most
+            # seen running plus the threshold) catch what was routed between its snapshot and the scrape
+            held = (self._inflight.requests(endpoint) + share) / self._capacity.get(endpoint, c.stale_fallback_concurrency)
+            total += max(queue / c.queue_depth_threshold, (kv or 0.0) / c.kv_cache_util_threshold, held)
         self._stale = stale
         if len(self._capacity) > 2 * len(endpoints) + 64:
             keep = set(endpoints)
