@@ -16,9 +16,10 @@ Where this differs from llm-d, on purpose:
   requests dispatched but not routed yet are spread over the pool: a burst between two scrapes
   cannot overshoot, and completions free their capacity before the next scrape shows it
   (``inflightCredit``; llm-d dispatches every 1 ms against 50 ms-old metrics).
-* **No band starves.** While saturation is below 1.0, a band with queued requests waits at most
-  ``bandStarvationLimit`` dispatches of other bands before one of its own goes: it gets at least
-  ``1 / (limit + 1)`` of the dispatches while it has work (0: llm-d's strict priority).
+* **No band starves.** While saturation is below 1.0 and below a band's ceiling, a band with
+  queued requests waits at most ``bandStarvationLimit`` dispatches of other bands before one of its
+  own goes: it gets at least ``1 / (limit + 1)`` of the dispatches while it is open and has work
+  (0: llm-d's strict priority). A band its usage limit holds back is not owed a turn.
 * Not-saturated fast path: a request whose band and every higher band are empty, and whose band
   is open, dispatches without being queued (no future, no timer).
 
@@ -174,11 +175,14 @@ class FlowController:
                 break
             if self._bands[priority].requests:
                 return False
-        limit = self.spec.band_starvation_limit
-        if limit and self.queued and any(b.requests and b.skipped >= limit for b in self._bands.values()):
-            return False  # a lower band is owed this turn
         saturation = self.pressure.saturation()
         ceilings = self.policies.usage_limit.ceilings(saturation, self._order)
+        limit = self.spec.band_starvation_limit
+        if limit and self.queued and saturation < 1.0 and any(
+            b.requests and b.skipped >= limit and saturation < ceilings[self._order.index(p)]
+            for p, b in self._bands.items()
+        ):
+            return False  # an open lower band is owed this turn
         return saturation < ceilings[self._order.index(band.priority)]
 
     def _dispatched_now(self, band: Band) -> None:
@@ -298,7 +302,9 @@ class FlowController:
         chosen: Band | None = None
         limit = self.spec.band_starvation_limit
         if limit and saturation < 1.0:
-            owed = [b for b in self._bands.values() if b.requests and b.skipped >= limit]
+            # the guard reorders open bands; a band its usage limit holds back stays held back
+            open_ = {p for i, p in enumerate(self._order) if saturation < ceilings[i]}
+            owed = [b for b in self._bands.values() if b.requests and b.skipped >= limit and b.priority in open_]
             if owed:
                 chosen = max(owed, key=lambda b: (b.skipped, -b.priority))
         if chosen is None:

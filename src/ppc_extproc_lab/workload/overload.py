@@ -13,8 +13,8 @@ prefill)``. Modes:
 
 * ``off``: no flow control (the legacy rule still sheds priority < 0 at saturation ≥ 1);
 * ``on``: ``featureGates: [flowControl]``, ``utilization-detector`` with ppc-extproc's stale rule
-  (in-flight accounting), in-flight credit on, ``program-aware-fairness`` charged in uncached
-  prompt tokens in both bands;
+  (in-flight accounting), in-flight credit on, also the profile's filter (as in llm-d),
+  ``program-aware-fairness`` charged in uncached prompt tokens in both bands;
 * ``llmd``: the same but dispatching as llm-d does: in-flight credit off, a stale endpoint
   counts as saturated;
 * ``holdback`` (not in the default set): ``on`` with ``concurrency-detector`` (``maxConcurrency``
@@ -126,6 +126,8 @@ def router_config(mode: str, plan: OverloadPlan) -> dict[str, Any]:
         plugins.append({"type": "utilization-detector", "name": "saturation", "parameters": {
             "queueDepthThreshold": plan.queue_depth_threshold, "metricsStalenessThreshold": "200ms",
             "staleMetrics": "saturated" if llmd else "inflight"}})  # fmt: skip
+        # llm-d's saturation detectors are filters too: an endpoint over its limits leaves the candidates
+        config["schedulingProfiles"][0]["plugins"].insert(0, {"pluginRef": "saturation"})
     band = {"fairnessPolicyRef": "program-aware-fairness"}
     config["featureGates"] = ["flowControl"]
     config["flowControl"] = {

@@ -19,7 +19,7 @@ from ppc_extproc.ids import EndpointId
 from ppc_extproc.plugins.flowcontrol.detectors import UtilizationConfig, UtilizationDetector
 from ppc_extproc.plugins.flowcontrol.fairness import GlobalStrictFairness, RoundRobinFairness
 from ppc_extproc.plugins.flowcontrol.ordering import FcfsOrdering
-from ppc_extproc.plugins.flowcontrol.usage_limits import StaticUsageLimitPolicy
+from ppc_extproc.plugins.flowcontrol.usage_limits import HoldbackConfig, PriorityHoldbackPolicy, StaticUsageLimitPolicy
 from ppc_extproc.scheduling.inflight import InflightTracker
 
 A, B = EndpointId("10.0.0.1:8000"), EndpointId("10.0.0.2:8000")
@@ -250,6 +250,41 @@ def test_no_band_starves_under_sustained_higher_priority_load() -> None:
 
     assert asyncio.run(dispatched_before_low(5)) == 5
     assert asyncio.run(dispatched_before_low(0)) == 30
+
+
+def test_the_starvation_guard_does_not_open_a_band_its_usage_limit_holds_back() -> None:
+    """Holdback ceiling 0.5 for band −1: at saturation 0.6 the guard (limit 2) owes band −1 a turn
+    after two band-0 dispatches, but its ceiling keeps it queued and band 0 goes on; below the
+    ceiling the guard gives it its turn."""
+
+    async def low_position(saturation: float) -> int | None:
+        detector = FixedSaturation(1.0)
+        holdback = PriorityHoldbackPolicy("h", HoldbackConfig(min_ceiling=0.5))
+        policies = FlowPolicies(detector, holdback, {}, {}, GlobalStrictFairness("gs"), FcfsOrdering("fcfs"))
+        fc = FlowController(FlowControlSpec(band_starvation_limit=2), policies, lambda: [A], clock=lambda: 0.0)
+        order: list[str] = []
+
+        async def one(rid: str, priority: int) -> None:
+            await fc.admit(item(rid, priority=priority))
+            order.append(rid)
+
+        low = asyncio.create_task(one("low", -1))
+        highs = [asyncio.create_task(one(f"high{i}", 0)) for i in range(6)]
+        await settle()
+        detector.value = saturation
+        await asyncio.wait_for(asyncio.gather(*highs), 5)
+        # band 0 arriving now, with band −1 still queued and owed, skips the queue only if band −1 is held back
+        late = await asyncio.wait_for(fc.admit(item("late", priority=0)), 5)
+        assert late is not None
+        await settle()
+        if not low.done():
+            low.cancel()
+            await asyncio.gather(low, return_exceptions=True)
+            return None
+        return order.index("low")
+
+    assert asyncio.run(low_position(0.6)) is None  # held back: never dispatched by the guard
+    assert asyncio.run(low_position(0.3)) == 2
 
 
 def test_in_flight_credit_bounds_a_burst_between_scrapes() -> None:

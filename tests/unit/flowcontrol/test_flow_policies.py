@@ -212,6 +212,23 @@ def test_utilization_detector_is_the_mean_roofline_over_endpoints() -> None:
     assert detector.saturation([A, B], {B: 5}, 2) == pytest.approx(((5 + 1) / 5 + (5 + 1) / 5) / 2)
 
 
+def test_utilization_counts_in_flight_requests_the_lagging_gauges_do_not_show_yet() -> None:
+    """A's gauges (a step old) show 4 running, 0 waiting, but 9 requests are in flight there: it
+    is full (4 + 5); B idle. The pool is at 0.5 with no credit at all, so dispatch continues, and
+    the filter sends it to B."""
+    now = [10.0]
+    detector, store, inflight = utilization(now)
+    store.set(A, metrics(0, 0.1, 10.0, running=4))
+    store.set(B, metrics(0, 0.1, 10.0, running=4))
+    assert detector.saturation([A, B], {}, 0) == pytest.approx((0.125 + 0.125) / 2)  # kv 0.1 / 0.8
+    for i in range(9):
+        inflight.start(f"a{i}", A)
+    assert detector.saturation([A, B], {}, 0) == pytest.approx((1.0 + 0.125) / 2)
+    for i in range(9):
+        inflight.start(f"b{i}", B)
+    assert detector.saturation([A, B], {}, 0) == pytest.approx(1.0)  # no endpoint has room: gated
+
+
 def test_stale_metrics_fall_back_to_in_flight_accounting_not_to_saturated() -> None:
     now = [10.0]
     detector, store, inflight = utilization(now)
@@ -239,6 +256,25 @@ def test_utilization_filter_drops_stale_and_over_limit_endpoints_but_never_all()
     assert detector.filter(ctx, [ea, eb]) == [ea]
     store.set(A, metrics(9, 0.5, 10.0))
     assert detector.filter(ctx, [ea, eb]) == [ea, eb]  # all over: fail open
+
+
+def test_utilization_filter_drops_an_endpoint_whose_in_flight_requests_fill_it_since_its_scrape() -> None:
+    """The scrape says A is idle, but requests routed since fill its slots and its queue: the
+    filter sends the next one elsewhere (capacity: the most seen running plus the threshold)."""
+    now = [10.0]
+    detector, store, inflight = utilization(now)
+    store.set(A, metrics(0, 0.1, 10.0, running=4))  # capacity 4 + 5
+    store.set(B, metrics(0, 0.1, 10.0, running=4))
+    ea, eb = Endpoint("10.0.0.1", 8000), Endpoint("10.0.0.2", 8000)
+    ctx = SchedulingContext(LLMRequest("r", "m", TokenizedPrompt("m", ())), [ea, eb])
+    for i in range(8):
+        inflight.start(f"a{i}", A)
+    assert detector.filter(ctx, [ea, eb]) == [ea, eb]  # 8 < 9: one waiting place left
+    inflight.start("a8", A)
+    assert detector.filter(ctx, [ea, eb]) == [eb]
+    for i in range(9):
+        inflight.start(f"b{i}", B)
+    assert detector.filter(ctx, [ea, eb]) == [ea, eb]  # both full: fail open
 
 
 def test_concurrency_detector_modes() -> None:

@@ -39,7 +39,8 @@ class UtilizationDetector(Filter, SaturationDetector, DataConsumer):
 
     Type        ``utilization-detector`` (flow-control saturation detector, and a filter; injected
                 as ``flowControl.saturationDetector`` when none is named)
-    Formula     per endpoint ``max(waiting / queueDepthThreshold, kvUsage / kvCacheUtilThreshold)``;
+    Formula     per endpoint ``max(waiting / queueDepthThreshold, kvUsage / kvCacheUtilThreshold,
+                inFlight / (mostSeenRunning + queueDepthThreshold))``;
                 the pool's saturation is the mean over endpoints; an empty pool is 1.0. With flow
                 control's in-flight credit, requests routed to an endpoint since its metrics were
                 scraped, less those finished there since, count as waiting there (never below 0),
@@ -51,8 +52,9 @@ class UtilizationDetector(Filter, SaturationDetector, DataConsumer):
                 stalled ``/metrics`` slows dispatch instead of halting it; ``staleMetrics: saturated``
                 is llm-d's fail-closed 1.0
     Filter      drops endpoints that are stale or above ``queueDepthThreshold × (1 + headroom)``
-                waiting or ``min(1, kvCacheUtilThreshold × (1 + headroom))`` KV use; all dropped ⇒
-                all kept
+                waiting or ``min(1, kvCacheUtilThreshold × (1 + headroom))`` KV use, or whose
+                in-flight requests reach the most it was seen running plus that many waiting (the
+                scrape lags what was routed since); all dropped ⇒ all kept
     Parameters  ``queueDepthThreshold`` [5] (> 0), ``kvCacheUtilThreshold`` [0.8] (in (0, 1]),
                 ``metricsStalenessThreshold`` [200ms] (> 0), ``headroom`` [0.0] (≥ 0),
                 ``staleMetrics`` [inflight] (``inflight`` | ``saturated``),
@@ -137,7 +139,10 @@ class UtilizationDetector(Filter, SaturationDetector, DataConsumer):
                 continue
             waiting, kv = fresh
             queue = max(0.0, (waiting or 0) + extra.get(endpoint, 0) + share)
-            total += max(queue / c.queue_depth_threshold, (kv or 0.0) / c.kv_cache_util_threshold)
+            # the gauges lag the engine by a step: in-flight requests over what it holds (the most
+            # seen running plus the threshold) catch what was routed between its snapshot and the scrape
+            held = (self._inflight.requests(endpoint) + share) / self._capacity.get(endpoint, c.stale_fallback_concurrency)
+            total += max(queue / c.queue_depth_threshold, (kv or 0.0) / c.kv_cache_util_threshold, held)
         self._stale = stale
         if len(self._capacity) > 2 * len(endpoints) + 64:
             keep = set(endpoints)
@@ -159,7 +164,12 @@ class UtilizationDetector(Filter, SaturationDetector, DataConsumer):
         kept = []
         for endpoint in endpoints:
             fresh = self._fresh(endpoint.id, now)
-            if fresh is not None and (fresh[0] or 0) <= max_queue and (fresh[1] or 0.0) <= max_kv:
+            if fresh is None or (fresh[0] or 0) > max_queue or (fresh[1] or 0.0) > max_kv:
+                continue
+            # the scrape lags the requests routed since: in-flight ≥ most seen running + threshold
+            # means its waiting queue is full now
+            room = self._capacity.get(endpoint.id, 0) + c.queue_depth_threshold * c.headroom
+            if self._inflight.requests(endpoint.id) < room:
                 kept.append(endpoint)
         return kept or list(endpoints)
 
