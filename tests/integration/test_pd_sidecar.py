@@ -215,3 +215,50 @@ def test_shared_storage_prefills_one_token_then_decodes_plainly() -> None:
             assert (await L.state(L.decode))["kv_transfers"] == 0
 
     run(scenario)
+
+
+@pytest.mark.parametrize("connector", ["nixlv2", "shared-storage"])
+def test_local_fallback_decodes_the_clients_request_when_the_prefill_leg_fails(connector: str) -> None:
+    """``prefill_fallback="local"``: an unreachable prefiller or a 5xx (after the retries) is
+    replaced by local prefill of the client's own request, named in ``x-prefill-fallback``; a 4xx
+    is still the client's answer."""
+
+    async def scenario() -> None:
+        async with lab(kv_connector=connector, prefill_fallback="local", prefill_retry_backoff_s=0.0) as L:
+            url = f"{L.sidecar_url}/v1/completions"
+            body = {"prompt": PROMPT, "max_tokens": 4}
+            async with L.http.post(url, json=body, headers={PREFILL_HEADER: _dead_endpoint(), "x-request-id": "a"}) as r:
+                assert r.status == 200 and r.headers["x-prefill-fallback"] == "unreachable"
+                assert r.headers["x-mock-vllm-endpoint"] == L.decode.endpoint
+                assert (await r.json())["usage"]["completion_tokens"] == 4
+            leg = (await L.requests(L.decode))[-1]
+            # The client's request as sent: no transfer to wait for, the engine prefills it.
+            assert leg["kv_transfer_params"] is None and leg["max_tokens"] == 4 and leg["x_request_id"] == "a"
+            assert (await L.state(L.decode))["kv_transfers"] == 0
+
+            p0 = L.prefill[0]
+            async with L.http.post(f"{p0.url}/mock/faults", json={"completions_status": 503}) as r:
+                assert r.status == 200
+            async with L.http.post(url, json=body, headers={PREFILL_HEADER: p0.endpoint}) as r:
+                assert r.status == 200 and r.headers["x-prefill-fallback"] == "status-503"
+            async with L.http.post(f"{p0.url}/mock/faults", json={"completions_status": None}) as r:
+                assert r.status == 200
+            bad = {"prompt": PROMPT, "max_tokens": 4, "model": "other-model"}
+            async with L.http.post(url, json=bad, headers={PREFILL_HEADER: p0.endpoint}) as r:
+                assert r.status == 404 and "x-prefill-fallback" not in r.headers
+            # A healthy prefiller is still used.
+            async with L.http.post(url, json=body, headers={PREFILL_HEADER: p0.endpoint}) as r:
+                assert r.status == 200 and "x-prefill-fallback" not in r.headers
+            async with L.http.get(f"{L.sidecar_url}/sidecar/state") as r:
+                st = await r.json()
+            assert st["prefill_fallbacks"] == 2 and st["prefill_errors"] == 3
+            async with L.http.get(f"{L.sidecar_url}/sidecar/requests") as r:
+                log = await r.json()
+            assert [e["fallback"] for e in log] == ["unreachable", "status-503", None, None]
+
+    run(scenario)
+
+
+def test_prefill_fallback_flag_is_checked() -> None:
+    with pytest.raises(ValueError, match="prefill_fallback must be one of none, local"):
+        SidecarOptions(decoder_url="http://127.0.0.1:1", prefill_fallback="remote")

@@ -1,17 +1,25 @@
-"""A prefill engine dies under P/D (real Envoy, the service, two prefill engines, a decode pod):
-once the router has noticed, no client sees an error — every request goes to the live prefiller,
-and with both prefillers gone every request is decoded locally (no header), counted as a fallback.
+"""A prefill engine dies under P/D (real Envoy, the service, two prefill engines, a decode pod).
 
-llm-d's sidecar answers a prefill leg it cannot complete with the prefiller's error (502 when it
-cannot connect; upstream PR #1206 removed the local fallback), so the router is what keeps
-clients whole: it replaces a prefill pick whose KV-event subscriber lost its engine.
+With llm-d's sidecar behaviour (it answers a prefill leg it cannot complete with the prefiller's
+error, 502 when it cannot connect; upstream PR #1206 removed the local fallback) the router is
+what keeps clients whole: once it has noticed (its KV-event subscriber lost the engine) every
+request goes to the live prefiller, and with both prefillers gone every request is decoded
+locally (no header), counted as a fallback.
+
+With the lab sidecar's ``--prefill-fallback local`` there is no window either: a request whose
+prefill leg meets the dying engine is decoded locally by the sidecar, so a kill under continuous
+load costs 0 client errors; the sidecar's ``x-prefill-fallback`` answer also holds the prefiller
+down in the router when the engine is alive but failing (its KV events still flowing).
 """
 
 from __future__ import annotations
 
 import random
+import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -84,3 +92,94 @@ def test_a_dead_prefiller_costs_no_client_errors(cluster: LocalCluster) -> None:
     assert [s for s, _, _ in local] == [200] * len(local)
     assert all(leg is None and header is None for _, leg, header in local)  # decoded locally, no header
     assert fallbacks(cluster) - before == len(local)
+
+
+@pytest.fixture()
+def fallback_cluster() -> Iterator[LocalCluster]:
+    with LocalCluster(num_engines=3, roles=["prefill", "prefill", "decode"], block_size=16, num_blocks=8192,
+                      engine_args=FAST_ENGINES, service_config=pd_config(non_cached_tokens=64),
+                      sidecar_args=["--prefill-fallback", "local"]) as c:
+        yield c
+
+
+@dataclass(frozen=True)
+class Sent:
+    request_id: str
+    started: float
+    status: int
+
+
+def sidecar_log(cluster: LocalCluster) -> dict[str, dict[str, Any]]:
+    decode = cluster.indices("decode")[0]
+    entries = httpx.get(cluster.engine_urls[decode] + "/sidecar/requests", timeout=10).json()
+    return {e["x_request_id"]: e for e in entries}
+
+
+def test_a_prefiller_killed_under_continuous_load_costs_no_client_errors(fallback_cluster: LocalCluster) -> None:
+    cluster = fallback_cluster
+    p0, p1 = (cluster.engine_endpoints[i] for i in cluster.indices("prefill"))
+    sent: list[Sent] = []
+    stop = threading.Event()
+
+    def worker(w: int) -> None:
+        with httpx.Client(timeout=30) as http:
+            for i in range(10_000):
+                if stop.is_set():
+                    return
+                rid, started = f"load-{w}-{i}", time.monotonic()
+                r = http.post(cluster.listener_url + "/v1/completions", headers={"x-request-id": rid},
+                              json={"model": MODEL, "prompt": prompt(w * 10_000 + i), "max_tokens": 4})
+                sent.append(Sent(rid, started, r.status_code))
+
+    workers = [threading.Thread(target=worker, args=(w,)) for w in range(3)]
+    for t in workers:
+        t.start()
+    try:
+        wait_for(lambda: len(sent) >= 30, what="30 requests before the kill")
+        cluster.kill_engine(cluster.indices("prefill")[0])
+        killed = time.monotonic()  # the engine is reaped: nothing can reach it after this
+        wait_for(lambda: p0 in state(cluster)["health"]["kvDisconnected"], what="the router noticing")
+        noticed = len(sent)
+        wait_for(lambda: len(sent) >= noticed + 30, what="30 requests after the router noticed")
+    finally:
+        stop.set()
+        for t in workers:
+            t.join(timeout=60)
+    assert [s.status for s in sent if s.status != 200] == []  # 0 client errors, kill moment included
+    log = sidecar_log(cluster)
+    for s in sent:
+        entry = log[s.request_id]
+        if entry["fallback"] is not None:
+            assert entry["prefiller"] == p0  # only the dead engine's legs failed: decoded locally
+        elif entry["prefiller"] == p0:
+            assert s.started < killed  # a leg completed on p0 was sent before it died
+        else:
+            assert entry["prefiller"] in (p1, None)  # the live prefiller, or local by the router
+    assert all(log[s.request_id]["prefiller"] in (p1, None) for s in sent[noticed + 3:])
+
+
+def test_a_failing_but_connected_prefiller_is_held_down_on_the_sidecars_word(fallback_cluster: LocalCluster) -> None:
+    cluster = fallback_cluster
+    i0 = cluster.indices("prefill")[0]
+    p0, p1 = (cluster.engine_endpoints[i] for i in cluster.indices("prefill"))
+    r = httpx.post(cluster.engine_urls[i0] + "/mock/faults", json={"completions_status": 503}, timeout=10)
+    assert r.status_code == 200
+    seed = iter(range(300, 10_000))
+
+    def one() -> httpx.Response:
+        n = next(seed)
+        return httpx.post(cluster.listener_url + "/v1/completions", timeout=30, headers={"x-request-id": f"held-{n}"},
+                          json={"model": MODEL, "prompt": prompt(n), "max_tokens": 4})
+
+    answers: list[httpx.Response] = []
+    wait_for(lambda: answers.append(one()) or any("x-prefill-fallback" in a.headers for a in answers),
+             what="a request routed to the failing prefiller")
+    assert [a.status_code for a in answers] == [200] * len(answers)
+    assert answers[-1].headers["x-prefill-fallback"] == "status-503"
+    assert p0 not in state(cluster)["health"]["kvDisconnected"]  # its KV events still flow
+    wait_for(lambda: p0 in state(cluster)["health"]["down"], what="the router holding the prefiller down")
+    after = [one() for _ in range(5)]
+    assert [a.status_code for a in after] == [200] * 5
+    assert all("x-prefill-fallback" not in a.headers for a in after)
+    log = sidecar_log(cluster)
+    assert [log[a.request.headers["x-request-id"]]["prefiller"] for a in after] == [p1] * 5

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from ppc_extproc.framework.classify import PluginRoles, classify, plays, role_names
 from ppc_extproc.framework.context import (
+    PREFILL_FALLBACK_HEADER,
     LLMRequest,
     ProfileResult,
     ResponseInfo,
@@ -60,6 +61,7 @@ __all__ = [
     "ENGINE_METRICS",
     "IN_FLIGHT_LOAD",
     "PEER_ENDPOINT",
+    "PREFILL_FALLBACK_HEADER",
     "PREFIX_CACHE_MATCH_INFO",
     "TOKENIZED_PROMPT",
     "AsyncDataProducer",

@@ -21,6 +21,7 @@ from ppc_extproc.matchinfo import PrefixCacheMatchInfo, best_match_info
 from ppc_extproc.tokens import TokenizedPrompt
 
 __all__ = [
+    "PREFILL_FALLBACK_HEADER",
     "LLMRequest",
     "ProfileResult",
     "ResponseInfo",
@@ -177,6 +178,12 @@ class SchedulingResult:
         return cls(profile, {profile: ProfileResult(targets)}, targets, [e.id for e in targets])
 
 
+#: Response header a P/D sidecar sets when it prefilled a request locally because its prefill
+#: leg failed; the value is the reason (the lab's sidecar with ``--prefill-fallback local``;
+#: llm-d's sidecar has no fallback and relays the failure instead).
+PREFILL_FALLBACK_HEADER = "x-prefill-fallback"
+
+
 @dataclass(frozen=True, slots=True)
 class ResponseInfo:
     """What the response path learned about a routed request."""
@@ -195,6 +202,9 @@ class ResponseInfo:
     reached: bool | None = True
     #: The data plane reset the stream before the response ended (client gone, upstream reset).
     cancelled: bool = False
+    #: A P/D sidecar's ``x-prefill-fallback`` response header: it prefilled the request locally
+    #: because the named prefiller failed (the value is its reason). None: no such header.
+    prefill_fallback: str | None = None
 
     @property
     def failed(self) -> bool:

@@ -39,7 +39,7 @@ from ppc_extproc.errors import PayloadTooLargeError, RequestError
 from ppc_extproc.flowcontrol.admission import fairness_id
 from ppc_extproc.flowcontrol.controller import Ticket
 from ppc_extproc.flowcontrol.types import DEFAULT_FLOW
-from ppc_extproc.framework import ResponseInfo
+from ppc_extproc.framework import PREFILL_FALLBACK_HEADER, ResponseInfo
 from ppc_extproc.ids import EndpointId, destination_host_port, endpoint_id
 from ppc_extproc.observability.llmd_metrics import RequestSeries, error_code_for_status
 from ppc_extproc.observability.metrics import Metrics
@@ -119,6 +119,7 @@ class ExtProcStream:
         self.status = 0
         #: None until response headers tell whether the engine itself answered.
         self.reached: bool | None = None
+        self.prefill_fallback: str | None = None
         self._completed = False
         self._mode_known = False
         #: llm-d's request families: this request's series, its arrival and its response size.
@@ -345,6 +346,7 @@ class ExtProcStream:
         served = struct_value(self.metadata, "envoy.lb", SERVED_KEY)
         self.served = served if isinstance(served, str) else None
         self.reached = upstream_reached(attributes, values)
+        self.prefill_fallback = values.get(PREFILL_FALLBACK_HEADER)
         streaming = self.stream_flag or "text/event-stream" in values.get("content-type", "")
         self.usage = UsageParser(streaming)
         self._first_byte()
@@ -417,6 +419,7 @@ class ExtProcStream:
                 usage.completion_tokens if usage else None,
                 self.reached,
                 cancelled,
+                self.prefill_fallback,
             ),
         )
 

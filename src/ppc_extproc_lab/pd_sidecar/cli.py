@@ -26,7 +26,7 @@ from ppc_extproc.cli.args import (
     positive_int,
 )
 from ppc_extproc.errors import BindError
-from ppc_extproc_lab.pd_sidecar.proxy import CONNECTORS, SidecarOptions, create_sidecar_app
+from ppc_extproc_lab.pd_sidecar.proxy import CONNECTORS, PREFILL_FALLBACKS, SidecarOptions, create_sidecar_app
 
 __all__ = ["add_arguments", "main", "options_from_args"]
 
@@ -45,6 +45,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="extra prefill attempts on 502/503/504 (default %(default)s)")
     parser.add_argument("--prefill-retry-backoff-ms", type=non_negative_float, default=d.prefill_retry_backoff_s * 1e3,
                         help="delay between prefill attempts (default %(default)s)")
+    parser.add_argument("--prefill-fallback", choices=PREFILL_FALLBACKS, default=d.prefill_fallback,
+                        help="on a prefill leg that cannot connect, times out or answers 5xx: 'none' relays "
+                             "the failure (llm-d's sidecar), 'local' decodes the request on the local engine "
+                             "(default %(default)s)")
     parser.add_argument("--enable-prefiller-sampling", action="store_true",
                         help="pick a random prefiller among the header's candidates instead of the first")
     parser.add_argument("--connect-timeout-s", type=positive_float, default=d.connect_timeout_s,
@@ -65,6 +69,7 @@ def options_from_args(args: argparse.Namespace) -> SidecarOptions:
         prefill_max_retries=args.prefill_max_retries,
         prefill_retry_backoff_s=args.prefill_retry_backoff_ms / 1e3,
         enable_prefiller_sampling=args.enable_prefiller_sampling,
+        prefill_fallback=args.prefill_fallback,
         connect_timeout_s=args.connect_timeout_s,
         read_timeout_s=args.read_timeout_s,
         prefill_timeout_s=args.prefill_timeout_s,

@@ -12,15 +12,20 @@
   the prefiller's ``kv_transfer_params`` and rewrites the decode response's
   ``usage.prompt_tokens_details.cached_tokens`` (JSON or each SSE ``data:`` line) to the
   prefiller's. shared-storage prefills with one token and then decodes plainly.
-* **A failed prefill is the client's answer**: the prefiller's status, headers and body are
-  returned as they are (an unreachable prefiller: 502 with an empty body, as Go's reverse
-  proxy answers); there is no local-prefill fallback (upstream PR #1206 removed it). The router
-  is what avoids dead prefillers.
+* **A failed prefill is the client's answer** by default (``prefill_fallback="none"``, llm-d's
+  behaviour): the prefiller's status, headers and body are returned as they are (an unreachable
+  prefiller: 502 with an empty body, as Go's reverse proxy answers); upstream has no local-prefill
+  fallback (llm-d/llm-d-router PR #1206 removed it), so the router is what avoids dead prefillers.
+  ``prefill_fallback="local"`` (this lab's addition) instead decodes the client's own request on
+  the local engine, which prefills it, when the prefill leg cannot connect, times out or answers
+  5xx (after the retries); 4xx stays the client's answer. The response then carries
+  ``x-prefill-fallback: <reason>``, which the router reads as evidence against the prefiller
+  (it holds it down as it would on a relayed 502).
 * A decoder that refuses connections: 503 with llm-d's "The decode node is not ready" body;
   any other decoder failure: 502 ``BadGateway``. ``GET /health`` is 200; other paths are proxied.
 * Lab only: ``GET /sidecar/state`` (counters) and ``GET /sidecar/requests`` (the last
   :data:`REQUEST_LOG_SIZE` requests: the client's ``x-request-id``, the header's value, the
-  prefiller used, the client's status).
+  prefiller used, the client's status, the local-prefill fallback's reason or None).
 
 Bounds this lab adds (upstream has none): every upstream call has a connect timeout and a
 per-read timeout, a prefill leg a total timeout (504 when exceeded), requests in flight are
@@ -44,6 +49,7 @@ import structlog
 from aiohttp import web
 from multidict import CIMultiDict
 
+from ppc_extproc.framework import PREFILL_FALLBACK_HEADER
 from ppc_extproc_lab.pd_sidecar.legs import (
     ApiType,
     cached_tokens_of,
@@ -55,7 +61,15 @@ from ppc_extproc_lab.pd_sidecar.legs import (
     shared_storage_prefill_body,
 )
 
-__all__ = ["CONNECTORS", "PREFILL_HEADER", "SidecarOptions", "SidecarState", "create_sidecar_app"]
+__all__ = [
+    "CONNECTORS",
+    "PREFILL_FALLBACKS",
+    "PREFILL_FALLBACK_HEADER",
+    "PREFILL_HEADER",
+    "SidecarOptions",
+    "SidecarState",
+    "create_sidecar_app",
+]
 
 log = structlog.get_logger(__name__)
 
@@ -63,6 +77,7 @@ log = structlog.get_logger(__name__)
 PREFILL_HEADER: Final = "x-prefiller-host-port"
 REQUEST_ID_HEADER: Final = "x-request-id"
 CONNECTORS: Final = ("nixlv2", "shared-storage")
+PREFILL_FALLBACKS: Final = ("none", "local")
 REQUEST_LOG_SIZE: Final = 256
 
 _ROUTES: Final = {
@@ -101,6 +116,9 @@ class SidecarOptions:
     prefill_retry_backoff_s: float = 0.2
     #: ``--enable-prefiller-sampling``: pick a random candidate instead of the first.
     enable_prefiller_sampling: bool = False
+    #: ``--prefill-fallback`` (lab only): ``none`` relays a failed prefill leg (llm-d), ``local``
+    #: decodes the request on the local engine instead.
+    prefill_fallback: str = "none"
     connect_timeout_s: float = 5.0
     #: Longest wait for any read from an upstream (prefill, decoder, stream chunk).
     read_timeout_s: float = 120.0
@@ -112,6 +130,8 @@ class SidecarOptions:
     def __post_init__(self) -> None:
         if self.kv_connector not in CONNECTORS:
             raise ValueError(f"kv_connector must be one of {', '.join(CONNECTORS)}")
+        if self.prefill_fallback not in PREFILL_FALLBACKS:
+            raise ValueError(f"prefill_fallback must be one of {', '.join(PREFILL_FALLBACKS)}")
         if self.prefill_max_retries < 0 or self.max_in_flight < 1:
             raise ValueError("prefill_max_retries must be >= 0 and max_in_flight >= 1")
 
@@ -124,14 +144,24 @@ class SidecarState:
     disaggregated: int = 0
     prefill_errors: int = 0
     prefill_retries: int = 0
+    #: Requests decoded locally after their prefill leg failed (``prefill_fallback="local"``).
+    prefill_fallbacks: int = 0
     rejected_busy: int = 0
 
 
 class _Upstream:
-    """What one leg got back: status, headers and either the whole body or an open stream."""
+    """What one buffered leg got back; ``unreachable`` when no HTTP answer came at all."""
 
-    def __init__(self, status: int, headers: Mapping[str, str], body: bytes) -> None:
+    def __init__(self, status: int, headers: Mapping[str, str], body: bytes, *, unreachable: bool = False) -> None:
         self.status, self.headers, self.body = status, headers, body
+        self.unreachable = unreachable
+
+    @property
+    def fallback_reason(self) -> str | None:
+        """Why local prefill may stand in for this prefill answer (None: it may not)."""
+        if self.unreachable:
+            return "unreachable"
+        return f"status-{self.status}" if self.status >= 500 else None
 
 
 def _forward_headers(
@@ -192,6 +222,7 @@ class _Sidecar:
             self.log.append(entry)
             response = await self._route(request, raw, api, prefiller)
             entry["status"] = response.status
+            entry["fallback"] = response.headers.get(PREFILL_FALLBACK_HEADER)
             return response
 
     async def _route(self, request: web.Request, raw: bytes, api: ApiType | None, prefiller: str) -> web.StreamResponse:
@@ -221,10 +252,15 @@ class _Sidecar:
         except TimeoutError:
             self.state.prefill_errors += 1
             log.warning("sidecar_prefill_timeout", prefiller=prefiller, request_id=request_id)
+            if self._falls_back("timeout", request):
+                return await self._decode_locally(request, body, "timeout")
             return _error(504, f"prefill at {prefiller} timed out", "GatewayTimeout")
         if not 200 <= result.status < 300:
             self.state.prefill_errors += 1
             log.warning("sidecar_prefill_failed", prefiller=prefiller, status=result.status, request_id=request_id)
+            reason = result.fallback_reason
+            if reason is not None and self._falls_back(reason, request):
+                return await self._decode_locally(request, body, reason)
             return web.Response(status=result.status, body=result.body, headers=_response_headers(result.headers))
         try:
             presponse = orjson.loads(result.body)
@@ -261,7 +297,20 @@ class _Sidecar:
                 return _Upstream(resp.status, resp.headers, await resp.read())
         except (aiohttp.ClientError, TimeoutError) as exc:
             log.warning("sidecar_upstream_error", url=url, error=str(exc) or type(exc).__name__)
-            return _Upstream(502, {}, b"")
+            return _Upstream(502, {}, b"", unreachable=True)
+
+    def _falls_back(self, reason: str, request: web.Request) -> bool:
+        """Whether a failed prefill leg is replaced by local prefill (and counted)."""
+        if self.options.prefill_fallback != "local":
+            return False
+        self.state.prefill_fallbacks += 1
+        log.info("sidecar_prefill_fallback", reason=reason, request_id=request.headers.get(REQUEST_ID_HEADER))
+        return True
+
+    async def _decode_locally(self, request: web.Request, body: dict[str, Any], reason: str) -> web.StreamResponse:
+        """The client's own request to the local engine, which prefills it; the answer names why."""
+        return await self._decode(request, orjson.dumps(body), _forward_headers(request.headers),
+                                  extra_headers={PREFILL_FALLBACK_HEADER: reason})
 
     async def _shared_storage(self, request: web.Request, body: dict[str, Any], prefiller: str) -> web.StreamResponse:
         url = f"http://{prefiller.removeprefix('http://')}{request.path_qs}"
@@ -271,15 +320,21 @@ class _Sidecar:
                 result = await self._send(url, orjson.dumps(shared_storage_prefill_body(body)), headers)
         except TimeoutError:
             self.state.prefill_errors += 1
+            if self._falls_back("timeout", request):
+                return await self._decode_locally(request, body, "timeout")
             return _error(504, f"prefill at {prefiller} timed out", "GatewayTimeout")
         if not 200 <= result.status < 300:
             self.state.prefill_errors += 1
             log.warning("sidecar_prefill_failed", prefiller=prefiller, status=result.status)
+            reason = result.fallback_reason
+            if reason is not None and self._falls_back(reason, request):
+                return await self._decode_locally(request, body, reason)
             return web.Response(status=result.status, body=result.body)
         return await self._decode(request, orjson.dumps(shared_storage_decode_body(body)), headers)
 
     async def _decode(
-        self, request: web.Request, body: bytes, headers: CIMultiDict[str], *, cached_tokens: int | None = None
+        self, request: web.Request, body: bytes, headers: CIMultiDict[str], *, cached_tokens: int | None = None,
+        extra_headers: Mapping[str, str] | None = None,
     ) -> web.StreamResponse:
         """Proxy to the local decoder, streaming the answer through (rewriting ``cached_tokens``)."""
         url = f"{self.decoder}{request.path_qs}"
@@ -294,6 +349,8 @@ class _Sidecar:
             return _error(502, str(exc) or type(exc).__name__, "BadGateway")
         async with upstream:
             out = web.StreamResponse(status=upstream.status, headers=_response_headers(upstream.headers))
+            if extra_headers:
+                out.headers.update(extra_headers)
             sse = "text/event-stream" in upstream.headers.get("Content-Type", "")
             try:
                 if cached_tokens is None or not sse:
@@ -340,7 +397,8 @@ async def _health(request: web.Request) -> web.Response:
 async def _state(request: web.Request) -> web.Response:
     s = request.app[_SIDECAR].state
     body = {"requests": s.requests, "disaggregated": s.disaggregated, "prefill_errors": s.prefill_errors,
-            "prefill_retries": s.prefill_retries, "rejected_busy": s.rejected_busy}
+            "prefill_retries": s.prefill_retries, "prefill_fallbacks": s.prefill_fallbacks,
+            "rejected_busy": s.rejected_busy}
     return web.Response(body=orjson.dumps(body), content_type="application/json")
 
 

@@ -9,7 +9,9 @@ of the same profile; with none left the request is routed without ``x-prefiller-
 that fallback (llm-d/llm-d-router PR #1206). The routing sidecar answers a failed prefill leg with
 the prefill endpoint's own status (502 when it cannot connect, after ``--prefill-max-retries``
 [0] retries on 502/503/504); such a response to a disaggregated request holds the prefill
-endpoint down like a connection failure Envoy reports, so the next requests go elsewhere.
+endpoint down like a connection failure Envoy reports, so the next requests go elsewhere. So does
+a successful response carrying ``x-prefill-fallback`` (a sidecar that prefilled locally because
+the prefill leg failed: the lab's ``--prefill-fallback local``).
 """
 
 from __future__ import annotations
@@ -136,11 +138,12 @@ def set_disagg_headers(
 
 def prefill_failed(ctx: SchedulingContext, info: ResponseInfo, owner: str, health: EndpointHealth) -> None:
     """A disaggregated request's answer is evidence about its prefill endpoint: a gateway error
-    the sidecar relays holds it down; a success clears its failure streak."""
+    the sidecar relays, or its word that it prefilled locally instead, holds it down; a success
+    clears its failure streak."""
     prefiller = ctx.get(_PREFILLER.of(owner))
     if prefiller is None or ctx.dry_run:
         return
-    if info.status in _PREFILL_LEG_FAILURES:
+    if info.status in _PREFILL_LEG_FAILURES or info.prefill_fallback is not None:
         health.upstream(prefiller, False)
     elif 0 < info.status < 400 and not info.cancelled:
         health.upstream(prefiller, True)
