@@ -13,9 +13,11 @@ decode engines' events after a transferred prompt are dropped as ``unknown_paren
 and once without it (never credited). Follow-up turns add fewer tokens than ``nonCachedTokens``.
 
 Part 3 (``kill``): ``--kill-workers`` clients send long uncached prompts back to back through a
-P/D cluster (2 prefill engines, 1 decode pod); one prefill engine is SIGKILLed mid-run. Counts the
-client errors before the router noticed (requests whose prefill leg met the dead engine get the
-sidecar's 502, as llm-d's sidecar answers) and after.
+P/D cluster (2 prefill engines, 1 decode pod); one prefill engine is SIGKILLed mid-run, once per
+sidecar fallback in ``--kill-fallbacks``: ``none`` (llm-d's sidecar: requests whose prefill leg
+meets the dead engine before the router noticed get its 502) and ``local`` (the lab sidecar's
+``--prefill-fallback local``: they are decoded locally). Counts client errors, disaggregated
+requests and sidecar fallbacks per phase.
 
 The mock's time model has one serial prefill lane per engine and decode steps that prefills do not
 slow down, so P/D's benefit on real GPUs (decode free of prefill interference) is not modelled:
@@ -113,7 +115,7 @@ def credit(args: argparse.Namespace) -> None:
     print("raw:", [dataclasses.asdict(s) for s in rows])
 
 
-def kill(args: argparse.Namespace) -> None:
+def kill(args: argparse.Namespace, fallback: str) -> None:
     import random
     import threading
     import time
@@ -125,11 +127,12 @@ def kill(args: argparse.Namespace) -> None:
         return [rng.randrange(1, 150_000) for _ in range(300)]
 
     engine = EngineProfile(block_size=16, num_blocks=8192, prefill_tokens_per_s=100_000.0, decode_ms_per_token=2.0)
-    results: list[tuple[float, int, str | None]] = []
+    results: list[tuple[float, int, str | None, str | None]] = []
     stop = threading.Event()
     with LocalCluster(num_engines=3, roles=["prefill", "prefill", "decode"], block_size=16,
                       num_blocks=engine.num_blocks, engine_args=engine.engine_args(),
-                      service_config=pd_config(non_cached_tokens=64)) as cluster:
+                      service_config=pd_config(non_cached_tokens=64),
+                      sidecar_args=["--prefill-fallback", fallback]) as cluster:
         def worker(w: int) -> None:
             with httpx.Client(timeout=30) as http:
                 for i in range(1_000_000):
@@ -137,7 +140,8 @@ def kill(args: argparse.Namespace) -> None:
                         return
                     r = http.post(cluster.listener_url + "/v1/completions",
                                   json={"model": "mock-model", "prompt": tokens(w * 1_000_000 + i), "max_tokens": 4})
-                    results.append((time.monotonic(), r.status_code, r.headers.get("x-mock-vllm-kv-transfer")))
+                    results.append((time.monotonic(), r.status_code, r.headers.get("x-mock-vllm-kv-transfer"),
+                                    r.headers.get("x-prefill-fallback")))
 
         threads = [threading.Thread(target=worker, args=(w,)) for w in range(args.kill_workers)]
         for t in threads:
@@ -155,14 +159,15 @@ def kill(args: argparse.Namespace) -> None:
             t.join()
     phases = {"before the kill": (0.0, killed_at), "kill → router noticed": (killed_at, noticed_at),
               "after": (noticed_at, float("inf"))}
-    print(f"## A prefill engine killed under load: {args.kill_workers} clients back to back, 300-token uncached "
-          f"prompts; the router noticed {1e3 * (noticed_at - killed_at):.0f} ms after the kill")
-    print("| phase | requests | client errors | disaggregated |")
-    print("|---|---:|---:|---:|")
+    print(f"## A prefill engine killed under load, sidecar --prefill-fallback {fallback}: {args.kill_workers} "
+          f"clients back to back, 300-token uncached prompts; the router noticed "
+          f"{1e3 * (noticed_at - killed_at):.0f} ms after the kill")
+    print("| phase | requests | client errors | disaggregated | decoded locally by the sidecar |")
+    print("|---|---:|---:|---:|---:|")
     for name, (lo, hi) in phases.items():
         rows = [r for r in results if lo <= r[0] < hi]
         print(f"| {name} | {len(rows)} | {sum(1 for r in rows if r[1] != 200)} | "
-              f"{sum(1 for r in rows if r[2] == 'decode')} |")
+              f"{sum(1 for r in rows if r[2] == 'decode')} | {sum(1 for r in rows if r[3] is not None)} |")
     print("(a request is placed in the phase in which it completed)")
     print()
 
@@ -172,6 +177,8 @@ def main() -> None:
     p.add_argument("--parts", default="onoff,credit,kill", help="comma-separated: onoff, credit, kill (default all)")
     p.add_argument("--kill-workers", type=int, default=3)
     p.add_argument("--kill-after", type=float, default=3.0, help="seconds of load before and after the kill")
+    p.add_argument("--kill-fallbacks", default="none,local",
+                   help="sidecar --prefill-fallback values to run the kill part with (default %(default)s)")
     p.add_argument("--engines", type=int, default=4)
     p.add_argument("--prefill-engines", type=int, default=2)
     p.add_argument("--rate", type=float, default=8.0)
@@ -189,7 +196,8 @@ def main() -> None:
     if "credit" in parts:
         credit(args)
     if "kill" in parts:
-        kill(args)
+        for fallback in args.kill_fallbacks.split(","):
+            kill(args, fallback.strip())
 
 
 if __name__ == "__main__":
