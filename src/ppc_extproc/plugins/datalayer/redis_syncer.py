@@ -9,6 +9,11 @@ Shares      * in-flight requests and uncached prompt tokens per endpoint: every 
               (one round trip) reads who already claimed this prompt's prefix; a deeper claim
               by an allowed endpoint wins over the pick, and the prefix is claimed for the answer
               (``claimPrefixes: false``: no round trip on the routing path, in-flight only)
+            * ``coldPlacement: rendezvous``: a prompt of which no allowed endpoint holds a block
+              goes, without a round trip, to the highest-rendezvous-hash endpoint of its first block
+              key (so every replica routing its siblings at once agrees), as does a pick that
+              already is that endpoint; the claim is then written in the background. Other
+              prompts wait for the claim as above. Blind to load for those cold prompts.
             The KV index is not shared: each replica subscribes to every engine's events.
 Failure     the store is an optimisation. Every call has a timeout (``claimTimeout`` on the
             routing path, ``crossReplicaPublishTimeout`` in the background); on an error the
@@ -23,11 +28,13 @@ Parameters  ``address`` ["localhost:6379"; also ``redis://host:port/db``], ``pas
             ``passwordFile`` (a plaintext ``password`` is refused), ``db`` [0], ``stateTTL``
             ["2s": a replica silent this long stops counting], ``coordinationTTL`` [accepted,
             unused], ``claimTTL`` ["2s": the speculative TTL], ``claimPrefixes`` [true],
-            ``claimTimeout`` ["20ms"], ``keyPrefix`` ["ppc-extproc"], ``prefixMatchInfoProducerName``
+            ``claimTimeout`` ["20ms"], ``keyPrefix`` ["ppc-extproc"], ``prefixMatchInfoProducerName``,
+            ``coldPlacement`` [claim | rendezvous], ``traceSize`` [0: off; ≤ 1,000,000 entries of
+            this replica's own and peers' in-flight counts, stamped, in ``/debug/state``]
 Keys        ``<keyPrefix>:c:<block key>`` strings expiring after ``claimTTL`` (≤ 24 per request),
             channel ``<keyPrefix>:inflight``. Standalone Valkey ≥ 7.2 or Redis ≥ 7.0.
 Metrics     ``ppc_extproc_cross_replica_store_up``, ``…_peers``, ``…_sync_total{outcome}``,
-            ``…_claims_total{outcome}`` (adopted, kept, timeout, error, skipped)
+            ``…_claims_total{outcome}`` (adopted, kept, timeout, error, skipped, rendezvous)
 
     plugins:
     - type: redis-syncer
@@ -46,7 +53,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import structlog
@@ -64,14 +71,16 @@ from ppc_extproc.framework import (
     StateReporter,
 )
 from ppc_extproc.framework.params import Section
-from ppc_extproc.ids import EndpointId
+from ppc_extproc.ids import EndpointId, RequestKey
 from ppc_extproc.plugins.datalayer.cross_replica_store import (
     PeerLoad,
     RedisStore,
     claim_positions,
     encode_load,
     parse_address,
+    rendezvous,
 )
+from ppc_extproc.plugins.datalayer.cross_replica_trace import InflightTrace
 from ppc_extproc.plugins.producers.precise_prefix_cache import PRECISE_BLOCK_KEYS
 from ppc_extproc.plugins.registry import Services, register
 from ppc_extproc.scheduling.inflight import InflightTracker
@@ -80,11 +89,14 @@ __all__ = ["RedisSyncer"]
 
 log = structlog.get_logger(__name__)
 
-CLAIM_OUTCOMES = ("adopted", "kept", "timeout", "error", "skipped")
+CLAIM_OUTCOMES = ("adopted", "kept", "timeout", "error", "skipped", "rendezvous")
+COLD_PLACEMENTS = ("claim", "rendezvous")
 SYNC_OUTCOMES = ("ok", "error")
 #: Consecutive claim failures after which claims wait for the subscription to come back.
 _CLAIM_FAILURES_OPEN = 3
 _MIN_PUSH_INTERVAL = 0.002
+#: Background claims (``coldPlacement: rendezvous``) in flight at most; more are skipped.
+_MAX_BACKGROUND_CLAIMS = 64
 
 
 @register("redis-syncer")
@@ -94,6 +106,7 @@ class RedisSyncer(CrossReplicaSyncer, Lifecycle, StateReporter):
     def __init__(
         self, name: str, store: RedisStore, inflight: InflightTracker, *, state_ttl: float, claim_ttl: float,
         claim_prefixes: bool, claim_timeout: float, producer: str, clock: Callable[[], float] = time.monotonic,
+        cold_placement: str = "claim", trace_size: int = 0,
     ) -> None:
         self.name = name
         self.store = store
@@ -102,6 +115,11 @@ class RedisSyncer(CrossReplicaSyncer, Lifecycle, StateReporter):
         self.claim_ttl_ms = max(1, int(claim_ttl * 1000))
         self.claim_prefixes = claim_prefixes
         self.claim_timeout = claim_timeout
+        #: ``rendezvous``: a prompt no endpoint holds goes to the rendezvous-hash endpoint of its first
+        #: block (every replica agrees without a round trip) and is claimed in the background.
+        self.rendezvous = cold_placement == "rendezvous"
+        self.trace = InflightTrace(trace_size) if trace_size > 0 else None
+        self._background: set[asyncio.Task[None]] = set()
         self.keys_key = PRECISE_BLOCK_KEYS.of(producer)
         self.match_key = PREFIX_CACHE_MATCH_INFO.of(producer)
         self.replica_id = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
@@ -146,13 +164,15 @@ class RedisSyncer(CrossReplicaSyncer, Lifecycle, StateReporter):
         prefix = params.string("keyPrefix", "ppc-extproc")
         claim_prefixes = params.boolean("claimPrefixes", True)
         producer = params.string("prefixMatchInfoProducerName", "precise-prefix-cache-producer")
+        cold_placement = params.string("coldPlacement", "claim", choices=COLD_PLACEMENTS)
+        trace_size = params.integer("traceSize", 0, minimum=0, maximum=1_000_000)
         try:
             store = RedisStore(host, port, db=db, password=password, prefix=prefix, timeout_seconds=1.0)
         except ImportError:
             raise ConfigError(params.path, "redis-syncer needs redis-py: pip install 'ppc-extproc[shared-state]'") from None
         return cls(name, store, services.inflight, state_ttl=state_ttl, claim_ttl=claim_ttl,
                    claim_prefixes=claim_prefixes, claim_timeout=claim_timeout, producer=producer,
-                   clock=services.clock)  # fmt: skip
+                   clock=services.clock, cold_placement=cold_placement, trace_size=trace_size)  # fmt: skip
 
     # --- configuration and lifecycle ------------------------------------------------------------
 
@@ -185,11 +205,17 @@ class RedisSyncer(CrossReplicaSyncer, Lifecycle, StateReporter):
                 task.cancel()
             _, pending = await asyncio.wait(pending, timeout=0.1)
         self._tasks = []
+        for task in list(self._background):
+            task.cancel()
+        if self._background:
+            await asyncio.wait(self._background, timeout=1.0)
         self.up = False
         self._go_local()
         await self.store.close()
 
     def _changed(self) -> None:
+        if self.trace is not None:
+            self.trace.own(self.inflight.local_snapshot())
         if threading.get_ident() == self._loop_thread:
             self._dirty.set()
         elif self._loop is not None:
@@ -204,7 +230,7 @@ class RedisSyncer(CrossReplicaSyncer, Lifecycle, StateReporter):
             log.warning("cross_replica_store_down", plugin=self.name)
         self.up = False
         self.peers.clear()
-        self.inflight.set_peer_load({})
+        self._set_peer_load({})
 
     def _mark_up(self) -> None:
         if not self.up:
@@ -236,10 +262,15 @@ class RedisSyncer(CrossReplicaSyncer, Lifecycle, StateReporter):
 
     def _on_message(self, data: bytes) -> None:
         if self.peers.receive(data):
-            self.inflight.set_peer_load(self.peers.aggregate())
+            self._set_peer_load(self.peers.aggregate())
             if self.peers.new_peer:  # a replica that just (re)subscribed hears our counts at once
                 self._dirty.set()
                 log.info("cross_replica_peer_seen", plugin=self.name, peers=self.peers.live())
+
+    def _set_peer_load(self, counts: dict[EndpointId, tuple[int, int]]) -> None:
+        self.inflight.set_peer_load(counts)
+        if self.trace is not None:
+            self.trace.peers(counts)
 
     async def _publish_loop(self) -> None:
         while not self._stopping:
@@ -260,7 +291,7 @@ class RedisSyncer(CrossReplicaSyncer, Lifecycle, StateReporter):
                 if self._subscribed:
                     self._mark_up()
             if self.up:  # ageing: a replica that stopped publishing stops counting
-                self.inflight.set_peer_load(self.peers.aggregate())
+                self._set_peer_load(self.peers.aggregate())
             await asyncio.sleep(_MIN_PUSH_INTERVAL)
 
     async def _publish(self) -> None:
@@ -274,6 +305,8 @@ class RedisSyncer(CrossReplicaSyncer, Lifecycle, StateReporter):
     # --- the routing path -----------------------------------------------------------------------
 
     async def coordinate(self, ctx: SchedulingContext, result: SchedulingResult) -> SchedulingResult:
+        if self.trace is not None:
+            self.trace.decision()
         if not self.claim_prefixes or not result.targets:
             return result
         if not self.up or (self._claims_closed_until and self.clock() < self._claims_closed_until):
@@ -292,11 +325,17 @@ class RedisSyncer(CrossReplicaSyncer, Lifecycle, StateReporter):
         depths = claim_positions(len(keys))
         scored = result.primary.totals
         allowed = [e for e in ctx.candidates if not scored or e.id in scored]
+        claim_keys = [keys[d - 1] for d in depths]
+        allowed_ids = [e.id for e in allowed]
+        if self.rendezvous and allowed:
+            placed = self._place_cold(ctx, result, allowed, keys[0], known)
+            if placed is not None:  # no wait: the claim goes out in the background
+                self._claim_later(claim_keys, depths, placed.targets[0].id, allowed_ids)
+                return placed
         try:
             async with asyncio.timeout(self.claim_timeout):
-                answer, _depth = await self.store.claim(
-                    [keys[d - 1] for d in depths], depths, pick.id, known, [e.id for e in allowed], self.claim_ttl_ms
-                )
+                answer, _depth = await self.store.claim(claim_keys, depths, pick.id, known, allowed_ids,
+                                                        self.claim_ttl_ms)  # fmt: skip
         except TimeoutError:
             return self._claim_failed("timeout", result)
         except Exception as exc:
@@ -310,13 +349,62 @@ class RedisSyncer(CrossReplicaSyncer, Lifecycle, StateReporter):
             return result
         return self._retarget(result, allowed, EndpointId(answer))
 
+    def _place_cold(self, ctx: SchedulingContext, result: SchedulingResult, allowed: list[Endpoint],
+                    first: RequestKey, known: int) -> SchedulingResult | None:  # fmt: skip
+        """The decision without a round trip, or None (wait for the claim): the pick when it is the
+        prompt's rendezvous endpoint; the rendezvous endpoint when no allowed endpoint holds any of
+        the prompt (every replica computes the same one); else None."""
+        home = rendezvous(first, [e.id for e in allowed])
+        if home == result.targets[0].id:
+            self.claims["rendezvous"] += 1
+            return result
+        if known:
+            return None
+        for endpoint in allowed:
+            info = ctx.endpoint_value(endpoint.id, self.match_key)
+            if info is not None and info.cached_block_count:
+                return None  # some endpoint holds part of it: the claim decides
+        if result.destinations != [t.id for t in result.targets]:
+            return None  # a data-parallel rewrite: leave it to the claim
+        self.claims["rendezvous"] += 1
+        target = next(e for e in allowed if e.id == home)
+        targets = [target, *(t for t in result.targets if t.id != home)][: len(result.targets)]
+        return SchedulingResult(
+            result.primary_profile, result.profile_results, targets, [t.id for t in targets], result.headers
+        )
+
+    def _claim_later(self, keys: list[RequestKey], depths: list[int], answer: str, allowed: Sequence[str]) -> None:
+        """Claim ``keys`` for ``answer`` off the routing path (bounded; failures count as claims' do)."""
+        if len(self._background) >= _MAX_BACKGROUND_CLAIMS:
+            return
+        task = asyncio.get_running_loop().create_task(self._claim_background(keys, depths, answer, allowed))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _claim_background(self, keys: list[RequestKey], depths: list[int], answer: str,
+                                allowed: Sequence[str]) -> None:  # fmt: skip
+        try:
+            async with asyncio.timeout(max(self.claim_timeout, 0.1)):
+                await self.store.claim(keys, depths, answer, depths[-1], allowed, self.claim_ttl_ms)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            if not self.store.is_store_error(exc):
+                log.exception("cross_replica_claim_failed", plugin=self.name)
+            self._count_failure("timeout" if isinstance(exc, TimeoutError) else "error")
+        else:
+            self._claim_failures = 0
+
     def _claim_failed(self, outcome: str, result: SchedulingResult) -> SchedulingResult:
+        self._count_failure(outcome)
+        return result
+
+    def _count_failure(self, outcome: str) -> None:
         self.claims[outcome] += 1
         self._claim_failures += 1
         if self._claim_failures >= _CLAIM_FAILURES_OPEN:  # a slow store: stop waiting on it a while
             self._claims_closed_until = self.clock() + self.sync_interval
             self._claim_failures = 0
-        return result
 
     def _retarget(self, result: SchedulingResult, allowed: list[Endpoint], answer: EndpointId) -> SchedulingResult:
         target = next((e for e in allowed if e.id == answer), None)
@@ -336,6 +424,7 @@ class RedisSyncer(CrossReplicaSyncer, Lifecycle, StateReporter):
         return PluginState(self.name, self.type_name, cross_replica=stats, details={
             "replicaId": self.replica_id, "up": stats.up, "peers": stats.peers, "claims": stats.claims,
             "syncs": stats.syncs, "peerLoad": {ep: list(v) for ep, v in self.inflight.peer_load().items()},
+            **({"inflightTrace": self.trace.to_json()} if self.trace is not None and detailed else {}),
         })  # fmt: skip
 
 
