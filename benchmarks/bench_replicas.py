@@ -50,11 +50,13 @@ from ppc_extproc_lab.workload.report import RequestRecord
 
 MODEL = "mock-model"
 BLOCK = 16
-SETUPS = ("one", "three-local", "three-shared", "three-shared-rendezvous", "three-shared-noclaim")
-#: Syncer parameters per shared setup.
+SETUPS = ("one", "three-local", "three-shared-coalesced", "three-shared", "three-shared-rendezvous",
+          "three-shared-noclaim")  # fmt: skip
+#: Syncer parameters per shared setup ("three-shared-coalesced": the syncer before round 5).
 SYNCER: dict[str, dict[str, Any]] = {
-    "three-shared": {"claimPrefixes": True, "coldPlacement": "claim"},
-    "three-shared-rendezvous": {"claimPrefixes": True, "coldPlacement": "rendezvous"},
+    "three-shared-coalesced": {"claimPrefixes": True, "coldPlacement": "claim", "changePublish": "coalesced"},
+    "three-shared": {"claimPrefixes": True, "coldPlacement": "claim", "changePublish": "immediate"},
+    "three-shared-rendezvous": {"claimPrefixes": True, "coldPlacement": "rendezvous", "changePublish": "immediate"},
     "three-shared-noclaim": {"claimPrefixes": False},
 }
 TRACE_SIZE = 200_000
@@ -74,6 +76,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--no-fault", action="store_true", help="skip the store kill/restart run")
     p.add_argument("--fault-setup", choices=tuple(SYNCER), default="three-shared",
                    help="the setup whose store is killed")
+    p.add_argument("--dump", type=Path, help="write every run's replica traces and figures to this JSON file")
     p.add_argument("--rounds", type=int, default=1, help="repeat the chosen setups, in turn, this many times")
     return p.parse_args()
 
@@ -281,6 +284,8 @@ async def run_load(cluster: LocalCluster, args: argparse.Namespace, *, seed: int
         "claim_p50_le_ms": (q * 1e3 if (q := bucket_quantile(before["buckets"], after["buckets"], 0.5)) else None),
         "claim_p90_le_ms": (q * 1e3 if (q := bucket_quantile(before["buckets"], after["buckets"], 0.9)) else None),
         "claims": after["claims"],
+        "replica_cpu_ms_per_request": (after["cpu_s"] - before["cpu_s"]) / max(1, len(records)) * 1e3,
+        "traces": traces,
         "inflight_error": errors,
         **dict(zip(("exact_at_decisions", "exact_over_time"), exact_errors(
             traces, t0, t_end, lambda t: "killed_s" in store_times and t >= store_times["killed_s"]
@@ -344,7 +349,7 @@ def logged_convergence(cluster: LocalCluster, since: float, peers: int) -> float
 
 async def decision_counters(http: aiohttp.ClientSession, admins: list[str]) -> dict[str, Any]:
     """The ``cross_replica`` stage's histogram sum and count, and the claim outcomes, over replicas."""
-    total_s, total_n = 0.0, 0.0
+    total_s, total_n, cpu_s = 0.0, 0.0, 0.0
     claims: dict[str, int] = {}
     buckets: dict[float, float] = {}
     for url in admins:
@@ -359,10 +364,12 @@ async def decision_counters(http: aiohttp.ClientSession, admins: list[str]) -> d
                 le = line.split('le="', 1)[1].split('"', 1)[0]
                 bound = float("inf") if le == "+Inf" else float(le)
                 buckets[bound] = buckets.get(bound, 0.0) + float(line.rsplit(" ", 1)[1])
+            elif line.startswith("process_cpu_seconds_total "):
+                cpu_s += float(line.rsplit(" ", 1)[1])
             elif line.startswith("ppc_extproc_cross_replica_claims_total{"):
                 outcome = line.split('outcome="', 1)[1].split('"', 1)[0]
                 claims[outcome] = claims.get(outcome, 0) + int(float(line.rsplit(" ", 1)[1]))
-    return {"s": total_s, "n": total_n, "claims": claims, "buckets": buckets}
+    return {"s": total_s, "n": total_n, "claims": claims, "buckets": buckets, "cpu_s": cpu_s}
 
 
 def bucket_quantile(before: dict[float, float], after: dict[float, float], q: float) -> float | None:
@@ -401,7 +408,8 @@ def show(name: str, r: dict[str, Any]) -> None:
         claim += f" (p50 ≤ {r['claim_p50_le_ms']:g}, p90 ≤ {r['claim_p90_le_ms']:g})"
     print(f"{name:22s} {r['requests']:4d} req  failed {r['failed']:3d}  hit {r['hit_rate'] * 100:5.1f} %  "
           f"TTFT p50 {r['ttft_p50_ms']:6.1f} p90 {r['ttft_p90_ms']:6.1f} ms  decision p50 {r['decision_p50_ms']:.3f} "
-          f"p90 {r['decision_p90_ms']:.3f} ms  claim mean {claim} ms  {err_text}")  # fmt: skip
+          f"p90 {r['decision_p90_ms']:.3f} ms  claim mean {claim} ms  replicas' CPU "
+          f"{r['replica_cpu_ms_per_request']:.2f} ms/req  {err_text}")  # fmt: skip
     if r.get("exact_at_decisions"):
         print(f"{'':22s} in-flight error (exact) at decisions {error_text(r['exact_at_decisions'])}; "
               f"over time {error_text(r['exact_over_time'])}")
@@ -451,6 +459,11 @@ async def main() -> None:
         with start_valkey() as store, cluster_for(args, 3, store, args.fault_setup) as cluster:
             fault = await run_load(cluster, args, seed=9, shared=True, store=store, fault=True)
         show(f"{args.fault_setup}, store killed", fault)
+        runs["fault"] = [fault]
+    if args.dump:
+        import json
+
+        args.dump.write_text(json.dumps(runs))
 
 
 if __name__ == "__main__":

@@ -10,9 +10,11 @@ it claims every unclaimed key (and refreshes the answer's) for the answer. Two r
 siblings of one prompt at the same instant therefore agree on one endpoint.
 
 In-flight load (no keys at all): each replica ``PUBLISH``es its own counts on ``<prefix>:inflight``
-after every local change (coalesced to one message per ``min_push_interval``) and at least every
-sync interval; each replica subscribes and keeps the latest message of every other replica for
-``state_ttl`` seconds, so a replica that died stops counting after that.
+after every local change (at once on a dedicated connection, ``cross_replica_publisher``, or
+coalesced to one message per 2 ms in the background) and at least every sync interval, each
+message numbered so that a receiver drops one that crossed a newer one; each replica subscribes
+and keeps the latest message of every other replica for ``state_ttl`` seconds, so a replica that
+died stops counting after that.
 """
 
 from __future__ import annotations
@@ -127,6 +129,10 @@ class PeerLoad:
         self.state_ttl = state_ttl
         self.clock = clock
         self._peers: dict[str, tuple[float, dict[EndpointId, tuple[int, int]]]] = {}
+        #: The latest sequence number taken per replica (messages from two connections can cross).
+        self._seq: dict[str, int] = {}
+        #: Messages older than one already taken from the same replica (dropped).
+        self.stale = 0
         #: Messages that did not decode (counted and dropped).
         self.malformed = 0
         self.new_peer = False
@@ -136,6 +142,7 @@ class PeerLoad:
         try:
             message = json.loads(payload)
             replica = str(message["r"])
+            seq = int(message.get("s", 0))
             counts = {
                 EndpointId(str(ep)): (int(v[0]), int(v[1])) for ep, v in list(message["e"].items())[:max_endpoints]
             }
@@ -144,6 +151,11 @@ class PeerLoad:
             return False
         if replica == self.replica_id:
             return False
+        if seq:
+            if seq <= self._seq.get(replica, 0) and replica in self._peers:
+                self.stale += 1
+                return False
+            self._seq[replica] = seq
         #: A replica not heard from before (or since the store came back): it may not know us yet.
         self.new_peer = replica not in self._peers
         if self.new_peer and len(self._peers) >= self.max_peers:
@@ -156,6 +168,7 @@ class PeerLoad:
 
     def clear(self) -> None:
         self._peers.clear()
+        self._seq.clear()
 
     def aggregate(self) -> dict[EndpointId, tuple[int, int]]:
         """Sum over live peers (those heard from within ``state_ttl``); stale peers are dropped."""
@@ -164,6 +177,7 @@ class PeerLoad:
         for replica, (seen, counts) in list(self._peers.items()):
             if seen < deadline:
                 del self._peers[replica]
+                self._seq.pop(replica, None)
                 continue
             for ep, (n, t) in counts.items():
                 if n or t:
@@ -176,8 +190,12 @@ class PeerLoad:
         return sum(1 for seen, _ in self._peers.values() if seen >= deadline)
 
 
-def encode_load(replica_id: str, counts: dict[EndpointId, tuple[int, int]]) -> str:
-    return json.dumps({"r": replica_id, "e": {ep: [n, t] for ep, (n, t) in counts.items()}}, separators=(",", ":"))
+def encode_load(replica_id: str, counts: dict[EndpointId, tuple[int, int]], seq: int = 0) -> str:
+    """One replica's counts; ``seq`` (> 0, increasing) lets receivers drop a message that crossed a newer one."""
+    message: dict[str, object] = {"r": replica_id, "e": {ep: [n, t] for ep, (n, t) in counts.items()}}
+    if seq:
+        message["s"] = seq
+    return json.dumps(message, separators=(",", ":"))
 
 
 class RedisStore:

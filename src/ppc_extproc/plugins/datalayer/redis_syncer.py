@@ -72,6 +72,7 @@ from ppc_extproc.framework import (
 )
 from ppc_extproc.framework.params import Section
 from ppc_extproc.ids import EndpointId, RequestKey
+from ppc_extproc.plugins.datalayer.cross_replica_publisher import ImmediatePublisher
 from ppc_extproc.plugins.datalayer.cross_replica_store import (
     PeerLoad,
     RedisStore,
@@ -91,10 +92,13 @@ log = structlog.get_logger(__name__)
 
 CLAIM_OUTCOMES = ("adopted", "kept", "timeout", "error", "skipped", "rendezvous")
 COLD_PLACEMENTS = ("claim", "rendezvous")
+CHANGE_PUBLISH = ("immediate", "coalesced")
 SYNC_OUTCOMES = ("ok", "error")
 #: Consecutive claim failures after which claims wait for the subscription to come back.
 _CLAIM_FAILURES_OPEN = 3
 _MIN_PUSH_INTERVAL = 0.002
+#: ``changePublish: immediate``: at most one message per this interval on the immediate path.
+_MIN_IMMEDIATE_INTERVAL = 0.0002
 #: Background claims (``coldPlacement: rendezvous``) in flight at most; more are skipped.
 _MAX_BACKGROUND_CLAIMS = 64
 
@@ -106,7 +110,7 @@ class RedisSyncer(CrossReplicaSyncer, Lifecycle, StateReporter):
     def __init__(
         self, name: str, store: RedisStore, inflight: InflightTracker, *, state_ttl: float, claim_ttl: float,
         claim_prefixes: bool, claim_timeout: float, producer: str, clock: Callable[[], float] = time.monotonic,
-        cold_placement: str = "claim", trace_size: int = 0,
+        cold_placement: str = "claim", trace_size: int = 0, immediate: ImmediatePublisher | None = None,
     ) -> None:
         self.name = name
         self.store = store
@@ -120,6 +124,10 @@ class RedisSyncer(CrossReplicaSyncer, Lifecycle, StateReporter):
         self.rendezvous = cold_placement == "rendezvous"
         self.trace = InflightTrace(trace_size) if trace_size > 0 else None
         self._background: set[asyncio.Task[None]] = set()
+        #: ``changePublish: immediate``: changes written on this connection from the decision itself.
+        self.immediate = immediate
+        self._last_immediate = 0.0
+        self._seq = 0
         self.keys_key = PRECISE_BLOCK_KEYS.of(producer)
         self.match_key = PREFIX_CACHE_MATCH_INFO.of(producer)
         self.replica_id = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
@@ -166,13 +174,16 @@ class RedisSyncer(CrossReplicaSyncer, Lifecycle, StateReporter):
         producer = params.string("prefixMatchInfoProducerName", "precise-prefix-cache-producer")
         cold_placement = params.string("coldPlacement", "claim", choices=COLD_PLACEMENTS)
         trace_size = params.integer("traceSize", 0, minimum=0, maximum=1_000_000)
+        change_publish = params.string("changePublish", "immediate", choices=CHANGE_PUBLISH)
         try:
             store = RedisStore(host, port, db=db, password=password, prefix=prefix, timeout_seconds=1.0)
         except ImportError:
             raise ConfigError(params.path, "redis-syncer needs redis-py: pip install 'ppc-extproc[shared-state]'") from None
+        immediate = ImmediatePublisher(host, port, password, store.channel) if change_publish == "immediate" else None
         return cls(name, store, services.inflight, state_ttl=state_ttl, claim_ttl=claim_ttl,
                    claim_prefixes=claim_prefixes, claim_timeout=claim_timeout, producer=producer,
-                   clock=services.clock, cold_placement=cold_placement, trace_size=trace_size)  # fmt: skip
+                   clock=services.clock, cold_placement=cold_placement, trace_size=trace_size,
+                   immediate=immediate)  # fmt: skip
 
     # --- configuration and lifecycle ------------------------------------------------------------
 
@@ -211,18 +222,40 @@ class RedisSyncer(CrossReplicaSyncer, Lifecycle, StateReporter):
             await asyncio.wait(self._background, timeout=1.0)
         self.up = False
         self._go_local()
+        if self.immediate is not None:
+            await self.immediate.aclose()
         await self.store.close()
 
     def _changed(self) -> None:
         if self.trace is not None:
             self.trace.own(self.inflight.local_snapshot())
         if threading.get_ident() == self._loop_thread:
-            self._dirty.set()
+            if not self._publish_immediately():
+                self._dirty.set()
         elif self._loop is not None:
             try:
                 self._loop.call_soon_threadsafe(self._dirty.set)
             except RuntimeError:  # the loop is closed: the service is stopping
                 pass
+
+    def _publish_immediately(self) -> bool:
+        """Write this replica's counts now on the immediate connection (True), unless it is down or
+        the last such message went out less than ``_MIN_IMMEDIATE_INTERVAL`` ago."""
+        publisher = self.immediate
+        if publisher is None or not self.up or not publisher.connected:
+            return False
+        now = time.monotonic()
+        if now - self._last_immediate < _MIN_IMMEDIATE_INTERVAL:
+            return False
+        if not publisher.publish(self._payload()):
+            return False
+        self._last_immediate = now
+        self.syncs["ok"] += 1
+        return True
+
+    def _payload(self) -> str:
+        self._seq += 1
+        return encode_load(self.replica_id, self.inflight.local_snapshot(), self._seq)
 
     def _go_local(self) -> None:
         """The store failed: route on this replica's own state until it is back."""
@@ -231,6 +264,8 @@ class RedisSyncer(CrossReplicaSyncer, Lifecycle, StateReporter):
         self.up = False
         self.peers.clear()
         self._set_peer_load({})
+        if self.immediate is not None:
+            self.immediate.close()
 
     def _mark_up(self) -> None:
         if not self.up:
@@ -257,6 +292,11 @@ class RedisSyncer(CrossReplicaSyncer, Lifecycle, StateReporter):
     async def _on_subscribed(self) -> None:
         self._subscribed = True
         await self._publish()  # peers learn our counts at once; theirs arrive within one interval
+        if self.immediate is not None:
+            try:
+                await self.immediate.connect(self.publish_timeout)
+            except (OSError, TimeoutError, ConnectionError):
+                log.warning("cross_replica_immediate_publish_unavailable", plugin=self.name)
         self._claim_failures = 0
         self._mark_up()
 
@@ -296,7 +336,7 @@ class RedisSyncer(CrossReplicaSyncer, Lifecycle, StateReporter):
 
     async def _publish(self) -> None:
         try:
-            await self.store.publish(encode_load(self.replica_id, self.inflight.local_snapshot()))
+            await self.store.publish(self._payload())
         except BaseException:
             self.syncs["error"] += 1
             raise
