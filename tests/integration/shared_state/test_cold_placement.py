@@ -170,3 +170,39 @@ def test_the_trace_logs_own_and_peer_counts_and_decisions_with_monotonic_stamps(
             await stopped(a, b)
 
     asyncio.run(run())
+
+
+def test_a_change_is_written_at_once_and_the_immediate_connection_comes_back_with_the_store(
+    valkey_server: ValkeyServer,
+) -> None:
+    async def run() -> None:
+        a, b = syncer(valkey_server), syncer(valkey_server)
+        try:
+            await started(a, b)
+            assert a.immediate is not None
+            async with asyncio.timeout(5):
+                while not a.immediate.connected:
+                    await asyncio.sleep(0.005)
+            a._dirty.clear()
+            a.inflight.start("req-1", IDS[1], 10)
+            assert not a._dirty.is_set()  # not left to the background publish
+            async with asyncio.timeout(5):
+                while b.inflight.requests(IDS[1]) != 1 or a.immediate.outstanding:
+                    await asyncio.sleep(0.005)
+            valkey_server.kill()
+            async with asyncio.timeout(10):
+                while a.up or a.immediate.connected:
+                    await asyncio.sleep(0.01)
+            a.inflight.finish("req-1")  # store gone: falls back to the background path, no error
+            await asyncio.to_thread(valkey_server.restart)
+            async with asyncio.timeout(5):
+                while not (a.up and b.up and a.immediate.connected and b.inflight.requests(IDS[1]) == 0):
+                    await asyncio.sleep(0.01)
+            a.inflight.start("req-2", IDS[2], 10)
+            async with asyncio.timeout(5):
+                while b.inflight.requests(IDS[2]) != 1:
+                    await asyncio.sleep(0.005)
+        finally:
+            await stopped(a, b)
+
+    asyncio.run(run())

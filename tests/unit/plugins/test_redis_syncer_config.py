@@ -61,6 +61,7 @@ def test_bad_data_layer_fields_name_the_field(layer: dict[str, object], path: st
     ({"claimTimeout": 5}, "", ""),
     ({"sentinel": True}, "sentinel", "unknown key"),
     ({"coldPlacement": "hash"}, "coldPlacement", "rendezvous"),
+    ({"changePublish": "now"}, "changePublish", "immediate"),
     ({"traceSize": -1}, "traceSize", ""),
     ({"traceSize": 2_000_000}, "traceSize", ""),
 ])  # fmt: skip
@@ -87,6 +88,7 @@ def test_cold_placement_and_trace_are_off_unless_asked() -> None:
     doc = with_redis_syncer(default_service_config(), "127.0.0.1:6390")
     syncer = load_config_text(yaml.safe_dump(doc)).pipeline.cross_replica
     assert isinstance(syncer, RedisSyncer) and not syncer.rendezvous and syncer.trace is None
+    assert syncer.immediate is not None  # changePublish: immediate
     doc["plugins"][-1]["parameters"].update(coldPlacement="rendezvous", traceSize=10)
     syncer = load_config_text(yaml.safe_dump(doc)).pipeline.cross_replica
     assert isinstance(syncer, RedisSyncer) and syncer.rendezvous and syncer.trace is not None
@@ -149,6 +151,18 @@ def test_the_tracker_adds_the_peers_counts_and_reports_each_change() -> None:
     assert tracker.finish("r1") and not tracker.finish("r1")
     assert len(changes) == 3
     assert tracker.snapshot() == {a: {"requests": 0, "tokens": 0, "peer_requests": 3, "peer_tokens": 300}}
+
+
+def test_peer_load_drops_a_message_that_crossed_a_newer_one() -> None:
+    peers = PeerLoad("me", state_ttl=2.0, clock=lambda: 0.0)
+    a = EndpointId("10.0.0.1:8000")
+    assert peers.receive(encode_load("r1", {a: (3, 0)}, seq=5))
+    assert not peers.receive(encode_load("r1", {a: (2, 0)}, seq=4)) and peers.stale == 1
+    assert peers.aggregate() == {a: (3, 0)}
+    assert peers.receive(encode_load("r1", {a: (1, 0)}, seq=6)) and peers.aggregate() == {a: (1, 0)}
+    assert peers.receive(encode_load("r1", {a: (4, 0)}))  # unnumbered (an older replica): taken
+    peers.clear()
+    assert peers.receive(encode_load("r1", {a: (2, 0)}, seq=1))  # after the store came back
 
 
 def test_peer_load_is_bounded() -> None:

@@ -10,7 +10,7 @@ it claims every unclaimed key (and refreshes the answer's) for the answer. Two r
 siblings of one prompt at the same instant therefore agree on one endpoint.
 
 In-flight load (no keys at all): each replica ``PUBLISH``es its own counts on ``<prefix>:inflight``
-after every local change (at once on a dedicated connection, ``cross_replica_publisher``, or
+after every local change (at once on a dedicated connection, ``cross_replica_pubsub``, or
 coalesced to one message per 2 ms in the background) and at least every sync interval, each
 message numbered so that a receiver drops one that crossed a newer one; each replica subscribes
 and keeps the latest message of every other replica for ``state_ttl`` seconds, so a replica that
@@ -30,6 +30,7 @@ from typing import Any
 import structlog
 
 from ppc_extproc.ids import EndpointId, RequestKey
+from ppc_extproc.plugins.datalayer.cross_replica_pubsub import subscribe_messages
 
 __all__ = ["CLAIM_SCRIPT", "PeerLoad", "RedisStore", "claim_positions", "parse_address", "rendezvous"]
 
@@ -125,6 +126,8 @@ class PeerLoad:
         self, replica_id: str, state_ttl: float, clock: Callable[[], float] = time.monotonic, max_peers: int = 256
     ) -> None:
         self.replica_id = replica_id
+        self._own_text = '{"r":' + json.dumps(replica_id) + ","
+        self._own_prefix = self._own_text.encode()
         self.max_peers = max_peers
         self.state_ttl = state_ttl
         self.clock = clock
@@ -139,6 +142,11 @@ class PeerLoad:
 
     def receive(self, payload: bytes | str, max_endpoints: int = 4096) -> bool:
         """Take one message; True if it changed the view (it came from another replica)."""
+        # this replica's own message (every subscriber hears it), as ``encode_load`` writes it
+        if isinstance(payload, bytes) and payload.startswith(self._own_prefix):
+            return False
+        if isinstance(payload, str) and payload.startswith(self._own_text):
+            return False
         try:
             message = json.loads(payload)
             replica = str(message["r"])
@@ -210,9 +218,11 @@ class RedisStore:
         from redis.backoff import NoBackoff
 
         self.prefix = prefix
+        self.host, self.port, self._password = host, port, password
         self.channel = f"{prefix}:inflight"
         self.timeout_seconds = timeout_seconds
-        self._redis_errors: tuple[type[BaseException], ...] = (aioredis.RedisError, OSError)
+        self._redis_errors: tuple[type[BaseException], ...] = (aioredis.RedisError, OSError, ConnectionError,
+                                                               asyncio.IncompleteReadError)
         self.client = aioredis.Redis(
             host=host, port=port, db=db, password=password, socket_timeout=timeout_seconds,
             socket_connect_timeout=timeout_seconds, max_connections=max_connections, health_check_interval=0,
@@ -242,21 +252,9 @@ class RedisStore:
     async def subscribe(self, on_message: Callable[[bytes], None], on_connected: Callable[[], Awaitable[None]],
                         poll_seconds: float, running: Callable[[], bool]) -> None:
         """Subscribe and deliver messages until the connection fails (then raise) or ``running()``
-        turns False."""
-        pubsub: Any = self.client.pubsub(ignore_subscribe_messages=True)
-        try:
-            async with asyncio.timeout(self.timeout_seconds):
-                await pubsub.subscribe(self.channel)
-            await on_connected()
-            while running():
-                message = await pubsub.get_message(timeout=poll_seconds)
-                if message is not None and message.get("type") == "message":
-                    on_message(message["data"])
-        finally:
-            try:
-                await asyncio.wait_for(pubsub.aclose(), self.timeout_seconds)
-            except Exception:
-                pass
+        turns False. On its own raw connection: the channel carries every replica's every change."""
+        await subscribe_messages(self.host, self.port, self._password, self.channel, self.timeout_seconds,
+                                 on_message, on_connected, poll_seconds, running)  # fmt: skip
 
     def is_store_error(self, exc: BaseException) -> bool:
         return isinstance(exc, (*self._redis_errors, TimeoutError))

@@ -3,8 +3,11 @@
 Type        ``redis-syncer`` (cross-replica syncer; ``redis-state-store``, llm-d's older name, is an alias),
             referenced by ``dataLayer.crossReplicaSyncerPluginRef``
 Shares      * in-flight requests and uncached prompt tokens per endpoint: every replica publishes
-              its own counts on each change (coalesced) and every ``crossReplicaSyncInterval``;
-              load scorers read local + the other replicas' counts; none on the routing path
+              its own counts on each change and every ``crossReplicaSyncInterval``; load scorers
+              read local + the other replicas' counts; no wait on the routing path.
+              ``changePublish: immediate``: the change is written on a dedicated connection by the
+              decision itself (``cross_replica_pubsub``); ``coalesced``: by a background task,
+              one message per 2 ms
             * speculative entries, as prefix claims: after the local pick, one atomic script
               (one round trip) reads who already claimed this prompt's prefix; a deeper claim
               by an allowed endpoint wins over the pick, and the prefix is claimed for the answer
@@ -29,7 +32,8 @@ Parameters  ``address`` ["localhost:6379"; also ``redis://host:port/db``], ``pas
             ["2s": a replica silent this long stops counting], ``coordinationTTL`` [accepted,
             unused], ``claimTTL`` ["2s": the speculative TTL], ``claimPrefixes`` [true],
             ``claimTimeout`` ["20ms"], ``keyPrefix`` ["ppc-extproc"], ``prefixMatchInfoProducerName``,
-            ``coldPlacement`` [claim | rendezvous], ``traceSize`` [0: off; ≤ 1,000,000 entries of
+            ``coldPlacement`` [claim | rendezvous], ``changePublish`` [immediate | coalesced],
+            ``traceSize`` [0: off; ≤ 1,000,000 entries of
             this replica's own and peers' in-flight counts, stamped, in ``/debug/state``]
 Keys        ``<keyPrefix>:c:<block key>`` strings expiring after ``claimTTL`` (≤ 24 per request),
             channel ``<keyPrefix>:inflight``. Standalone Valkey ≥ 7.2 or Redis ≥ 7.0.
@@ -72,7 +76,7 @@ from ppc_extproc.framework import (
 )
 from ppc_extproc.framework.params import Section
 from ppc_extproc.ids import EndpointId, RequestKey
-from ppc_extproc.plugins.datalayer.cross_replica_publisher import ImmediatePublisher
+from ppc_extproc.plugins.datalayer.cross_replica_pubsub import ImmediatePublisher
 from ppc_extproc.plugins.datalayer.cross_replica_store import (
     PeerLoad,
     RedisStore,
