@@ -6,7 +6,8 @@ CPU per message, and every replica receives every replica's every change.
 ``ImmediatePublisher`` — ``PUBLISH`` written at once: one dedicated connection to the store on which a replica's in-flight
 change goes out synchronously, from inside the routing decision that made it (no wait for a task
 to be scheduled, nor for the previous reply). A reader task drains the replies; a closed
-connection, an error reply or a stalled store (unsent bytes beyond ``max_buffer``) closes it, and
+connection, an error reply or a stalled store (unsent bytes beyond ``max_buffer``; the caller also
+checks ``stalled``: writes unanswered too long) closes it, and
 ``publish`` then returns False so the caller falls back to its background publish. Messages carry
 a sequence number, so their order against the background path's does not matter.
 
@@ -17,6 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
+from collections import deque
 from collections.abc import Awaitable, Callable
 
 __all__ = ["ImmediatePublisher", "open_connection", "resp_command", "subscribe_messages"]
@@ -102,19 +105,28 @@ class ImmediatePublisher:
         self.max_buffer = max_buffer
         self._writer: asyncio.StreamWriter | None = None
         self._reader_task: asyncio.Task[None] | None = None
-        #: Publishes written and not yet answered.
-        self.outstanding = 0
+        #: When each publish written and not yet answered was written (``time.monotonic()``).
+        self._sent: deque[float] = deque()
 
     @property
     def connected(self) -> bool:
         return self._writer is not None
+
+    @property
+    def outstanding(self) -> int:
+        """Publishes written and not yet answered."""
+        return len(self._sent)
+
+    def stalled(self, now: float, timeout: float) -> bool:
+        """True when the oldest unanswered publish was written more than ``timeout`` ago."""
+        return bool(self._sent) and now - self._sent[0] > timeout
 
     async def connect(self, timeout: float) -> None:
         """Open the connection (and AUTH); raises ``OSError`` / ``TimeoutError`` / ``ConnectionError``."""
         self.close()
         reader, writer = await open_connection(self.host, self.port, self.password, timeout)
         self._writer = writer
-        self.outstanding = 0
+        self._sent.clear()
         self._reader_task = asyncio.get_running_loop().create_task(self._drain(reader, writer))
 
     def publish(self, payload: str) -> bool:
@@ -126,7 +138,7 @@ class ImmediatePublisher:
             self.close()
             return False
         writer.write(resp_command(b"PUBLISH", self.channel, payload.encode()))
-        self.outstanding += 1
+        self._sent.append(time.monotonic())
         return True
 
     async def _drain(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -135,7 +147,8 @@ class ImmediatePublisher:
                 line = await reader.readline()
                 if not line or line.startswith(b"-"):  # closed, or an error reply
                     break
-                self.outstanding = max(0, self.outstanding - 1)
+                if self._sent:
+                    self._sent.popleft()
         except (OSError, asyncio.IncompleteReadError):
             pass
         finally:

@@ -295,12 +295,12 @@ class RedisSyncer(CrossReplicaSyncer, Lifecycle, StateReporter):
 
     async def _on_subscribed(self) -> None:
         self._subscribed = True
-        await self._publish()  # peers learn our counts at once; theirs arrive within one interval
         if self.immediate is not None:
-            try:
+            try:  # a fresh connection: the pool's may still be the dead server's (one failure each)
                 await self.immediate.connect(self.publish_timeout)
             except (OSError, TimeoutError, ConnectionError):
                 log.warning("cross_replica_immediate_publish_unavailable", plugin=self.name)
+        await self._publish()  # peers learn our counts at once; theirs arrive within one interval
         self._claim_failures = 0
         self._mark_up()
 
@@ -339,7 +339,18 @@ class RedisSyncer(CrossReplicaSyncer, Lifecycle, StateReporter):
             await asyncio.sleep(_MIN_PUSH_INTERVAL)
 
     async def _publish(self) -> None:
+        """Publish this replica's counts: on the immediate connection when it is up (a store that
+        has left writes unanswered for ``crossReplicaPublishTimeout`` fails it), else through
+        redis-py, awaiting the reply."""
         try:
+            publisher = self.immediate
+            if publisher is not None and publisher.connected:
+                if publisher.stalled(time.monotonic(), self.publish_timeout):
+                    publisher.close()
+                    raise TimeoutError("the store left publishes unanswered")
+                if publisher.publish(self._payload()):
+                    self.syncs["ok"] += 1
+                    return
             await self.store.publish(self._payload())
         except BaseException:
             self.syncs["error"] += 1
