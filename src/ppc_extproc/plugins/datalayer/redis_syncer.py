@@ -323,6 +323,8 @@ class RedisSyncer(CrossReplicaSyncer, Lifecycle, StateReporter):
             except TimeoutError:
                 pass
             self._dirty.clear()
+            if not self._subscribed:  # the store is gone: ``_on_subscribed`` publishes when it is back
+                continue
             try:
                 await self._publish()
             except asyncio.CancelledError:
