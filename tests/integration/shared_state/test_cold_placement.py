@@ -206,3 +206,31 @@ def test_a_change_is_written_at_once_and_the_immediate_connection_comes_back_wit
             await stopped(a, b)
 
     asyncio.run(run())
+
+
+def test_with_a_password_the_raw_connections_authenticate(valkey_server: ValkeyServer,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    import redis
+
+    admin = redis.Redis(host=valkey_server.host, port=valkey_server.port)
+    admin.config_set("requirepass", "s3cret")
+    admin.close()
+    monkeypatch.setenv("PPC_TEST_VALKEY_PASSWORD", "s3cret")
+
+    async def run() -> None:
+        a = syncer(valkey_server, passwordEnv="PPC_TEST_VALKEY_PASSWORD")
+        b = syncer(valkey_server, passwordEnv="PPC_TEST_VALKEY_PASSWORD")
+        try:
+            await started(a, b)
+            assert a.immediate is not None
+            async with asyncio.timeout(5):
+                while not a.immediate.connected:
+                    await asyncio.sleep(0.005)
+            a.inflight.start("req-1", IDS[3], 10)
+            async with asyncio.timeout(5):
+                while b.inflight.requests(IDS[3]) != 1:
+                    await asyncio.sleep(0.005)
+        finally:
+            await stopped(a, b)
+
+    asyncio.run(run())
