@@ -234,3 +234,27 @@ def test_with_a_password_the_raw_connections_authenticate(valkey_server: ValkeyS
             await stopped(a, b)
 
     asyncio.run(run())
+
+
+def test_a_lost_immediate_connection_is_reopened_while_the_subscription_lives(valkey_server: ValkeyServer) -> None:
+    async def run() -> None:
+        a, b = syncer(valkey_server), syncer(valkey_server)
+        try:
+            await started(a, b)
+            assert a.immediate is not None
+            async with asyncio.timeout(5):
+                while not a.immediate.connected:
+                    await asyncio.sleep(0.005)
+            a.immediate.close()  # as a server-side CLIENT KILL or idle timeout would
+            async with asyncio.timeout(5):
+                while not a.immediate.connected:
+                    await asyncio.sleep(0.01)
+            assert a.up
+            a.inflight.start("req-1", IDS[0], 10)
+            async with asyncio.timeout(5):
+                while b.inflight.requests(IDS[0]) != 1:
+                    await asyncio.sleep(0.005)
+        finally:
+            await stopped(a, b)
+
+    asyncio.run(run())

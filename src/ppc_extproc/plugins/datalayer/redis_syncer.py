@@ -131,6 +131,7 @@ class RedisSyncer(CrossReplicaSyncer, Lifecycle, StateReporter):
         #: ``changePublish: immediate``: changes written on this connection from the decision itself.
         self.immediate = immediate
         self._last_immediate = 0.0
+        self._immediate_retry_at = 0.0
         self._seq = 0
         self.keys_key = PRECISE_BLOCK_KEYS.of(producer)
         self.match_key = PREFIX_CACHE_MATCH_INFO.of(producer)
@@ -325,6 +326,7 @@ class RedisSyncer(CrossReplicaSyncer, Lifecycle, StateReporter):
             self._dirty.clear()
             if not self._subscribed:  # the store is gone: ``_on_subscribed`` publishes when it is back
                 continue
+            await self._reconnect_immediate()
             try:
                 await self._publish()
             except asyncio.CancelledError:
@@ -339,6 +341,19 @@ class RedisSyncer(CrossReplicaSyncer, Lifecycle, StateReporter):
             if self.up:  # ageing: a replica that stopped publishing stops counting
                 self._set_peer_load(self.peers.aggregate())
             await asyncio.sleep(_MIN_PUSH_INTERVAL)
+
+    async def _reconnect_immediate(self) -> None:
+        """The immediate connection alone was lost (the subscription lives): reopen it, at most
+        once per sync interval."""
+        publisher = self.immediate
+        now = time.monotonic()
+        if publisher is None or publisher.connected or now < self._immediate_retry_at:
+            return
+        self._immediate_retry_at = now + self.sync_interval
+        try:
+            await publisher.connect(self.publish_timeout)
+        except (OSError, TimeoutError, ConnectionError):
+            log.debug("cross_replica_immediate_reconnect_failed", plugin=self.name)
 
     async def _publish(self) -> None:
         """Publish this replica's counts: on the immediate connection when it is up (a store that
