@@ -58,7 +58,6 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Sequence
-from pathlib import Path
 
 import structlog
 
@@ -76,16 +75,16 @@ from ppc_extproc.framework import (
 )
 from ppc_extproc.framework.params import Section
 from ppc_extproc.ids import EndpointId, RequestKey
+from ppc_extproc.plugins.datalayer.cross_replica_placement import cold_home, moved_to
 from ppc_extproc.plugins.datalayer.cross_replica_pubsub import ImmediatePublisher
 from ppc_extproc.plugins.datalayer.cross_replica_store import (
     PeerLoad,
     RedisStore,
     claim_positions,
     encode_load,
-    parse_address,
-    rendezvous,
 )
 from ppc_extproc.plugins.datalayer.cross_replica_trace import InflightTrace
+from ppc_extproc.plugins.datalayer.redis_syncer_config import parse_syncer_config
 from ppc_extproc.plugins.producers.precise_prefix_cache import PRECISE_BLOCK_KEYS
 from ppc_extproc.plugins.registry import Services, register
 from ppc_extproc.scheduling.inflight import InflightTracker
@@ -95,8 +94,6 @@ __all__ = ["RedisSyncer"]
 log = structlog.get_logger(__name__)
 
 CLAIM_OUTCOMES = ("adopted", "kept", "timeout", "error", "skipped", "rendezvous")
-COLD_PLACEMENTS = ("claim", "rendezvous")
-CHANGE_PUBLISH = ("immediate", "coalesced")
 SYNC_OUTCOMES = ("ok", "error")
 #: Consecutive claim failures after which claims wait for the subscription to come back.
 _CLAIM_FAILURES_OPEN = 3
@@ -155,39 +152,15 @@ class RedisSyncer(CrossReplicaSyncer, Lifecycle, StateReporter):
 
     @classmethod
     def from_parameters(cls, name: str, params: Section, services: Services) -> RedisSyncer:
-        address = params.string("address", "localhost:6379")
+        c = parse_syncer_config(params)
         try:
-            host, port, url_db = parse_address(address)
-        except ValueError as exc:
-            raise ConfigError(params.child_path("address"), str(exc)) from None
-        params.reject("password", "a plaintext password is refused: use passwordEnv or passwordFile")
-        password_env = params.string("passwordEnv", "")
-        password_file = params.string("passwordFile", "")
-        if password_env and password_file:
-            raise ConfigError(params.child_path("passwordFile"), "passwordEnv and passwordFile are mutually exclusive")
-        password = _password(params, password_env, password_file)
-        db = params.integer("db", url_db or 0, minimum=0)
-        state_ttl = params.duration("stateTTL", "2s")
-        params.duration("coordinationTTL", "180s")
-        claim_ttl = params.duration("claimTTL", "2s")
-        claim_timeout = params.duration("claimTimeout", "20ms")
-        for key, value in (("stateTTL", state_ttl), ("claimTTL", claim_ttl), ("claimTimeout", claim_timeout)):
-            if value < 0.001:
-                raise ConfigError(params.child_path(key), f"must be at least 1ms, got {value}s")
-        prefix = params.string("keyPrefix", "ppc-extproc")
-        claim_prefixes = params.boolean("claimPrefixes", True)
-        producer = params.string("prefixMatchInfoProducerName", "precise-prefix-cache-producer")
-        cold_placement = params.string("coldPlacement", "claim", choices=COLD_PLACEMENTS)
-        trace_size = params.integer("traceSize", 0, minimum=0, maximum=1_000_000)
-        change_publish = params.string("changePublish", "immediate", choices=CHANGE_PUBLISH)
-        try:
-            store = RedisStore(host, port, db=db, password=password, prefix=prefix, timeout_seconds=1.0)
+            store = RedisStore(c.host, c.port, db=c.db, password=c.password, prefix=c.key_prefix, timeout_seconds=1.0)
         except ImportError:
             raise ConfigError(params.path, "redis-syncer needs redis-py: pip install 'ppc-extproc[shared-state]'") from None
-        immediate = ImmediatePublisher(host, port, password, store.channel) if change_publish == "immediate" else None
-        return cls(name, store, services.inflight, state_ttl=state_ttl, claim_ttl=claim_ttl,
-                   claim_prefixes=claim_prefixes, claim_timeout=claim_timeout, producer=producer,
-                   clock=services.clock, cold_placement=cold_placement, trace_size=trace_size,
+        immediate = ImmediatePublisher(c.host, c.port, c.password, store.channel) if c.change_publish == "immediate" else None
+        return cls(name, store, services.inflight, state_ttl=c.state_ttl, claim_ttl=c.claim_ttl,
+                   claim_prefixes=c.claim_prefixes, claim_timeout=c.claim_timeout, producer=c.producer,
+                   clock=services.clock, cold_placement=c.cold_placement, trace_size=c.trace_size,
                    immediate=immediate)  # fmt: skip
 
     # --- configuration and lifecycle ------------------------------------------------------------
@@ -400,10 +373,11 @@ class RedisSyncer(CrossReplicaSyncer, Lifecycle, StateReporter):
         claim_keys = [keys[d - 1] for d in depths]
         allowed_ids = [e.id for e in allowed]
         if self.rendezvous and allowed:
-            placed = self._place_cold(ctx, result, allowed, keys[0], known)
-            if placed is not None:  # no wait: the claim goes out in the background
-                self._claim_later(claim_keys, depths, placed.targets[0].id, allowed_ids)
-                return placed
+            home = cold_home(ctx, result, allowed, keys[0], known, self.match_key)
+            if home is not None:  # no wait: the claim goes out in the background
+                self.claims["rendezvous"] += 1
+                self._claim_later(claim_keys, depths, home.id, allowed_ids)
+                return moved_to(result, home)
         try:
             async with asyncio.timeout(self.claim_timeout):
                 answer, _depth = await self.store.claim(claim_keys, depths, pick.id, known, allowed_ids,
@@ -420,30 +394,6 @@ class RedisSyncer(CrossReplicaSyncer, Lifecycle, StateReporter):
             self.claims["kept"] += 1
             return result
         return self._retarget(result, allowed, EndpointId(answer))
-
-    def _place_cold(self, ctx: SchedulingContext, result: SchedulingResult, allowed: list[Endpoint],
-                    first: RequestKey, known: int) -> SchedulingResult | None:  # fmt: skip
-        """The decision without a round trip, or None (wait for the claim): the pick when it is the
-        prompt's rendezvous endpoint; the rendezvous endpoint when no allowed endpoint holds any of
-        the prompt (every replica computes the same one); else None."""
-        home = rendezvous(first, [e.id for e in allowed])
-        if home == result.targets[0].id:
-            self.claims["rendezvous"] += 1
-            return result
-        if known:
-            return None
-        for endpoint in allowed:
-            info = ctx.endpoint_value(endpoint.id, self.match_key)
-            if info is not None and info.cached_block_count:
-                return None  # some endpoint holds part of it: the claim decides
-        if result.destinations != [t.id for t in result.targets]:
-            return None  # a data-parallel rewrite: leave it to the claim
-        self.claims["rendezvous"] += 1
-        target = next(e for e in allowed if e.id == home)
-        targets = [target, *(t for t in result.targets if t.id != home)][: len(result.targets)]
-        return SchedulingResult(
-            result.primary_profile, result.profile_results, targets, [t.id for t in targets], result.headers
-        )
 
     def _claim_later(self, keys: list[RequestKey], depths: list[int], answer: str, allowed: Sequence[str]) -> None:
         """Claim ``keys`` for ``answer`` off the routing path (bounded; failures count as claims' do)."""
@@ -484,10 +434,7 @@ class RedisSyncer(CrossReplicaSyncer, Lifecycle, StateReporter):
             self.claims["kept"] += 1  # unknown endpoint, or a data-parallel rewrite: keep the pick
             return result
         self.claims["adopted"] += 1
-        targets = [target, *(t for t in result.targets if t.id != answer)][: len(result.targets)]
-        return SchedulingResult(
-            result.primary_profile, result.profile_results, targets, [t.id for t in targets], result.headers
-        )
+        return moved_to(result, target)
 
     # --- state ----------------------------------------------------------------------------------
 
@@ -499,16 +446,3 @@ class RedisSyncer(CrossReplicaSyncer, Lifecycle, StateReporter):
             **({"inflightTrace": self.trace.to_json()} if self.trace is not None and detailed else {}),
         })  # fmt: skip
 
-
-def _password(params: Section, env: str, file: str) -> str | None:
-    if env:
-        value = os.environ.get(env)
-        if value is None:
-            raise ConfigError(params.child_path("passwordEnv"), f"the environment variable {env} is not set")
-        return value
-    if file:
-        try:
-            return Path(file).read_text(encoding="utf-8").rstrip("\r\n")
-        except OSError as exc:
-            raise ConfigError(params.child_path("passwordFile"), f"cannot read {file}: {exc.strerror or exc}") from None
-    return None
