@@ -3,27 +3,37 @@ next to one replica, on bursts of sibling requests (one new prefix, ``--siblings
 
 Per setup: hit rate (engine-reported cached / prompt tokens), TTFT p50/p90, failed requests, the
 decision time p50 from the replicas' ``/debug/decisions``, the claim round trip's mean (the
-``cross_replica`` stage), and — with the store — the per-endpoint in-flight error: every
-``--sample-ms`` each replica's view (its own + its peers' counts, ``/metrics``) against the sum
-of every replica's own counts, the three scraped concurrently (their skew is in the figure; in
-the store-killed run, only while the store is up). Then the store is SIGKILLed a third into a run
-and restarted at two thirds:
-failed requests, and the re-convergence time (restart → every replica subscribed again and
-hearing from both others).
+``cross_replica`` stage), and — with the store — the per-endpoint in-flight error, two ways:
+
+* scraped: every ``--sample-ms`` each replica's view (its own + its peers' counts, ``/metrics``)
+  against the sum of every replica's own counts, the three scraped concurrently (their skew is in
+  this figure);
+* exact: each replica logs its own counts, its peers' counts and its decisions stamped with
+  ``time.monotonic()`` (``traceSize``; one clock for every process on Linux); from the merged logs,
+  at every decision of every replica, its view against the true sum at that instant ("at
+  decisions"), and every 10 ms of the run ("over time").
+
+In the store-killed run, only while the store is up. Then the store is SIGKILLed a third into a
+run and restarted at two thirds: failed requests, and the re-convergence time (restart → every
+replica subscribed again and hearing from both others). ``--rounds`` repeats the setups in turn,
+so before/after setups are interleaved.
 
     python benchmarks/bench_replicas.py                     # all setups, ~4 min on 2 cores
     python benchmarks/bench_replicas.py --groups 40 --only three-shared
+    python benchmarks/bench_replicas.py --groups 40 --rounds 3 --only one --only three-shared \\
+        --only three-shared-rendezvous --no-fault
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import bisect
 import random
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +50,16 @@ from ppc_extproc_lab.workload.report import RequestRecord
 
 MODEL = "mock-model"
 BLOCK = 16
-SETUPS = ("one", "three-local", "three-shared", "three-shared-noclaim")
+SETUPS = ("one", "three-local", "three-shared-coalesced", "three-shared", "three-shared-rendezvous",
+          "three-shared-noclaim")  # fmt: skip
+#: Syncer parameters per shared setup ("three-shared-coalesced": the syncer before round 5).
+SYNCER: dict[str, dict[str, Any]] = {
+    "three-shared-coalesced": {"claimPrefixes": True, "coldPlacement": "claim", "changePublish": "coalesced"},
+    "three-shared": {"claimPrefixes": True, "coldPlacement": "claim", "changePublish": "immediate"},
+    "three-shared-rendezvous": {"claimPrefixes": True, "coldPlacement": "rendezvous", "changePublish": "immediate"},
+    "three-shared-noclaim": {"claimPrefixes": False},
+}
+TRACE_SIZE = 200_000
 
 
 def parse_args() -> argparse.Namespace:
@@ -52,9 +71,14 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--suffix-tokens", type=int, default=64)
     p.add_argument("--gap-ms", type=float, default=200.0, help="between bursts")
     p.add_argument("--max-tokens", type=int, default=8)
-    p.add_argument("--sample-ms", type=float, default=100.0)
+    p.add_argument("--sample-ms", type=float, default=100.0,
+                   help="scrape the replicas' /metrics this often for the scraped in-flight error (0: off)")
     p.add_argument("--only", choices=SETUPS, action="append", help="run only these setups")
     p.add_argument("--no-fault", action="store_true", help="skip the store kill/restart run")
+    p.add_argument("--fault-setup", choices=tuple(SYNCER), default="three-shared",
+                   help="the setup whose store is killed")
+    p.add_argument("--dump", type=Path, help="write every run's replica traces and figures to this JSON file")
+    p.add_argument("--rounds", type=int, default=1, help="repeat the chosen setups, in turn, this many times")
     return p.parse_args()
 
 
@@ -112,6 +136,52 @@ async def sample_inflight(http: aiohttp.ClientSession, admins: list[str], errors
         await asyncio.sleep(every)
 
 
+class Series:
+    """One replica's logged counts of one kind: the value at any instant (the last entry at or before it)."""
+
+    def __init__(self, entries: list[tuple[float, dict[str, int]]]) -> None:
+        entries.sort(key=lambda e: e[0])
+        self.times = [t for t, _ in entries]
+        self.values = [v for _, v in entries]
+
+    def at(self, t: float) -> dict[str, int]:
+        i = bisect.bisect_right(self.times, t)
+        return self.values[i - 1] if i else {}
+
+
+def exact_errors(traces: list[list[list[Any]]], start: float, end: float,
+                 excluded: Callable[[float], bool]) -> tuple[list[int], list[int]]:  # fmt: skip
+    """(at every decision of every replica, every 10 ms over [start, end]): per endpoint |a replica's
+    view − the true sum of every replica's own counts| at that instant, from the replicas' logs
+    (``monotonic`` stamps; instants where ``excluded(t)`` are left out)."""
+    own = [Series([(t, c) for kind, t, c in trace if kind == "own"]) for trace in traces]
+    peers = [Series([(t, c) for kind, t, c in trace if kind == "peers"]) for trace in traces]
+    endpoints = sorted({ep for trace in traces for _, _, c in trace for ep in c})
+
+    def errors_at(t: float, replicas: range | list[int]) -> list[int]:
+        owns = [s.at(t) for s in own]
+        truth = {ep: sum(o.get(ep, 0) for o in owns) for ep in endpoints}
+        out = []
+        for r in replicas:
+            mine, theirs = owns[r], peers[r].at(t)
+            out += [abs(mine.get(ep, 0) + theirs.get(ep, 0) - truth[ep]) for ep in endpoints]
+        return out
+
+    at_decisions: list[int] = []
+    for r, trace in enumerate(traces):
+        for kind, t, _ in trace:
+            if kind == "decision" and start <= t <= end and not excluded(t):
+                # the view the decision read: just before it (the request itself is counted after)
+                at_decisions += errors_at(t, [r])
+    over_time: list[int] = []
+    t = start
+    while t <= end:
+        if not excluded(t):
+            over_time += errors_at(t, range(len(traces)))
+        t += 0.01
+    return at_decisions, over_time
+
+
 async def watch_store(http: aiohttp.ClientSession, admins: list[str], replicas: int, out: dict[str, float],
                       stop: asyncio.Event) -> None:  # fmt: skip
     """Record when every replica is up and hears from all the others (``converged_s``)."""
@@ -163,7 +233,8 @@ async def run_load(cluster: LocalCluster, args: argparse.Namespace, *, seed: int
             def down() -> bool:
                 return "killed_s" in store_times and "converged_s" not in store_times
 
-            tasks.append(asyncio.create_task(sample_inflight(http, admins, errors, stop, args.sample_ms / 1e3, down)))
+            if args.sample_ms > 0:  # the scraped figure: the three /metrics pages cost the replicas CPU
+                tasks.append(asyncio.create_task(sample_inflight(http, admins, errors, stop, args.sample_ms / 1e3, down)))
         if fault:
             tasks.append(asyncio.create_task(watch_store(http, admins, len(admins), store_times, stop)))
         t0 = time.perf_counter()
@@ -184,6 +255,7 @@ async def run_load(cluster: LocalCluster, args: argparse.Namespace, *, seed: int
                                                         g * args.siblings + s, t0)))  # fmt: skip
             await asyncio.sleep(max(0.0, t0 + (g + 1) * args.gap_ms / 1e3 - time.perf_counter()))
         records = list(await asyncio.gather(*pending))
+        t_end = time.perf_counter()  # CLOCK_MONOTONIC on Linux, as the replicas' trace stamps
         if fault:
             deadline = time.perf_counter() + 10
             while "converged_s" not in store_times and time.perf_counter() < deadline:
@@ -191,6 +263,11 @@ async def run_load(cluster: LocalCluster, args: argparse.Namespace, *, seed: int
         stop.set()
         for task in tasks:
             await task
+        traces: list[list[list[Any]]] = []
+        if shared:
+            for url in admins:
+                plugins = (await get_json(http, url + "/debug/state"))["plugins"]
+                traces.append(next(p.get("inflightTrace", []) for p in plugins.values() if p["type"] == "redis-syncer"))
         decisions = []
         for url in admins:
             decisions += [d["decisionMs"] for d in (await get_json(http, url + "/debug/decisions"))["decisions"]]
@@ -209,7 +286,12 @@ async def run_load(cluster: LocalCluster, args: argparse.Namespace, *, seed: int
         "claim_p50_le_ms": (q * 1e3 if (q := bucket_quantile(before["buckets"], after["buckets"], 0.5)) else None),
         "claim_p90_le_ms": (q * 1e3 if (q := bucket_quantile(before["buckets"], after["buckets"], 0.9)) else None),
         "claims": after["claims"],
+        "replica_cpu_ms_per_request": (after["cpu_s"] - before["cpu_s"]) / max(1, len(records)) * 1e3,
+        "traces": traces,
         "inflight_error": errors,
+        **dict(zip(("exact_at_decisions", "exact_over_time"), exact_errors(
+            traces, t0, t_end, lambda t: "killed_s" in store_times and t >= store_times["killed_s"]
+            and ("converged_s" not in store_times or t < store_times["converged_s"])) if traces else ([], []))),
         "errors": sorted({r.error or "" for r in records if not r.ok})[:3],
     }  # fmt: skip
     if fault:
@@ -269,7 +351,7 @@ def logged_convergence(cluster: LocalCluster, since: float, peers: int) -> float
 
 async def decision_counters(http: aiohttp.ClientSession, admins: list[str]) -> dict[str, Any]:
     """The ``cross_replica`` stage's histogram sum and count, and the claim outcomes, over replicas."""
-    total_s, total_n = 0.0, 0.0
+    total_s, total_n, cpu_s = 0.0, 0.0, 0.0
     claims: dict[str, int] = {}
     buckets: dict[float, float] = {}
     for url in admins:
@@ -284,10 +366,12 @@ async def decision_counters(http: aiohttp.ClientSession, admins: list[str]) -> d
                 le = line.split('le="', 1)[1].split('"', 1)[0]
                 bound = float("inf") if le == "+Inf" else float(le)
                 buckets[bound] = buckets.get(bound, 0.0) + float(line.rsplit(" ", 1)[1])
+            elif line.startswith("process_cpu_seconds_total "):
+                cpu_s += float(line.rsplit(" ", 1)[1])
             elif line.startswith("ppc_extproc_cross_replica_claims_total{"):
                 outcome = line.split('outcome="', 1)[1].split('"', 1)[0]
                 claims[outcome] = claims.get(outcome, 0) + int(float(line.rsplit(" ", 1)[1]))
-    return {"s": total_s, "n": total_n, "claims": claims, "buckets": buckets}
+    return {"s": total_s, "n": total_n, "claims": claims, "buckets": buckets, "cpu_s": cpu_s}
 
 
 def bucket_quantile(before: dict[float, float], after: dict[float, float], q: float) -> float | None:
@@ -301,26 +385,36 @@ def bucket_quantile(before: dict[float, float], after: dict[float, float], q: fl
     return None
 
 
-def cluster_for(args: argparse.Namespace, replicas: int, store: ValkeyServer | None, claims: bool = True) -> LocalCluster:
+def cluster_for(args: argparse.Namespace, replicas: int, store: ValkeyServer | None,
+                setup: str = "three-shared") -> LocalCluster:  # fmt: skip
     config = default_service_config(block_size=BLOCK)
     if store is not None:
-        config = with_redis_syncer(config, store.url, claimPrefixes=claims)
+        config = with_redis_syncer(config, store.url, traceSize=TRACE_SIZE, **SYNCER[setup])
     return LocalCluster(num_engines=args.engines, engines_per_process=args.engines, service_replicas=replicas,
                         model=MODEL, block_size=BLOCK, num_blocks=16384, engine_args=engine_args(),
                         service_config=config)  # fmt: skip
 
 
+def error_text(samples: Sequence[int]) -> str:
+    err = [float(e) for e in samples]
+    if not err:
+        return "-"
+    return (f"p50 {statistics.median(err):.0f} p95 {percentile(err, 95):.0f} p99 {percentile(err, 99):.0f} "
+            f"max {max(err)}, > 1 in {sum(e > 1 for e in err) / len(err):.1%} of {len(err)}")  # fmt: skip
+
+
 def show(name: str, r: dict[str, Any]) -> None:
-    err = r["inflight_error"]
-    err_text = (f"in-flight error p50 {statistics.median(err):.0f} p95 {percentile(err, 95):.0f} "
-                f"p99 {percentile(err, 99):.0f} max {max(err)}, > 1 in {sum(e > 1 for e in err) / len(err):.1%} "
-                f"of {len(err)} samples") if err else "in-flight error -"  # fmt: skip
+    err_text = f"in-flight error (scraped) {error_text(r['inflight_error'])}"
     claim = f"{r['claim_mean_ms']:.3f}" if r["claim_mean_ms"] is not None else "-"
     if r.get("claim_p50_le_ms"):
         claim += f" (p50 ≤ {r['claim_p50_le_ms']:g}, p90 ≤ {r['claim_p90_le_ms']:g})"
     print(f"{name:22s} {r['requests']:4d} req  failed {r['failed']:3d}  hit {r['hit_rate'] * 100:5.1f} %  "
           f"TTFT p50 {r['ttft_p50_ms']:6.1f} p90 {r['ttft_p90_ms']:6.1f} ms  decision p50 {r['decision_p50_ms']:.3f} "
-          f"p90 {r['decision_p90_ms']:.3f} ms  claim mean {claim} ms  {err_text}")  # fmt: skip
+          f"p90 {r['decision_p90_ms']:.3f} ms  claim mean {claim} ms  replicas' CPU "
+          f"{r['replica_cpu_ms_per_request']:.2f} ms/req  {err_text}")  # fmt: skip
+    if r.get("exact_at_decisions"):
+        print(f"{'':22s} in-flight error (exact) at decisions {error_text(r['exact_at_decisions'])}; "
+              f"over time {error_text(r['exact_over_time'])}")
     if r["claims"]:
         print(f"{'':22s} claims {r['claims']}")
     if r["errors"]:
@@ -338,29 +432,40 @@ async def main() -> None:
     print(f"{args.engines} mock engines (one process), block {BLOCK}; {args.groups} bursts of {args.siblings} siblings "
           f"({args.prefix_tokens}-token shared prefix + {args.suffix_tokens} own tokens), one burst every "
           f"{args.gap_ms:g} ms; max_tokens {args.max_tokens}; {' '.join(engine_args())}\n")  # fmt: skip
-    results: dict[str, dict[str, Any]] = {}
     chosen = args.only or list(SETUPS)
-    for i, name in enumerate(SETUPS):
-        if name not in chosen:
-            continue
-        if name.startswith("three-shared"):
-            with start_valkey() as store, cluster_for(args, 3, store, claims=name == "three-shared") as cluster:
-                results[name] = await run_load(cluster, args, seed=i, shared=True)
-        else:
-            with cluster_for(args, 1 if name == "one" else 3, None) as cluster:
-                results[name] = await run_load(cluster, args, seed=i, shared=False)
-        show(name, results[name])
-    if not args.no_fault and "three-shared" in chosen:
-        with start_valkey() as store, cluster_for(args, 3, store) as cluster:
+    runs: dict[str, list[dict[str, Any]]] = {}
+    for round_ in range(args.rounds):
+        for i, name in enumerate(SETUPS):
+            if name not in chosen:
+                continue
+            seed = i + 10 * round_
+            if name in SYNCER:
+                with start_valkey() as store, cluster_for(args, 3, store, name) as cluster:
+                    result = await run_load(cluster, args, seed=seed, shared=True)
+            else:
+                with cluster_for(args, 1 if name == "one" else 3, None) as cluster:
+                    result = await run_load(cluster, args, seed=seed, shared=False)
+            runs.setdefault(name, []).append(result)
+            show(f"{name} r{round_ + 1}" if args.rounds > 1 else name, result)
+        one = runs.get("one", [None])[-1]
+        local = runs.get("three-local", [None])[-1]
+        for name in SYNCER:
+            shared = runs.get(name, [None])[-1] if len(runs.get(name, [])) == round_ + 1 else None
+            if one and shared:
+                print(f"{name} vs one: hit {(shared['hit_rate'] - one['hit_rate']) * 100:+.1f} points, "
+                      f"TTFT p90 {shared['ttft_p90_ms'] / one['ttft_p90_ms'] - 1:+.1%}, decision p50 "
+                      f"{shared['decision_p50_ms'] - one['decision_p50_ms']:+.3f} ms")  # fmt: skip
+            if local and shared:
+                print(f"{name} vs three-local: decision p50 {shared['decision_p50_ms'] - local['decision_p50_ms']:+.3f} ms")
+    if not args.no_fault and args.fault_setup in chosen:
+        with start_valkey() as store, cluster_for(args, 3, store, args.fault_setup) as cluster:
             fault = await run_load(cluster, args, seed=9, shared=True, store=store, fault=True)
-        show("three-shared, store killed", fault)
-    one, shared = results.get("one"), results.get("three-shared")
-    if one and shared:
-        print(f"\nthree-shared vs one: hit {(shared['hit_rate'] - one['hit_rate']) * 100:+.1f} points, "
-              f"TTFT p90 {shared['ttft_p90_ms'] / one['ttft_p90_ms'] - 1:+.1%}")  # fmt: skip
-    local = results.get("three-local")
-    if local and shared:
-        print(f"three-shared vs three-local: decision p50 {shared['decision_p50_ms'] - local['decision_p50_ms']:+.3f} ms")
+        show(f"{args.fault_setup}, store killed", fault)
+        runs["fault"] = [fault]
+    if args.dump:
+        import json
+
+        args.dump.write_text(json.dumps(runs))
 
 
 if __name__ == "__main__":

@@ -10,7 +10,13 @@ import yaml
 from ppc_extproc.config.epp import load_config_text
 from ppc_extproc.errors import ConfigError
 from ppc_extproc.ids import EndpointId
-from ppc_extproc.plugins.datalayer.cross_replica_store import PeerLoad, claim_positions, encode_load, parse_address
+from ppc_extproc.plugins.datalayer.cross_replica_store import (
+    PeerLoad,
+    claim_positions,
+    encode_load,
+    parse_address,
+    rendezvous,
+)
 from ppc_extproc.plugins.datalayer.redis_syncer import RedisSyncer
 from ppc_extproc.scheduling.inflight import InflightTracker
 from ppc_extproc_lab.localcluster.service_config import default_service_config, with_redis_syncer
@@ -54,6 +60,10 @@ def test_bad_data_layer_fields_name_the_field(layer: dict[str, object], path: st
     ({"stateTTL": "0s"}, "stateTTL", "at least 1ms"),
     ({"claimTimeout": 5}, "", ""),
     ({"sentinel": True}, "sentinel", "unknown key"),
+    ({"coldPlacement": "hash"}, "coldPlacement", "rendezvous"),
+    ({"changePublish": "now"}, "changePublish", "immediate"),
+    ({"traceSize": -1}, "traceSize", ""),
+    ({"traceSize": 2_000_000}, "traceSize", ""),
 ])  # fmt: skip
 def test_bad_syncer_parameters_name_the_parameter(params: dict[str, object], path: str, says: str) -> None:
     doc = with_redis_syncer(default_service_config(), "127.0.0.1:6390")
@@ -72,6 +82,27 @@ def test_llmds_older_type_name_is_an_alias() -> None:
     doc["plugins"][-1]["name"] = "redis-syncer"
     syncer = load_config_text(yaml.safe_dump(doc)).pipeline.cross_replica
     assert isinstance(syncer, RedisSyncer) and syncer.type_name == "redis-syncer"
+
+
+def test_cold_placement_and_trace_are_off_unless_asked() -> None:
+    doc = with_redis_syncer(default_service_config(), "127.0.0.1:6390")
+    syncer = load_config_text(yaml.safe_dump(doc)).pipeline.cross_replica
+    assert isinstance(syncer, RedisSyncer) and not syncer.rendezvous and syncer.trace is None
+    assert syncer.immediate is not None  # changePublish: immediate
+    doc["plugins"][-1]["parameters"].update(coldPlacement="rendezvous", traceSize=10)
+    syncer = load_config_text(yaml.safe_dump(doc)).pipeline.cross_replica
+    assert isinstance(syncer, RedisSyncer) and syncer.rendezvous and syncer.trace is not None
+
+
+def test_rendezvous_is_deterministic_spread_and_moves_only_a_removed_endpoints_keys() -> None:
+    endpoints = [f"10.0.0.{i}:8000" for i in range(1, 5)]
+    keys = [k * 0x9E3779B97F4A7C15 % (1 << 64) for k in range(1, 4001)]
+    homes = {k: rendezvous(k, endpoints) for k in keys}
+    assert homes == {k: rendezvous(k, list(reversed(endpoints))) for k in keys}  # order does not matter
+    per_endpoint = [sum(1 for h in homes.values() if h == ep) for ep in endpoints]
+    assert min(per_endpoint) > 0.8 * len(keys) / len(endpoints)
+    fewer = endpoints[1:]
+    assert all(rendezvous(k, fewer) == h for k, h in homes.items() if h != endpoints[0])
 
 
 def test_addresses() -> None:
@@ -120,6 +151,18 @@ def test_the_tracker_adds_the_peers_counts_and_reports_each_change() -> None:
     assert tracker.finish("r1") and not tracker.finish("r1")
     assert len(changes) == 3
     assert tracker.snapshot() == {a: {"requests": 0, "tokens": 0, "peer_requests": 3, "peer_tokens": 300}}
+
+
+def test_peer_load_drops_a_message_that_crossed_a_newer_one() -> None:
+    peers = PeerLoad("me", state_ttl=2.0, clock=lambda: 0.0)
+    a = EndpointId("10.0.0.1:8000")
+    assert peers.receive(encode_load("r1", {a: (3, 0)}, seq=5))
+    assert not peers.receive(encode_load("r1", {a: (2, 0)}, seq=4)) and peers.stale == 1
+    assert peers.aggregate() == {a: (3, 0)}
+    assert peers.receive(encode_load("r1", {a: (1, 0)}, seq=6)) and peers.aggregate() == {a: (1, 0)}
+    assert peers.receive(encode_load("r1", {a: (4, 0)}))  # unnumbered (an older replica): taken
+    peers.clear()
+    assert peers.receive(encode_load("r1", {a: (2, 0)}, seq=1))  # after the store came back
 
 
 def test_peer_load_is_bounded() -> None:

@@ -10,24 +10,29 @@ it claims every unclaimed key (and refreshes the answer's) for the answer. Two r
 siblings of one prompt at the same instant therefore agree on one endpoint.
 
 In-flight load (no keys at all): each replica ``PUBLISH``es its own counts on ``<prefix>:inflight``
-after every local change (coalesced to one message per ``min_push_interval``) and at least every
-sync interval; each replica subscribes and keeps the latest message of every other replica for
-``state_ttl`` seconds, so a replica that died stops counting after that.
+after every local change (at once on a dedicated connection, ``cross_replica_pubsub``, or
+coalesced to one message per 2 ms in the background) and at least every sync interval, each
+message numbered so that a receiver drops one that crossed a newer one; each replica subscribes
+and keeps the latest message of every other replica for ``state_ttl`` seconds, so a replica that
+died stops counting after that.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from functools import lru_cache
 from typing import Any
 
 import structlog
 
 from ppc_extproc.ids import EndpointId, RequestKey
+from ppc_extproc.plugins.datalayer.cross_replica_pubsub import subscribe_messages
 
-__all__ = ["CLAIM_SCRIPT", "PeerLoad", "RedisStore", "claim_positions", "parse_address"]
+__all__ = ["CLAIM_SCRIPT", "PeerLoad", "RedisStore", "claim_positions", "parse_address", "rendezvous"]
 
 log = structlog.get_logger(__name__)
 
@@ -74,6 +79,27 @@ def claim_positions(blocks: int, limit: int = 24) -> list[int]:
     return out
 
 
+_MASK64 = (1 << 64) - 1
+
+
+@lru_cache(maxsize=4096)
+def _endpoint_seed(endpoint: str) -> int:
+    return int.from_bytes(hashlib.blake2b(endpoint.encode(), digest_size=8).digest(), "little")
+
+
+def _mix64(x: int) -> int:
+    """splitmix64's finaliser: every input bit moves every output bit."""
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return x ^ (x >> 31)
+
+
+def rendezvous(key: int, endpoints: Sequence[str]) -> str:
+    """The endpoint of ``endpoints`` (non-empty) with the highest rendezvous weight for ``key``:
+    the same on every replica and process, and removing an endpoint moves only its own keys."""
+    return max(endpoints, key=lambda ep: (_mix64((key ^ _endpoint_seed(ep)) & _MASK64), ep))
+
+
 def parse_address(address: str) -> tuple[str, int, int | None]:
     """``host:port``, ``redis://host:port[/db]`` or ``host`` → (host, port, db or None)."""
     text = address.strip()
@@ -100,19 +126,31 @@ class PeerLoad:
         self, replica_id: str, state_ttl: float, clock: Callable[[], float] = time.monotonic, max_peers: int = 256
     ) -> None:
         self.replica_id = replica_id
+        self._own_text = '{"r":' + json.dumps(replica_id) + ","
+        self._own_prefix = self._own_text.encode()
         self.max_peers = max_peers
         self.state_ttl = state_ttl
         self.clock = clock
         self._peers: dict[str, tuple[float, dict[EndpointId, tuple[int, int]]]] = {}
+        #: The latest sequence number taken per replica (messages from two connections can cross).
+        self._seq: dict[str, int] = {}
+        #: Messages older than one already taken from the same replica (dropped).
+        self.stale = 0
         #: Messages that did not decode (counted and dropped).
         self.malformed = 0
         self.new_peer = False
 
     def receive(self, payload: bytes | str, max_endpoints: int = 4096) -> bool:
         """Take one message; True if it changed the view (it came from another replica)."""
+        # this replica's own message (every subscriber hears it), as ``encode_load`` writes it
+        if isinstance(payload, bytes) and payload.startswith(self._own_prefix):
+            return False
+        if isinstance(payload, str) and payload.startswith(self._own_text):
+            return False
         try:
             message = json.loads(payload)
             replica = str(message["r"])
+            seq = int(message.get("s", 0))
             counts = {
                 EndpointId(str(ep)): (int(v[0]), int(v[1])) for ep, v in list(message["e"].items())[:max_endpoints]
             }
@@ -121,6 +159,11 @@ class PeerLoad:
             return False
         if replica == self.replica_id:
             return False
+        if seq:
+            if seq <= self._seq.get(replica, 0) and replica in self._peers:
+                self.stale += 1
+                return False
+            self._seq[replica] = seq
         #: A replica not heard from before (or since the store came back): it may not know us yet.
         self.new_peer = replica not in self._peers
         if self.new_peer and len(self._peers) >= self.max_peers:
@@ -133,6 +176,7 @@ class PeerLoad:
 
     def clear(self) -> None:
         self._peers.clear()
+        self._seq.clear()
 
     def aggregate(self) -> dict[EndpointId, tuple[int, int]]:
         """Sum over live peers (those heard from within ``state_ttl``); stale peers are dropped."""
@@ -141,6 +185,7 @@ class PeerLoad:
         for replica, (seen, counts) in list(self._peers.items()):
             if seen < deadline:
                 del self._peers[replica]
+                self._seq.pop(replica, None)
                 continue
             for ep, (n, t) in counts.items():
                 if n or t:
@@ -153,8 +198,12 @@ class PeerLoad:
         return sum(1 for seen, _ in self._peers.values() if seen >= deadline)
 
 
-def encode_load(replica_id: str, counts: dict[EndpointId, tuple[int, int]]) -> str:
-    return json.dumps({"r": replica_id, "e": {ep: [n, t] for ep, (n, t) in counts.items()}}, separators=(",", ":"))
+def encode_load(replica_id: str, counts: dict[EndpointId, tuple[int, int]], seq: int = 0) -> str:
+    """One replica's counts; ``seq`` (> 0, increasing) lets receivers drop a message that crossed a newer one."""
+    message: dict[str, object] = {"r": replica_id, "e": {ep: [n, t] for ep, (n, t) in counts.items()}}
+    if seq:
+        message["s"] = seq
+    return json.dumps(message, separators=(",", ":"))
 
 
 class RedisStore:
@@ -169,9 +218,11 @@ class RedisStore:
         from redis.backoff import NoBackoff
 
         self.prefix = prefix
+        self.host, self.port, self._password = host, port, password
         self.channel = f"{prefix}:inflight"
         self.timeout_seconds = timeout_seconds
-        self._redis_errors: tuple[type[BaseException], ...] = (aioredis.RedisError, OSError)
+        self._redis_errors: tuple[type[BaseException], ...] = (aioredis.RedisError, OSError, ConnectionError,
+                                                               asyncio.IncompleteReadError)
         self.client = aioredis.Redis(
             host=host, port=port, db=db, password=password, socket_timeout=timeout_seconds,
             socket_connect_timeout=timeout_seconds, max_connections=max_connections, health_check_interval=0,
@@ -201,21 +252,9 @@ class RedisStore:
     async def subscribe(self, on_message: Callable[[bytes], None], on_connected: Callable[[], Awaitable[None]],
                         poll_seconds: float, running: Callable[[], bool]) -> None:
         """Subscribe and deliver messages until the connection fails (then raise) or ``running()``
-        turns False."""
-        pubsub: Any = self.client.pubsub(ignore_subscribe_messages=True)
-        try:
-            async with asyncio.timeout(self.timeout_seconds):
-                await pubsub.subscribe(self.channel)
-            await on_connected()
-            while running():
-                message = await pubsub.get_message(timeout=poll_seconds)
-                if message is not None and message.get("type") == "message":
-                    on_message(message["data"])
-        finally:
-            try:
-                await asyncio.wait_for(pubsub.aclose(), self.timeout_seconds)
-            except Exception:
-                pass
+        turns False. On its own raw connection: the channel carries every replica's every change."""
+        await subscribe_messages(self.host, self.port, self._password, self.channel, self.timeout_seconds,
+                                 on_message, on_connected, poll_seconds, running)  # fmt: skip
 
     def is_store_error(self, exc: BaseException) -> bool:
         return isinstance(exc, (*self._redis_errors, TimeoutError))

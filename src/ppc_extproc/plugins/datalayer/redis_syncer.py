@@ -3,12 +3,20 @@
 Type        ``redis-syncer`` (cross-replica syncer; ``redis-state-store``, llm-d's older name, is an alias),
             referenced by ``dataLayer.crossReplicaSyncerPluginRef``
 Shares      * in-flight requests and uncached prompt tokens per endpoint: every replica publishes
-              its own counts on each change (coalesced) and every ``crossReplicaSyncInterval``;
-              load scorers read local + the other replicas' counts; none on the routing path
+              its own counts on each change and every ``crossReplicaSyncInterval``; load scorers
+              read local + the other replicas' counts; no wait on the routing path.
+              ``changePublish: immediate``: the change is written on a dedicated connection by the
+              decision itself (``cross_replica_pubsub``); ``coalesced``: by a background task,
+              one message per 2 ms
             * speculative entries, as prefix claims: after the local pick, one atomic script
               (one round trip) reads who already claimed this prompt's prefix; a deeper claim
               by an allowed endpoint wins over the pick, and the prefix is claimed for the answer
               (``claimPrefixes: false``: no round trip on the routing path, in-flight only)
+            * ``coldPlacement: rendezvous``: a prompt of which no allowed endpoint holds a block
+              goes, without a round trip, to the highest-rendezvous-hash endpoint of its first block
+              key (so every replica routing its siblings at once agrees), as does a pick that
+              already is that endpoint; the claim is then written in the background. Other
+              prompts wait for the claim as above. Blind to load for those cold prompts.
             The KV index is not shared: each replica subscribes to every engine's events.
 Failure     the store is an optimisation. Every call has a timeout (``claimTimeout`` on the
             routing path, ``crossReplicaPublishTimeout`` in the background); on an error the
@@ -23,11 +31,14 @@ Parameters  ``address`` ["localhost:6379"; also ``redis://host:port/db``], ``pas
             ``passwordFile`` (a plaintext ``password`` is refused), ``db`` [0], ``stateTTL``
             ["2s": a replica silent this long stops counting], ``coordinationTTL`` [accepted,
             unused], ``claimTTL`` ["2s": the speculative TTL], ``claimPrefixes`` [true],
-            ``claimTimeout`` ["20ms"], ``keyPrefix`` ["ppc-extproc"], ``prefixMatchInfoProducerName``
+            ``claimTimeout`` ["20ms"], ``keyPrefix`` ["ppc-extproc"], ``prefixMatchInfoProducerName``,
+            ``coldPlacement`` [claim | rendezvous], ``changePublish`` [immediate | coalesced],
+            ``traceSize`` [0: off; ≤ 1,000,000 entries of
+            this replica's own and peers' in-flight counts, stamped, in ``/debug/state``]
 Keys        ``<keyPrefix>:c:<block key>`` strings expiring after ``claimTTL`` (≤ 24 per request),
             channel ``<keyPrefix>:inflight``. Standalone Valkey ≥ 7.2 or Redis ≥ 7.0.
 Metrics     ``ppc_extproc_cross_replica_store_up``, ``…_peers``, ``…_sync_total{outcome}``,
-            ``…_claims_total{outcome}`` (adopted, kept, timeout, error, skipped)
+            ``…_claims_total{outcome}`` (adopted, kept, timeout, error, skipped, rendezvous)
 
     plugins:
     - type: redis-syncer
@@ -46,8 +57,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable
-from pathlib import Path
+from collections.abc import Callable, Sequence
 
 import structlog
 
@@ -64,14 +74,17 @@ from ppc_extproc.framework import (
     StateReporter,
 )
 from ppc_extproc.framework.params import Section
-from ppc_extproc.ids import EndpointId
+from ppc_extproc.ids import EndpointId, RequestKey
+from ppc_extproc.plugins.datalayer.cross_replica_placement import cold_home, moved_to
+from ppc_extproc.plugins.datalayer.cross_replica_pubsub import ImmediatePublisher
 from ppc_extproc.plugins.datalayer.cross_replica_store import (
     PeerLoad,
     RedisStore,
     claim_positions,
     encode_load,
-    parse_address,
 )
+from ppc_extproc.plugins.datalayer.cross_replica_trace import InflightTrace
+from ppc_extproc.plugins.datalayer.redis_syncer_config import parse_syncer_config
 from ppc_extproc.plugins.producers.precise_prefix_cache import PRECISE_BLOCK_KEYS
 from ppc_extproc.plugins.registry import Services, register
 from ppc_extproc.scheduling.inflight import InflightTracker
@@ -80,11 +93,15 @@ __all__ = ["RedisSyncer"]
 
 log = structlog.get_logger(__name__)
 
-CLAIM_OUTCOMES = ("adopted", "kept", "timeout", "error", "skipped")
+CLAIM_OUTCOMES = ("adopted", "kept", "timeout", "error", "skipped", "rendezvous")
 SYNC_OUTCOMES = ("ok", "error")
 #: Consecutive claim failures after which claims wait for the subscription to come back.
 _CLAIM_FAILURES_OPEN = 3
 _MIN_PUSH_INTERVAL = 0.002
+#: ``changePublish: immediate``: at most one message per this interval on the immediate path.
+_MIN_IMMEDIATE_INTERVAL = 0.0002
+#: Background claims (``coldPlacement: rendezvous``) in flight at most; more are skipped.
+_MAX_BACKGROUND_CLAIMS = 64
 
 
 @register("redis-syncer")
@@ -94,6 +111,7 @@ class RedisSyncer(CrossReplicaSyncer, Lifecycle, StateReporter):
     def __init__(
         self, name: str, store: RedisStore, inflight: InflightTracker, *, state_ttl: float, claim_ttl: float,
         claim_prefixes: bool, claim_timeout: float, producer: str, clock: Callable[[], float] = time.monotonic,
+        cold_placement: str = "claim", trace_size: int = 0, immediate: ImmediatePublisher | None = None,
     ) -> None:
         self.name = name
         self.store = store
@@ -102,6 +120,16 @@ class RedisSyncer(CrossReplicaSyncer, Lifecycle, StateReporter):
         self.claim_ttl_ms = max(1, int(claim_ttl * 1000))
         self.claim_prefixes = claim_prefixes
         self.claim_timeout = claim_timeout
+        #: ``rendezvous``: a prompt no endpoint holds goes to the rendezvous-hash endpoint of its first
+        #: block (every replica agrees without a round trip) and is claimed in the background.
+        self.rendezvous = cold_placement == "rendezvous"
+        self.trace = InflightTrace(trace_size) if trace_size > 0 else None
+        self._background: set[asyncio.Task[None]] = set()
+        #: ``changePublish: immediate``: changes written on this connection from the decision itself.
+        self.immediate = immediate
+        self._last_immediate = 0.0
+        self._immediate_retry_at = 0.0
+        self._seq = 0
         self.keys_key = PRECISE_BLOCK_KEYS.of(producer)
         self.match_key = PREFIX_CACHE_MATCH_INFO.of(producer)
         self.replica_id = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
@@ -124,35 +152,16 @@ class RedisSyncer(CrossReplicaSyncer, Lifecycle, StateReporter):
 
     @classmethod
     def from_parameters(cls, name: str, params: Section, services: Services) -> RedisSyncer:
-        address = params.string("address", "localhost:6379")
+        c = parse_syncer_config(params)
         try:
-            host, port, url_db = parse_address(address)
-        except ValueError as exc:
-            raise ConfigError(params.child_path("address"), str(exc)) from None
-        params.reject("password", "a plaintext password is refused: use passwordEnv or passwordFile")
-        password_env = params.string("passwordEnv", "")
-        password_file = params.string("passwordFile", "")
-        if password_env and password_file:
-            raise ConfigError(params.child_path("passwordFile"), "passwordEnv and passwordFile are mutually exclusive")
-        password = _password(params, password_env, password_file)
-        db = params.integer("db", url_db or 0, minimum=0)
-        state_ttl = params.duration("stateTTL", "2s")
-        params.duration("coordinationTTL", "180s")
-        claim_ttl = params.duration("claimTTL", "2s")
-        claim_timeout = params.duration("claimTimeout", "20ms")
-        for key, value in (("stateTTL", state_ttl), ("claimTTL", claim_ttl), ("claimTimeout", claim_timeout)):
-            if value < 0.001:
-                raise ConfigError(params.child_path(key), f"must be at least 1ms, got {value}s")
-        prefix = params.string("keyPrefix", "ppc-extproc")
-        claim_prefixes = params.boolean("claimPrefixes", True)
-        producer = params.string("prefixMatchInfoProducerName", "precise-prefix-cache-producer")
-        try:
-            store = RedisStore(host, port, db=db, password=password, prefix=prefix, timeout_seconds=1.0)
+            store = RedisStore(c.host, c.port, db=c.db, password=c.password, prefix=c.key_prefix, timeout_seconds=1.0)
         except ImportError:
             raise ConfigError(params.path, "redis-syncer needs redis-py: pip install 'ppc-extproc[shared-state]'") from None
-        return cls(name, store, services.inflight, state_ttl=state_ttl, claim_ttl=claim_ttl,
-                   claim_prefixes=claim_prefixes, claim_timeout=claim_timeout, producer=producer,
-                   clock=services.clock)  # fmt: skip
+        immediate = ImmediatePublisher(c.host, c.port, c.password, store.channel) if c.change_publish == "immediate" else None
+        return cls(name, store, services.inflight, state_ttl=c.state_ttl, claim_ttl=c.claim_ttl,
+                   claim_prefixes=c.claim_prefixes, claim_timeout=c.claim_timeout, producer=c.producer,
+                   clock=services.clock, cold_placement=c.cold_placement, trace_size=c.trace_size,
+                   immediate=immediate)  # fmt: skip
 
     # --- configuration and lifecycle ------------------------------------------------------------
 
@@ -185,18 +194,46 @@ class RedisSyncer(CrossReplicaSyncer, Lifecycle, StateReporter):
                 task.cancel()
             _, pending = await asyncio.wait(pending, timeout=0.1)
         self._tasks = []
+        for task in list(self._background):
+            task.cancel()
+        if self._background:
+            await asyncio.wait(self._background, timeout=1.0)
         self.up = False
         self._go_local()
+        if self.immediate is not None:
+            await self.immediate.aclose()
         await self.store.close()
 
     def _changed(self) -> None:
+        if self.trace is not None:
+            self.trace.own(self.inflight.local_snapshot())
         if threading.get_ident() == self._loop_thread:
-            self._dirty.set()
+            if not self._publish_immediately():
+                self._dirty.set()
         elif self._loop is not None:
             try:
                 self._loop.call_soon_threadsafe(self._dirty.set)
             except RuntimeError:  # the loop is closed: the service is stopping
                 pass
+
+    def _publish_immediately(self) -> bool:
+        """Write this replica's counts now on the immediate connection (True), unless it is down or
+        the last such message went out less than ``_MIN_IMMEDIATE_INTERVAL`` ago."""
+        publisher = self.immediate
+        if publisher is None or not self.up or not publisher.connected:
+            return False
+        now = time.monotonic()
+        if now - self._last_immediate < _MIN_IMMEDIATE_INTERVAL:
+            return False
+        if not publisher.publish(self._payload()):
+            return False
+        self._last_immediate = now
+        self.syncs["ok"] += 1
+        return True
+
+    def _payload(self) -> str:
+        self._seq += 1
+        return encode_load(self.replica_id, self.inflight.local_snapshot(), self._seq)
 
     def _go_local(self) -> None:
         """The store failed: route on this replica's own state until it is back."""
@@ -204,7 +241,9 @@ class RedisSyncer(CrossReplicaSyncer, Lifecycle, StateReporter):
             log.warning("cross_replica_store_down", plugin=self.name)
         self.up = False
         self.peers.clear()
-        self.inflight.set_peer_load({})
+        self._set_peer_load({})
+        if self.immediate is not None:
+            self.immediate.close()
 
     def _mark_up(self) -> None:
         if not self.up:
@@ -230,16 +269,26 @@ class RedisSyncer(CrossReplicaSyncer, Lifecycle, StateReporter):
 
     async def _on_subscribed(self) -> None:
         self._subscribed = True
+        if self.immediate is not None:
+            try:  # a fresh connection: the pool's may still be the dead server's (one failure each)
+                await self.immediate.connect(self.publish_timeout)
+            except (OSError, TimeoutError, ConnectionError):
+                log.warning("cross_replica_immediate_publish_unavailable", plugin=self.name)
         await self._publish()  # peers learn our counts at once; theirs arrive within one interval
         self._claim_failures = 0
         self._mark_up()
 
     def _on_message(self, data: bytes) -> None:
         if self.peers.receive(data):
-            self.inflight.set_peer_load(self.peers.aggregate())
+            self._set_peer_load(self.peers.aggregate())
             if self.peers.new_peer:  # a replica that just (re)subscribed hears our counts at once
                 self._dirty.set()
                 log.info("cross_replica_peer_seen", plugin=self.name, peers=self.peers.live())
+
+    def _set_peer_load(self, counts: dict[EndpointId, tuple[int, int]]) -> None:
+        self.inflight.set_peer_load(counts)
+        if self.trace is not None:
+            self.trace.peers(counts)
 
     async def _publish_loop(self) -> None:
         while not self._stopping:
@@ -248,6 +297,9 @@ class RedisSyncer(CrossReplicaSyncer, Lifecycle, StateReporter):
             except TimeoutError:
                 pass
             self._dirty.clear()
+            if not self._subscribed:  # the store is gone: ``_on_subscribed`` publishes when it is back
+                continue
+            await self._reconnect_immediate()
             try:
                 await self._publish()
             except asyncio.CancelledError:
@@ -260,12 +312,36 @@ class RedisSyncer(CrossReplicaSyncer, Lifecycle, StateReporter):
                 if self._subscribed:
                     self._mark_up()
             if self.up:  # ageing: a replica that stopped publishing stops counting
-                self.inflight.set_peer_load(self.peers.aggregate())
+                self._set_peer_load(self.peers.aggregate())
             await asyncio.sleep(_MIN_PUSH_INTERVAL)
 
-    async def _publish(self) -> None:
+    async def _reconnect_immediate(self) -> None:
+        """The immediate connection alone was lost (the subscription lives): reopen it, at most
+        once per sync interval."""
+        publisher = self.immediate
+        now = time.monotonic()
+        if publisher is None or publisher.connected or now < self._immediate_retry_at:
+            return
+        self._immediate_retry_at = now + self.sync_interval
         try:
-            await self.store.publish(encode_load(self.replica_id, self.inflight.local_snapshot()))
+            await publisher.connect(self.publish_timeout)
+        except (OSError, TimeoutError, ConnectionError):
+            log.debug("cross_replica_immediate_reconnect_failed", plugin=self.name)
+
+    async def _publish(self) -> None:
+        """Publish this replica's counts: on the immediate connection when it is up (a store that
+        has left writes unanswered for ``crossReplicaPublishTimeout`` fails it), else through
+        redis-py, awaiting the reply."""
+        try:
+            publisher = self.immediate
+            if publisher is not None and publisher.connected:
+                if publisher.stalled(time.monotonic(), self.publish_timeout):
+                    publisher.close()
+                    raise TimeoutError("the store left publishes unanswered")
+                if publisher.publish(self._payload()):
+                    self.syncs["ok"] += 1
+                    return
+            await self.store.publish(self._payload())
         except BaseException:
             self.syncs["error"] += 1
             raise
@@ -274,6 +350,8 @@ class RedisSyncer(CrossReplicaSyncer, Lifecycle, StateReporter):
     # --- the routing path -----------------------------------------------------------------------
 
     async def coordinate(self, ctx: SchedulingContext, result: SchedulingResult) -> SchedulingResult:
+        if self.trace is not None:
+            self.trace.decision()
         if not self.claim_prefixes or not result.targets:
             return result
         if not self.up or (self._claims_closed_until and self.clock() < self._claims_closed_until):
@@ -292,11 +370,18 @@ class RedisSyncer(CrossReplicaSyncer, Lifecycle, StateReporter):
         depths = claim_positions(len(keys))
         scored = result.primary.totals
         allowed = [e for e in ctx.candidates if not scored or e.id in scored]
+        claim_keys = [keys[d - 1] for d in depths]
+        allowed_ids = [e.id for e in allowed]
+        if self.rendezvous and allowed:
+            home = cold_home(ctx, result, allowed, keys[0], known, self.match_key)
+            if home is not None:  # no wait: the claim goes out in the background
+                self.claims["rendezvous"] += 1
+                self._claim_later(claim_keys, depths, home.id, allowed_ids)
+                return moved_to(result, home)
         try:
             async with asyncio.timeout(self.claim_timeout):
-                answer, _depth = await self.store.claim(
-                    [keys[d - 1] for d in depths], depths, pick.id, known, [e.id for e in allowed], self.claim_ttl_ms
-                )
+                answer, _depth = await self.store.claim(claim_keys, depths, pick.id, known, allowed_ids,
+                                                        self.claim_ttl_ms)  # fmt: skip
         except TimeoutError:
             return self._claim_failed("timeout", result)
         except Exception as exc:
@@ -310,13 +395,38 @@ class RedisSyncer(CrossReplicaSyncer, Lifecycle, StateReporter):
             return result
         return self._retarget(result, allowed, EndpointId(answer))
 
+    def _claim_later(self, keys: list[RequestKey], depths: list[int], answer: str, allowed: Sequence[str]) -> None:
+        """Claim ``keys`` for ``answer`` off the routing path (bounded; failures count as claims' do)."""
+        if len(self._background) >= _MAX_BACKGROUND_CLAIMS:
+            return
+        task = asyncio.get_running_loop().create_task(self._claim_background(keys, depths, answer, allowed))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _claim_background(self, keys: list[RequestKey], depths: list[int], answer: str,
+                                allowed: Sequence[str]) -> None:  # fmt: skip
+        try:
+            async with asyncio.timeout(max(self.claim_timeout, 0.1)):
+                await self.store.claim(keys, depths, answer, depths[-1], allowed, self.claim_ttl_ms)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            if not self.store.is_store_error(exc):
+                log.exception("cross_replica_claim_failed", plugin=self.name)
+            self._count_failure("timeout" if isinstance(exc, TimeoutError) else "error")
+        else:
+            self._claim_failures = 0
+
     def _claim_failed(self, outcome: str, result: SchedulingResult) -> SchedulingResult:
+        self._count_failure(outcome)
+        return result
+
+    def _count_failure(self, outcome: str) -> None:
         self.claims[outcome] += 1
         self._claim_failures += 1
         if self._claim_failures >= _CLAIM_FAILURES_OPEN:  # a slow store: stop waiting on it a while
             self._claims_closed_until = self.clock() + self.sync_interval
             self._claim_failures = 0
-        return result
 
     def _retarget(self, result: SchedulingResult, allowed: list[Endpoint], answer: EndpointId) -> SchedulingResult:
         target = next((e for e in allowed if e.id == answer), None)
@@ -324,10 +434,7 @@ class RedisSyncer(CrossReplicaSyncer, Lifecycle, StateReporter):
             self.claims["kept"] += 1  # unknown endpoint, or a data-parallel rewrite: keep the pick
             return result
         self.claims["adopted"] += 1
-        targets = [target, *(t for t in result.targets if t.id != answer)][: len(result.targets)]
-        return SchedulingResult(
-            result.primary_profile, result.profile_results, targets, [t.id for t in targets], result.headers
-        )
+        return moved_to(result, target)
 
     # --- state ----------------------------------------------------------------------------------
 
@@ -336,18 +443,6 @@ class RedisSyncer(CrossReplicaSyncer, Lifecycle, StateReporter):
         return PluginState(self.name, self.type_name, cross_replica=stats, details={
             "replicaId": self.replica_id, "up": stats.up, "peers": stats.peers, "claims": stats.claims,
             "syncs": stats.syncs, "peerLoad": {ep: list(v) for ep, v in self.inflight.peer_load().items()},
+            **({"inflightTrace": self.trace.to_json()} if self.trace is not None and detailed else {}),
         })  # fmt: skip
 
-
-def _password(params: Section, env: str, file: str) -> str | None:
-    if env:
-        value = os.environ.get(env)
-        if value is None:
-            raise ConfigError(params.child_path("passwordEnv"), f"the environment variable {env} is not set")
-        return value
-    if file:
-        try:
-            return Path(file).read_text(encoding="utf-8").rstrip("\r\n")
-        except OSError as exc:
-            raise ConfigError(params.child_path("passwordFile"), f"cannot read {file}: {exc.strerror or exc}") from None
-    return None
