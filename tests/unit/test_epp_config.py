@@ -19,7 +19,9 @@ def test_embedded_default() -> None:
     assert [(w.scorer.type_name, w.weight) for w in profile.scorers] == [
         ("prefix-cache-scorer", 3.0),
         ("active-request-scorer", 2.0),
+        ("no-hit-lru-scorer", 4.0),  # cold prefixes rotate over the endpoints
     ]
+    assert profile.scorers[2].scorer.reads == "precise-prefix-cache-producer"
     assert profile.picker.type_name == "max-score-picker"
     assert loaded.warnings == []
     assert loaded.data_layer.polling_sources == []  # in-flight accounting, no /metrics polling by default

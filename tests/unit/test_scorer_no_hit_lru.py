@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import random
+from collections.abc import MutableSequence
+from typing import Any
+
 import pytest
 
 from ppc_extproc.errors import ConfigError
@@ -13,6 +17,17 @@ from ppc_extproc.plugins.scorers import NoHitLRUScorer
 
 A, B, C, D = (Endpoint(f"10.0.0.{i}", 8000) for i in range(1, 5))
 KEY = PREFIX_CACHE_MATCH_INFO.of("p")
+
+
+class InOrder(random.Random):
+    """Leaves the never-used candidates in candidate order (the formula's tests read it)."""
+
+    def shuffle(self, x: MutableSequence[Any]) -> None:  # type: ignore[override]
+        pass
+
+
+def scorer(**kwargs: Any) -> NoHitLRUScorer:
+    return NoHitLRUScorer("n", producer_name="p", rng=InOrder(), **kwargs)
 
 
 def route(scorer: NoHitLRUScorer, endpoints: list[Endpoint], target: Endpoint | None = None,
@@ -27,22 +42,39 @@ def route(scorer: NoHitLRUScorer, endpoints: list[Endpoint], target: Endpoint | 
 
 
 def test_warm_request_is_neutral_and_does_not_touch_the_lru() -> None:
-    s = NoHitLRUScorer("n", producer_name="p")
+    s = scorer()
     assert route(s, [A, B, C], target=A, warm=B) == {A.id: 0.5, B.id: 0.5, C.id: 0.5}
     assert s.lru_order() == []
 
 
 def test_cold_never_used_in_candidate_order() -> None:
-    s = NoHitLRUScorer("n", producer_name="p")
+    s = scorer()
     assert route(s, [A, B, C]) == {A.id: 1.0, B.id: 0.5, C.id: 0.0}
 
 
+def test_never_used_candidates_are_ranked_in_a_random_order_per_instance() -> None:
+    """Replicas (one scorer each) do not all send their first cold requests to one endpoint."""
+    firsts = set()
+    for seed in range(3):
+        s = NoHitLRUScorer("n", producer_name="p", rng=random.Random(seed))
+        scores = route(s, [A, B, C, D])
+        assert sorted(scores.values()) == pytest.approx([0.0, 1 / 3, 2 / 3, 1.0])
+        firsts.add(max(scores, key=scores.__getitem__))
+    assert len(firsts) > 1
+    s = NoHitLRUScorer("n", producer_name="p")
+    for target in (A, B, C, D):  # still a rotation: the used ones rank after every never-used one
+        scores = route(s, [A, B, C, D])
+        used = s.lru_order()
+        assert all(scores[e.id] > max((scores[u] for u in used), default=-1) for e in (A, B, C, D) if e.id not in used)
+        route(s, [A, B, C, D], target=target)
+
+
 def test_single_candidate_scores_one() -> None:
-    assert route(NoHitLRUScorer("n", producer_name="p"), [A]) == {A.id: 1.0}
+    assert route(scorer(), [A]) == {A.id: 1.0}
 
 
 def test_cold_routing_moves_the_target_to_mru() -> None:
-    s = NoHitLRUScorer("n", producer_name="p")
+    s = scorer()
     route(s, [A, B, C, D], target=A)
     route(s, [A, B, C, D], target=B)
     assert s.lru_order() == [A.id, B.id]
@@ -54,7 +86,7 @@ def test_cold_routing_moves_the_target_to_mru() -> None:
 
 
 def test_lru_positions_count_all_keys_and_clamp_at_zero() -> None:
-    s = NoHitLRUScorer("n", producer_name="p")
+    s = scorer()
     for target in (C, D, A, B):
         route(s, [A, B, C, D], target=target)
     # candidates A, B only: N = 2; A at lru_pos 2 ⇒ 1 − 2 < 0 ⇒ 0; B at 3 ⇒ 0
@@ -62,14 +94,14 @@ def test_lru_positions_count_all_keys_and_clamp_at_zero() -> None:
 
 
 def test_lru_size_bounds_memory() -> None:
-    s = NoHitLRUScorer("n", lru_size=2, producer_name="p")
+    s = scorer(lru_size=2)
     for target in (A, B, C):
         route(s, [A, B, C], target=target)
     assert s.lru_order() == [B.id, C.id]
 
 
 def test_no_match_info_at_all_is_cold() -> None:
-    s = NoHitLRUScorer("n", producer_name="p")
+    s = scorer()
     ctx = SchedulingContext(LLMRequest("r", "m"), [A, B])
     assert s.score(ctx, [A, B]) == {A.id: 1.0, B.id: 0.0}
 

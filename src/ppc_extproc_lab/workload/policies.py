@@ -10,8 +10,9 @@ approximate       approx-prefix-cache-producer + prefix-cache-scorer 3 + kv-util
 precise           precise producer (speculative off) + prefix-cache-scorer, max-score-picker
 precise+spec      the same with ``speculativeIndexing: true``
 precise+load      precise + speculative, prefix 3 + kv-util 2 + queue 2 (llm-d's guide weights)
-default           the service's embedded default config (precise + speculative, prefix 3 +
-                  active-request 2)
+default           the service's embedded default config (``config/default.yaml``)
+precise+active    precise + speculative, prefix 3 + active-request 2 in llm-d's formula: the
+                  embedded default until round 5
 pd                P/D on a cluster of prefill engines and decode pods (sidecar + engine):
                   decode-first ``disagg-profile-handler``, ``prefix-based-pd-decider``
                   (nonCachedTokens 512) on the precise producer (:mod:`~ppc_extproc_lab.workload.pd`)
@@ -118,6 +119,22 @@ def _precise(*, speculative: bool, load: bool) -> dict[str, Any]:
     return _config(plugins, profile)
 
 
+def _precise_active() -> dict[str, Any]:
+    return _config(
+        [
+            {"type": _PRECISE, "parameters": {"speculativeIndexing": True, "speculativeTTL": "2s"}},
+            {"type": "prefix-cache-scorer", "parameters": {"prefixMatchInfoProducerName": _PRECISE}},
+            {"type": "active-request-scorer"},
+            {"type": "max-score-picker"},
+        ],
+        [
+            {"pluginRef": "prefix-cache-scorer", "weight": 3},
+            {"pluginRef": "active-request-scorer", "weight": 2},
+            {"pluginRef": "max-score-picker"},
+        ],
+    )
+
+
 def _load_only() -> dict[str, Any]:
     return _config(
         [
@@ -165,7 +182,8 @@ _DESCRIPTIONS = {
     "precise": "precise producer: prefix only, no speculation",
     "precise+spec": "precise producer + speculative indexing: prefix only",
     "precise+load": "precise + speculative: prefix 3 + kv-util 2 + queue 2",
-    "default": "service default: precise + speculative, prefix 3 + active-request 2",
+    "default": "service default (config/default.yaml)",
+    "precise+active": "precise + speculative: prefix 3 + active-request 2 (the default until round 5)",
     "pd": "P/D: decode-first, prefix-based decider (512 uncached tokens), precise + speculative",
     "oracle": "client reads every engine's cache (/mock/match), most cached wins, ties least loaded",
     "vllm-router": "vllm-router 0.1.17 --policy cache_aware (approximate text tree + shortest queue)",
@@ -191,6 +209,7 @@ def policy(name: str, *, block_size: int = 64) -> Policy:
         "precise+spec": lambda: _precise(speculative=True, load=False),
         "precise+load": lambda: _precise(speculative=True, load=True),
         "default": lambda: _service_default(block_size),
+        "precise+active": _precise_active,
         "oracle": lambda: None,
     }
     if name in PEERS:

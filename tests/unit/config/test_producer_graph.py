@@ -169,6 +169,7 @@ def _route(loaded: LoadedConfig) -> list[tuple[str, dict[str, float]]]:
     for endpoint, waiting in ((A, 0), (B, 3), (C, 1)):
         services.engine_metrics.set(endpoint.id, EngineMetrics(waiting, 0, 0.1, 16, 100, updated_at=services.clock()))
     router = router_for(loaded, [A, B, C])
+    loaded.plugins["no-hit-lru-scorer"]._rng = random.Random(0)  # type: ignore[attr-defined]  # the same order in both
     precise = loaded.plugins["precise-prefix-cache-producer"]
     precise.applier.apply_batch(B.id, "m", EventBatch(0.0, [BlockStored([1, 2], None, list(range(32)), 16)]))  # type: ignore[attr-defined]
     picks = []

@@ -3,7 +3,10 @@
 Type        ``no-hit-lru-scorer`` (scorer, with a ``pre_request`` hook)
 Formula     warm request (some candidate has ``matchBlocks > 0``) ⇒ 0.5 for every candidate.
             Cold request (no match info, or all 0), N = #candidates: N = 1 ⇒ 1.0; never-used
-            candidates (not in the LRU), in candidate order i = 0, 1, … ⇒ ``1 − i / (N − 1)``;
+            candidates (not in the LRU), in a random order i = 0, 1, … ⇒ ``1 − i / (N − 1)``
+            (llm-d ranks them in candidate order, which its datastore lists from a ``sync.Map``:
+            random too; in a fixed order every replica would send its first cold requests to
+            the same endpoints);
             used ones ⇒ ``rank = #never_used + lru_pos`` (lru_pos 0 = least recently used, over all
             LRU keys) ⇒ ``max(0, 1 − rank / (N − 1))``.
             After a cold request is routed, its primary target becomes the most recently used.
@@ -20,6 +23,7 @@ Parameters  ``lruSize`` (default 1024, ≥ 1) — endpoints remembered
 
 from __future__ import annotations
 
+import random
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -59,7 +63,13 @@ _COLD: DataType[bool] = DataType("NoHitLRUCold")
 
 @register("no-hit-lru-scorer")
 class NoHitLRUScorer(Scorer, DataConsumer, PreRequest):
-    def __init__(self, name: str = "no-hit-lru-scorer", lru_size: int = 1024, producer_name: str = "") -> None:
+    def __init__(
+        self,
+        name: str = "no-hit-lru-scorer",
+        lru_size: int = 1024,
+        producer_name: str = "",
+        rng: random.Random | None = None,
+    ) -> None:
         self.name = name
         self.lru_size = lru_size
         self.producer_name = producer_name
@@ -68,6 +78,8 @@ class NoHitLRUScorer(Scorer, DataConsumer, PreRequest):
         #: endpoint id → None, least recently used first.
         self._lru: OrderedDict[EndpointId, None] = OrderedDict()
         self._lock = threading.Lock()
+        #: Orders the never-used candidates.
+        self._rng = rng or random.Random()
 
     @classmethod
     def from_parameters(cls, name: str, params: Section, services: Services) -> NoHitLRUScorer:
@@ -99,7 +111,8 @@ class NoHitLRUScorer(Scorer, DataConsumer, PreRequest):
             return {endpoints[0].id: 1.0}
         with self._lock:
             positions = {ep: i for i, ep in enumerate(self._lru)}
-        never_used = [e.id for e in endpoints if e.id not in positions]
+            never_used = [e.id for e in endpoints if e.id not in positions]
+            self._rng.shuffle(never_used)
         scores = {ep: 1.0 - i / (n - 1) for i, ep in enumerate(never_used)}
         for endpoint in endpoints:
             pos = positions.get(endpoint.id)
