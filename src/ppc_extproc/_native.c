@@ -407,8 +407,10 @@ static PyObject *map_prefix(U64Map *young, U64Map *old, PyObject *keys, Py_ssize
     PyObject *values = PyList_New(n);
     if (values == NULL) return NULL;
     int done = 1;
+    for (Py_ssize_t i = 0; i < U64MAP_PREFETCH_AHEAD && i < n; i++) u64map_prefetch(young, PyList_GET_ITEM(keys, i));
     for (; found < n; found++) {
         uint64_t key;
+        if (found + U64MAP_PREFETCH_AHEAD < n) u64map_prefetch(young, PyList_GET_ITEM(keys, found + U64MAP_PREFETCH_AHEAD));
         if (u64_key(PyList_GET_ITEM(keys, found), &key) < 0) goto fail;
         U64Slot *s = u64map_find(young, key);
         PyObject *value = s->value;

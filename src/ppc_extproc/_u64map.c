@@ -351,7 +351,10 @@ static PyObject *m_get_many(U64Map *m, PyObject *arg) {
     Py_ssize_t n = PySequence_Fast_GET_SIZE(keys);
     PyObject *out = PyList_New(n);
     if (out == NULL) goto fail;
+    PyObject **items = PySequence_Fast_ITEMS(keys);
+    for (Py_ssize_t i = 0; i < U64MAP_PREFETCH_AHEAD && i < n; i++) u64map_prefetch(m, items[i]);
     for (Py_ssize_t i = 0; i < n; i++) {
+        if (i + U64MAP_PREFETCH_AHEAD < n) u64map_prefetch(m, items[i + U64MAP_PREFETCH_AHEAD]);
         uint64_t key;
         if (u64_key(PySequence_Fast_GET_ITEM(keys, i), &key) < 0) goto fail;
         PyObject *value = u64map_find(m, key)->value;

@@ -44,25 +44,35 @@ static inline U64Slot *u64map_find(const U64Map *m, uint64_t key) {
     }
 }
 
-/* A Python int in [0, 2^64) as a key; TypeError / OverflowError otherwise. */
-static inline int u64_key(PyObject *obj, uint64_t *out) {
+/* A Python int in [0, 2^64) read from CPython 3.11's layout (sign in ob_size, 30-bit digits):
+ * 1 and *out set, or 0 (another int or type, or another layout) with no exception set. */
+static inline int u64_key_fast(PyObject *obj, uint64_t *out) {
 #if PY_VERSION_HEX < 0x030C0000 && PyLong_SHIFT == 30
-    if (PyLong_CheckExact(obj)) { /* CPython 3.11's layout: sign in ob_size, 30-bit digits */
+    if (PyLong_CheckExact(obj)) {
         const digit *d = ((PyLongObject *)obj)->ob_digit;
         switch (Py_SIZE(obj)) {
-            case 0: *out = 0; return 0;
-            case 1: *out = d[0]; return 0;
-            case 2: *out = (uint64_t)d[0] | (uint64_t)d[1] << 30; return 0;
+            case 0: *out = 0; return 1;
+            case 1: *out = d[0]; return 1;
+            case 2: *out = (uint64_t)d[0] | (uint64_t)d[1] << 30; return 1;
             case 3:
                 if (d[2] < 16) {
                     *out = (uint64_t)d[0] | (uint64_t)d[1] << 30 | (uint64_t)d[2] << 60;
-                    return 0;
+                    return 1;
                 }
                 break;
             default: break;
         }
     }
+#else
+    (void)obj;
+    (void)out;
 #endif
+    return 0;
+}
+
+/* A Python int in [0, 2^64) as a key; TypeError / OverflowError otherwise. */
+static inline int u64_key(PyObject *obj, uint64_t *out) {
+    if (u64_key_fast(obj, out)) return 0;
     if (!PyLong_Check(obj)) {
         PyErr_Format(PyExc_TypeError, "U64Map keys are ints in [0, 2**64), not %.100s", Py_TYPE(obj)->tp_name);
         return -1;
@@ -71,6 +81,15 @@ static inline int u64_key(PyObject *obj, uint64_t *out) {
     if (value == (uint64_t)-1 && PyErr_Occurred()) return -1;
     *out = value;
     return 0;
+}
+
+/* Bulk probes of a list of keys ask for the home slot of the key this many places ahead, so the
+ * table's cache misses overlap instead of queueing one behind the other. */
+#define U64MAP_PREFETCH_AHEAD 12
+
+static inline void u64map_prefetch(const U64Map *m, PyObject *key_obj) {
+    uint64_t key;
+    if (u64_key_fast(key_obj, &key)) __builtin_prefetch(&m->slots[u64map_home(m, key)]);
 }
 
 /* Sets key to value (a new reference is taken). 0, or -1 with an exception (no memory). */
