@@ -6,7 +6,8 @@
  *   fill(keys, value) (every key set to one value), get_many(keys) (values or None).
  *
  * Keys are ints in [0, 2^64) (TypeError / OverflowError otherwise); values any object, held by
- * reference and visited by the garbage collector. Iteration order is the table's, not insertion. */
+ * reference and visited by the garbage collector (the table is tracked from the first value that
+ * may be in a cycle on). Iteration order is the table's, not insertion. */
 #include "_u64map.h"
 
 #include <string.h>
@@ -40,7 +41,22 @@ static int resize(U64Map *m, size_t capacity) {
     return 0;
 }
 
+/* Whether a value can take part in a reference cycle. The index's values are int masks and tuples
+ * of ints, which cannot: a table holding only those stays untracked by the garbage collector
+ * (as a dict of ints does), so a collection does not walk its millions of slots. */
+static inline int may_cycle(PyObject *value) {
+    if (PyLong_CheckExact(value) || !PyObject_IS_GC(value)) return 0;
+    if (PyTuple_CheckExact(value)) {
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(value); i++) {
+            if (!PyLong_CheckExact(PyTuple_GET_ITEM(value, i))) return 1;
+        }
+        return 0;
+    }
+    return 1;
+}
+
 int u64map_set(U64Map *m, uint64_t key, PyObject *value) {
+    if (!PyObject_GC_IsTracked((PyObject *)m) && may_cycle(value)) PyObject_GC_Track(m);
     U64Slot *s = u64map_find(m, key);
     if (s->value != NULL) {
         PyObject *previous = s->value;
@@ -103,6 +119,7 @@ static PyObject *u64map_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
     if (!PyArg_UnpackTuple(args, "U64Map", 0, 1, &source)) return NULL;
     U64Map *m = (U64Map *)type->tp_alloc(type, 0);
     if (m == NULL) return NULL;
+    PyObject_GC_UnTrack(m); /* tracked once it holds a value that may be in a cycle */
     if (alloc_slots(m, MIN_CAPACITY) < 0 || (source != NULL && fill_from(m, source) < 0)) {
         Py_DECREF(m);
         return NULL;
@@ -374,6 +391,7 @@ static PyObject *m_copy(U64Map *m, PyObject *unused) {
     (void)unused;
     U64Map *copy = (U64Map *)U64Map_Type.tp_alloc(&U64Map_Type, 0);
     if (copy == NULL) return NULL;
+    if (!PyObject_GC_IsTracked((PyObject *)m)) PyObject_GC_UnTrack(copy);
     size_t capacity = m->slots != NULL ? m->mask + 1 : MIN_CAPACITY;
     if (alloc_slots(copy, capacity) < 0) {
         Py_DECREF(copy);

@@ -259,3 +259,16 @@ def test_a_large_table_grows_and_holds_sixteen_bytes_per_slot() -> None:
     for k in range(0, 3 * 2**20, 6):
         del table[k]
     assert len(table) == 2**19 and all(table.get(k) == (1 if k % 6 else None) for k in range(0, 30000, 3))
+
+
+def test_a_table_of_ints_is_left_out_of_garbage_collection() -> None:
+    """A dict of ints is untracked, so a collection never walks the index; the table does the same
+    until it holds a value that may be in a cycle."""
+    table = U64Map()
+    table.fill(list(range(1000)), 3)
+    table[5] = (1, 2**70)  # a tuple of ints cannot be in a cycle either
+    assert not gc.is_tracked(table) and not gc.is_tracked(table.copy())
+    table[6] = [1]
+    assert gc.is_tracked(table) and gc.is_tracked(table.copy())
+    table[7] = (1, [2])
+    assert gc.is_tracked(table)
