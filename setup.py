@@ -8,7 +8,8 @@ setup(
     ext_modules=[
         Extension(
             "ppc_extproc._native",
-            sources=["src/ppc_extproc/_native.c"],
+            sources=["src/ppc_extproc/_native.c", "src/ppc_extproc/_u64map.c"],
+            depends=["src/ppc_extproc/_u64map.h"],
             extra_compile_args=["-O2"],
             optional=True,
         )

@@ -1,6 +1,8 @@
 """The request path's per-prompt C calls on long prompts (block size 16): the token-array read, and
 the key chain plus the index's prefix probe with fresh key objects vs the objects of a recent
-prompt (``reuse``: the dict then matches by identity). Best and median of ``--repeats`` calls;
+prompt (``reuse``: the dict then matches by identity), on a dict and on the extension's
+``U64Map`` (keys inline) — warm, and with the CPU caches flushed before each call (as after
+reading a large body). Best and median of ``--repeats`` calls;
 ``--native-so PATH`` times another build of ``_native`` (e.g. the code before a change).
 
     python benchmarks/bench_native.py [--repeats 60] [--native-so /tmp/base/_native.so]
@@ -36,9 +38,14 @@ def _load(path: str | None) -> ModuleType:
     return module
 
 
-def _time(call: Callable[[], object], repeats: int) -> tuple[float, float]:
+_FLUSH = bytearray(64 << 20)
+
+
+def _time(call: Callable[[], object], repeats: int, cold: bool = False) -> tuple[float, float]:
     samples = []
     for _ in range(repeats):
+        if cold:
+            _FLUSH[::64] = bytes(len(_FLUSH) // 64)  # evict the caches
         started = time.perf_counter()
         call()
         samples.append(time.perf_counter() - started)
@@ -53,6 +60,7 @@ def main() -> None:
     header("bench_native: token-array read, key chain + prefix probe (block size 16)")
     native = _load(args.native_so)
     rng = random.Random(1)
+    rows: list[str] = []
     print(f"{'tokens':>7}  {'array read min / p50 ms':>24}  {'chain+probe fresh min / p50':>28}  {'reused objects min / p50':>25}")
     for n_tokens in (100_000, 200_000):
         tokens = [rng.randrange(150_000) for _ in range(n_tokens)]
@@ -78,7 +86,21 @@ def main() -> None:
             cells += f"    {reused[0]:13.3f} / {reused[1]:7.3f}"
         except TypeError:  # a build without ``reuse``
             cells += f"    {'-':>23}"
+        table_type = getattr(native, "U64Map", None)
+        for cold in (False, True):
+            for name, kind in (("dict", dict), ("U64Map", table_type)):
+                if kind is None:
+                    continue
+                table = kind()
+                table.update(index)
+                empty = kind()
+                fresh_keys = native.xxh64_chain(0, le32, 16, n_blocks)
+                probe = _time(lambda: native.dict_prefix(table, empty, fresh_keys, 1 << 40), args.repeats, cold)
+                rows.append(f"{n_tokens:>7}  {name:>7} {'cold' if cold else 'warm':>5}  {probe[0]:8.3f} / {probe[1]:7.3f}")
         print(f"{n_tokens:>7}  {cells}")
+    print("\nprobe alone (dict_prefix over the prompt's fresh keys, 800K other keys), ms min / p50")
+    print(f"{'tokens':>7}  {'table':>7} {'cache':>5}  {'min / p50':>18}")
+    print("\n".join(rows))
 
 
 if __name__ == "__main__":

@@ -10,11 +10,13 @@
  *   cbor_fnv_chain(parent, tokens_le32, block_size, n_blocks, reuse=None) -> list[int]
  *       key_i = FNV-1a-64(canonical CBOR [key_{i-1}, [t...], null]).
  *       Both: the leading keys equal to those of the list ``reuse`` are its int objects.
+ *   dict_prefix(young, old, keys, limit), remap(target, keys, values, mapping)
+ *       the index's bulk probes and writes, on dicts or on U64Maps (_u64map.c).
  *
  * Written from the public definitions: XXH64 (Cyan4973/xxHash doc/xxhash_spec.md), FNV-1a 64
  * (draft-eastlake-fnv), CBOR heads (RFC 8949 section 3, shortest form). */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
+#include "_u64map.h"
+
 #include <stdint.h>
 #include <string.h>
 
@@ -189,8 +191,8 @@ static PyObject *run_chain(PyObject *args, chain_step step) {
         while (shared < limit) {
             PyObject *item = PyList_GET_ITEM(reuse, shared);
             if (!PyLong_CheckExact(item)) break;
-            uint64_t value = PyLong_AsUnsignedLongLong(item);
-            if (value == (uint64_t)-1 && PyErr_Occurred()) {
+            uint64_t value;
+            if (u64_key(item, &value) < 0) {
                 PyErr_Clear();
                 break;
             }
@@ -347,13 +349,18 @@ static PyObject *json_uint32_array(PyObject *self, PyObject *args) {
  * found in ``old`` moving to ``young``; stops at the first absent key or the end (done = True) or
  * once a promotion makes len(young) reach ``limit`` (done = False, even at the last key: the caller
  * rotates, then continues after the values). */
+static PyObject *map_prefix(U64Map *young, U64Map *old, PyObject *keys, Py_ssize_t limit);
+
 static PyObject *dict_prefix(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *young, *old, *keys;
     Py_ssize_t limit;
-    if (!PyArg_ParseTuple(args, "O!O!O!n", &PyDict_Type, &young, &PyDict_Type, &old, &PyList_Type, &keys,
-                          &limit))
+    if (!PyArg_ParseTuple(args, "OOO!n", &young, &old, &PyList_Type, &keys, &limit)) return NULL;
+    if (U64Map_Check(young) && U64Map_Check(old)) return map_prefix((U64Map *)young, (U64Map *)old, keys, limit);
+    if (!PyDict_Check(young) || !PyDict_Check(old)) {
+        PyErr_SetString(PyExc_TypeError, "dict_prefix takes two dicts or two U64Maps");
         return NULL;
+    }
     PyObject *values = PyList_New(0);
     if (values == NULL) return NULL;
     Py_ssize_t n = PyList_GET_SIZE(keys);
@@ -389,27 +396,92 @@ fail:
     return NULL;
 }
 
+/* dict_prefix on U64Maps: no Python object is read but the key ints. The values list is sized
+ * for every key up front and cut to the run found. */
+static PyObject *map_prefix(U64Map *young, U64Map *old, PyObject *keys, Py_ssize_t limit) {
+    if (young->slots == NULL || old->slots == NULL) {
+        PyErr_SetString(PyExc_ValueError, "dict_prefix: a cleared U64Map");
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(keys), found = 0;
+    PyObject *values = PyList_New(n);
+    if (values == NULL) return NULL;
+    int done = 1;
+    for (Py_ssize_t i = 0; i < U64MAP_PREFETCH_AHEAD && i < n; i++) u64map_prefetch(young, PyList_GET_ITEM(keys, i));
+    for (; found < n; found++) {
+        uint64_t key;
+        if (found + U64MAP_PREFETCH_AHEAD < n) u64map_prefetch(young, PyList_GET_ITEM(keys, found + U64MAP_PREFETCH_AHEAD));
+        if (u64_key(PyList_GET_ITEM(keys, found), &key) < 0) goto fail;
+        U64Slot *s = u64map_find(young, key);
+        PyObject *value = s->value;
+        if (value != NULL) {
+            Py_INCREF(value);
+            PyList_SET_ITEM(values, found, value);
+            continue;
+        }
+        if (old->used == 0) break;
+        s = u64map_find(old, key);
+        if (s->value == NULL) break;
+        value = u64map_take(old, s); /* the reference old held */
+        if (u64map_set(young, key, value) < 0) {
+            Py_DECREF(value);
+            goto fail;
+        }
+        PyList_SET_ITEM(values, found, value); /* young took its own reference */
+        if (young->used >= limit) {
+            found++;
+            done = 0; /* even after the last key: the caller rotates */
+            break;
+        }
+    }
+    Py_SET_SIZE(values, found); /* the rest was never filled */
+    return Py_BuildValue("(NO)", values, done ? Py_True : Py_False);
+fail:
+    Py_SET_SIZE(values, found); /* the rest of the list was never filled */
+    Py_DECREF(values);
+    return NULL;
+}
+
 /* remap(target, keys, values, mapping): for each key with mapping[value] present, target[key] =
  * mapping[value], or del target[key] when that is None. Returns how many keys were touched. */
 static PyObject *remap(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *target, *keys, *values, *mapping;
-    if (!PyArg_ParseTuple(args, "O!O!O!O!", &PyDict_Type, &target, &PyList_Type, &keys, &PyList_Type, &values,
-                          &PyDict_Type, &mapping))
+    if (!PyArg_ParseTuple(args, "OO!O!O!", &target, &PyList_Type, &keys, &PyList_Type, &values, &PyDict_Type,
+                          &mapping))
         return NULL;
+    int table = U64Map_Check(target);
+    if (!table && !PyDict_Check(target)) {
+        PyErr_SetString(PyExc_TypeError, "remap's target is a dict or a U64Map");
+        return NULL;
+    }
+    if (table && ((U64Map *)target)->slots == NULL) {
+        PyErr_SetString(PyExc_ValueError, "remap: a cleared U64Map");
+        return NULL;
+    }
     Py_ssize_t n = PyList_GET_SIZE(keys), touched = 0;
     if (PyList_GET_SIZE(values) != n) {
         PyErr_SetString(PyExc_ValueError, "keys and values differ in length");
         return NULL;
     }
-    for (Py_ssize_t i = 0; i < n; i++) {
+    for (Py_ssize_t i = 0; i < n && i < PyList_GET_SIZE(keys) && i < PyList_GET_SIZE(values); i++) {
         PyObject *new = PyDict_GetItemWithError(mapping, PyList_GET_ITEM(values, i)); /* borrowed */
         if (new == NULL) {
             if (PyErr_Occurred()) return NULL;
             continue;
         }
         PyObject *key = PyList_GET_ITEM(keys, i);
-        if (new == Py_None) {
+        if (table) {
+            U64Map *m = (U64Map *)target;
+            uint64_t k;
+            if (u64_key(key, &k) < 0) return NULL;
+            if (new == Py_None) {
+                U64Slot *s = u64map_find(m, k);
+                if (s->value != NULL) Py_DECREF(u64map_take(m, s));
+            } else if (u64map_set(m, k, new) < 0) {
+                return NULL;
+            }
+        } else if (new == Py_None) {
             if (PyDict_DelItem(target, key) < 0) {
                 if (!PyErr_ExceptionMatches(PyExc_KeyError)) return NULL;
                 PyErr_Clear();
@@ -467,4 +539,15 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_native", NULL, -1, methods};
 
-PyMODINIT_FUNC PyInit__native(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__native(void) {
+    if (PyType_Ready(&U64Map_Type) < 0) return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL) return NULL;
+    Py_INCREF(&U64Map_Type);
+    if (PyModule_AddObject(m, "U64Map", (PyObject *)&U64Map_Type) < 0) {
+        Py_DECREF(&U64Map_Type);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

@@ -14,6 +14,9 @@ the same results.
   is None) for each key whose value ``mapping`` holds; how many keys were touched. A prompt's
   keys hold few distinct index masks: the caller computes each new mask once.
 * ``runs(values)``: ``[(value, count), ...]`` of consecutive equal values.
+* ``U64Map``: a hash table from ints in [0, 2^64) stored inline to objects, the subset of a
+  dict the index's LRU uses (``_u64map.c``); ``dict_prefix`` and ``remap`` take it in place of
+  dicts. None without the extension (the LRU then uses dicts).
 * ``xxh64_chain`` / ``cbor_fnv_chain(parent, tokens_le32, block_size, n_blocks, reuse=None)``:
   llm-d's request key chains without extras, one call per prompt; the leading keys equal to those
   of the list ``reuse`` are its very int objects (a dict probe with the object the dict stores
@@ -33,6 +36,7 @@ import xxhash
 
 __all__ = [
     "NATIVE",
+    "U64Map",
     "cbor_fnv_chain",
     "dict_prefix",
     "json_uint32_array",
@@ -192,9 +196,11 @@ Chain = Callable[[int, bytes | bytearray | memoryview, int, int, list[int] | Non
 json_uint32_array: Callable[[bytes | bytearray | memoryview, int], tuple[bytes, int] | None]
 xxh64_chain: Chain
 cbor_fnv_chain: Chain
-remap: Callable[[dict[Any, Any], list[Any], list[Any], dict[Any, Any]], int]
+remap: Callable[[Any, list[Any], list[Any], dict[Any, Any]], int]
 runs: Callable[[list[Any]], list[tuple[Any, int]]]
-dict_prefix: Callable[[dict[Any, Any], dict[Any, Any], list[Any], int], tuple[list[Any], bool]]
+dict_prefix: Callable[[Any, Any, list[Any], int], tuple[list[Any], bool]]
+#: ``_native.U64Map`` (a dict-like table over uint64 keys), or None without the extension.
+U64Map: Callable[[], Any] | None
 
 try:  # PPC_EXTPROC_PURE_PYTHON=1 forces the fallbacks (tests, comparisons)
     if os.environ.get("PPC_EXTPROC_PURE_PYTHON"):
@@ -204,9 +210,11 @@ except ImportError:
     NATIVE = False
     json_uint32_array, xxh64_chain, cbor_fnv_chain = py_json_uint32_array, py_xxh64_chain, py_cbor_fnv_chain
     dict_prefix, runs, remap = py_dict_prefix, py_runs, py_remap
+    U64Map = None
 else:
     NATIVE = True
     json_uint32_array = _native.json_uint32_array
     xxh64_chain = _native.xxh64_chain
     cbor_fnv_chain = _native.cbor_fnv_chain
     dict_prefix, runs, remap = _native.dict_prefix, _native.runs, _native.remap
+    U64Map = _native.U64Map

@@ -1,7 +1,7 @@
 """A bounded map with approximate LRU eviction in two generations.
 
 Exact LRU costs an OrderedDict node (~50 bytes) per key and a relink on every touch. The index holds
-millions of keys, so it uses two plain dicts instead: new and touched keys live in ``young``; when
+millions of keys, so it uses two plain tables instead: new and touched keys live in ``young``; when
 ``young`` reaches half the capacity it becomes ``old`` and the previous ``old`` is evicted whole.
 A key read from ``old`` moves back to ``young``. Every key touched within the last ``capacity / 2``
 insertions survives; at most ``capacity`` keys are held.
@@ -12,12 +12,16 @@ is gone well before the next one is evicted — a fixed number of items per writ
 behind when one call writes many keys (a 64-block KV event) and let evicted generations pile up.
 Should one still be pending at the next eviction (a read-heavy phase that promotes many keys), it
 is dropped at once: evicted memory never exceeds one generation.
+
+The generations are ``native.U64Map`` tables (uint64 keys stored inline: no int object per key,
+a probe reads no Python object) when the C extension is built, else plain dicts; keys are then
+ints in [0, 2^64). Both give the same results (``tests/unit/test_lru.py``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from ppc_extproc import native
 from ppc_extproc.index.recency import restrict
@@ -34,18 +38,40 @@ _RELEASE_PER_KEY = 2
 _BULK_MIN_KEYS = 32
 
 
-class TwoGenerationLRU(Generic[K, V]):
-    """Bounded mapping with approximate LRU eviction. Not thread-safe; callers lock."""
+class Table(Protocol[K, V]):
+    """A generation: ``dict`` or ``native.U64Map`` (the subset of a dict's methods used here)."""
 
-    def __init__(self, capacity: int) -> None:
+    def get(self, key: K, /) -> V | None: ...
+    def pop(self, key: K, default: None, /) -> V | None: ...
+    def popitem(self) -> tuple[K, V]: ...
+    def __setitem__(self, key: K, value: V, /) -> None: ...
+    def __contains__(self, key: object, /) -> bool: ...
+    def __len__(self) -> int: ...
+    def copy(self) -> Table[K, V]: ...
+    def items(self) -> Iterable[tuple[K, V]]: ...
+    def values(self) -> Iterable[V]: ...
+    def update(self, other: Iterable[tuple[K, V]], /) -> None: ...
+
+
+def default_table() -> Callable[[], Table[Any, Any]]:
+    """The generations' type: ``native.U64Map`` when the extension is built, else ``dict``."""
+    return native.U64Map if native.U64Map is not None else dict
+
+
+class TwoGenerationLRU(Generic[K, V]):
+    """Bounded mapping with approximate LRU eviction. Not thread-safe; callers lock.
+    ``table``: the generations' type (``default_table()``; ``dict`` accepts any hashable key)."""
+
+    def __init__(self, capacity: int, table: Callable[[], Table[K, V]] | None = None) -> None:
         if capacity < 2:
             raise ValueError("capacity must be at least 2")
         self.capacity = capacity
         self._generation_size = capacity // 2
-        self._young: dict[K, V] = {}
-        self._old: dict[K, V] = {}
+        self._table: Callable[[], Table[K, V]] = table or default_table()
+        self._young = self._table()
+        self._old = self._table()
         #: The evicted generation, being released (empty: none).
-        self._retired: dict[K, V] = {}
+        self._retired = self._table()
         #: Keys dropped by eviction since creation (a metric).
         self.evicted = 0
 
@@ -142,7 +168,7 @@ class TwoGenerationLRU(Generic[K, V]):
         for lo, hi in self._slices(len(keys)):
             chunk = keys[lo:hi]
             young = self._young
-            current: list[V | None] = list(map(young.get, chunk))
+            current: list[V | None] = _get_many(young, chunk)
             self._promote_from_old(chunk, current)
             if any(value is not None for value in current):
                 # A prompt's keys hold few distinct masks: compute each new mask once, and touch
@@ -155,7 +181,7 @@ class TwoGenerationLRU(Generic[K, V]):
                 if changed:
                     native.remap(young, list(chunk), current, changed)
             else:  # every key is new: one C-level insert
-                young.update(dict.fromkeys(chunk, merge(None)))  # type: ignore[arg-type]
+                _fill(young, chunk, merge(None))  # type: ignore[misc]  # V is the int mask here
             self._after_write(hi - lo)
 
     def _slices(self, n: int) -> Iterator[tuple[int, int]]:
@@ -172,13 +198,15 @@ class TwoGenerationLRU(Generic[K, V]):
         old = self._old
         if not old:
             return
-        found = old.keys() & keys
-        if found:
-            for i, key in enumerate(keys):
-                if key in found and values[i] is None:
-                    value = old.pop(key)
+        held = _get_many(old, keys)
+        if any(value is not None for value in held):
+            young = self._young
+            for i, value in enumerate(held):
+                if value is not None and values[i] is None:
+                    key = keys[i]
+                    old.pop(key, None)
                     values[i] = value
-                    self._young[key] = value
+                    young[key] = value
 
     def _after_write(self, written: int) -> None:
         if len(self._young) >= self._generation_size:
@@ -192,7 +220,7 @@ class TwoGenerationLRU(Generic[K, V]):
         for generation in (self._young, self._old):
             if not generation:
                 continue
-            current = list(map(generation.get, keys))
+            current = _get_many(generation, keys)
             changed: dict[V, V | None] = {}
             for value in set(current):
                 if value is not None and value & bits:  # type: ignore[operator]
@@ -200,8 +228,9 @@ class TwoGenerationLRU(Generic[K, V]):
             if changed:
                 native.remap(generation, keys if isinstance(keys, list) else list(keys), current, changed)
 
-    def copy_items(self) -> list[dict[K, V]]:
-        """Shallow copies of both generations, old first (a consistent view, at C speed)."""
+    def copy_items(self) -> list[Table[K, V]]:
+        """Shallow copies of both generations, old first (a consistent view, at C speed); each
+        has ``items()``."""
         return [self._old.copy(), self._young.copy()]
 
     def update_many(self, keys: Sequence[K], values: Sequence[V]) -> None:
@@ -238,7 +267,7 @@ class TwoGenerationLRU(Generic[K, V]):
         yield from list(self._young.values())
 
     def clear(self) -> None:
-        self._young, self._old, self._retired = {}, {}, {}
+        self._young, self._old, self._retired = self._table(), self._table(), self._table()
 
     def __len__(self) -> int:
         return len(self._young) + len(self._old)
@@ -248,7 +277,7 @@ class TwoGenerationLRU(Generic[K, V]):
             if self._old:
                 self.evicted += len(self._old)
                 self._retired = self._old  # drops a generation still pending, if any
-            self._old, self._young = self._young, {}
+            self._old, self._young = self._young, self._table()
 
     def retired_items(self) -> int:
         """Evicted items not yet released (at most one generation)."""
@@ -259,7 +288,21 @@ class TwoGenerationLRU(Generic[K, V]):
         for _ in range(min(len(self._retired), _RELEASE_PER_CALL + _RELEASE_PER_KEY * written)):
             popitem()
         if not self._retired:
-            self._retired = {}  # an emptied dict keeps its table: let it go
+            self._retired = self._table()  # an emptied table keeps its memory: let it go
+
+
+def _get_many(table: Table[K, V], keys: Sequence[K]) -> list[V | None]:
+    """The value of each key, or None (one C call on either table type)."""
+    get_many = getattr(table, "get_many", None)
+    return get_many(keys) if get_many is not None else list(map(table.get, keys))
+
+
+def _fill(table: Table[K, V], keys: Sequence[K], value: V) -> None:
+    """Every key set to ``value``."""
+    if isinstance(table, dict):
+        table.update(dict.fromkeys(keys, value))
+    else:
+        table.fill(keys, value)  # type: ignore[attr-defined]
 
 
 def _merged(value: int | None, merge: Callable[[int | None], int]) -> int | None:

@@ -1,0 +1,476 @@
+/* U64Map: the mapping subset the index's two-generation LRU uses (ppc_extproc/index/lru.py),
+ * over uint64 keys stored inline (layout and probing: _u64map.h).
+ *
+ *   m[k], m[k] = v, del m[k], k in m, len(m), iter(m), get(k, default=None), pop(k[, default]),
+ *   popitem(), update(mapping or pairs), copy(), keys() / values() / items() (lists), clear(),
+ *   fill(keys, value) (every key set to one value), get_many(keys) (values or None).
+ *
+ * Keys are ints in [0, 2^64) (TypeError / OverflowError otherwise); values any object, held by
+ * reference and visited by the garbage collector (the table is tracked from the first value that
+ * may be in a cycle on). Iteration order is the table's, not insertion. */
+#include "_u64map.h"
+
+#include <string.h>
+
+#define MIN_CAPACITY 8
+
+static int alloc_slots(U64Map *m, size_t capacity) {
+    U64Slot *slots = PyMem_Calloc(capacity, sizeof(U64Slot));
+    if (slots == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    m->slots = slots;
+    m->mask = capacity - 1;
+    m->shift = 64 - __builtin_ctzll((unsigned long long)capacity);
+    m->used = 0;
+    m->cursor = 0;
+    return 0;
+}
+
+static int resize(U64Map *m, size_t capacity) {
+    U64Slot *old = m->slots;
+    size_t old_capacity = m->mask + 1;
+    Py_ssize_t used = m->used;
+    if (alloc_slots(m, capacity) < 0) return -1; /* m unchanged on failure */
+    for (size_t i = 0; i < old_capacity; i++) {
+        if (old[i].value != NULL) *u64map_find(m, old[i].key) = old[i];
+    }
+    m->used = used;
+    PyMem_Free(old);
+    return 0;
+}
+
+/* Whether a value can take part in a reference cycle. The index's values are int masks and tuples
+ * of ints, which cannot: a table holding only those stays untracked by the garbage collector
+ * (as a dict of ints does), so a collection does not walk its millions of slots. */
+static inline int may_cycle(PyObject *value) {
+    if (PyLong_CheckExact(value) || !PyObject_IS_GC(value)) return 0;
+    if (PyTuple_CheckExact(value)) {
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(value); i++) {
+            if (!PyLong_CheckExact(PyTuple_GET_ITEM(value, i))) return 1;
+        }
+        return 0;
+    }
+    return 1;
+}
+
+int u64map_set(U64Map *m, uint64_t key, PyObject *value) {
+    if (!PyObject_GC_IsTracked((PyObject *)m) && may_cycle(value)) PyObject_GC_Track(m);
+    U64Slot *s = u64map_find(m, key);
+    if (s->value != NULL) {
+        PyObject *previous = s->value;
+        Py_INCREF(value);
+        s->value = value;
+        Py_DECREF(previous); /* last: a finalizer may change the table */
+        return 0;
+    }
+    if ((size_t)(m->used + 1) * 4 > (m->mask + 1) * 3) {
+        if (resize(m, (m->mask + 1) * 2) < 0) return -1;
+        s = u64map_find(m, key);
+    }
+    Py_INCREF(value);
+    s->key = key;
+    s->value = value;
+    m->used++;
+    return 0;
+}
+
+PyObject *u64map_take(U64Map *m, U64Slot *s) {
+    PyObject *value = s->value;
+    size_t hole = (size_t)(s - m->slots), j = hole;
+    for (;;) { /* move back each follower whose home is not between the hole and itself */
+        j = (j + 1) & m->mask;
+        U64Slot *next = &m->slots[j];
+        if (next->value == NULL) break;
+        size_t home = u64map_home(m, next->key);
+        if (((j - home) & m->mask) >= ((j - hole) & m->mask)) {
+            m->slots[hole] = *next;
+            hole = j;
+        }
+    }
+    m->slots[hole].value = NULL;
+    m->used--;
+    return value;
+}
+
+/* Empties the table, releasing the values after it is consistent again. */
+static int reset(U64Map *m) {
+    U64Slot *old = m->slots;
+    size_t capacity = m->mask + 1;
+    if (alloc_slots(m, MIN_CAPACITY) < 0) return -1;
+    if (old != NULL) {
+        for (size_t i = 0; i < capacity; i++) Py_XDECREF(old[i].value);
+        PyMem_Free(old);
+    }
+    return 0;
+}
+
+/* ---- type slots ---------------------------------------------------------------------------- */
+
+static int fill_from(U64Map *m, PyObject *source);
+
+static PyObject *u64map_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    PyObject *source = NULL;
+    if (kwargs != NULL && PyDict_GET_SIZE(kwargs)) {
+        PyErr_SetString(PyExc_TypeError, "U64Map takes no keyword arguments");
+        return NULL;
+    }
+    if (!PyArg_UnpackTuple(args, "U64Map", 0, 1, &source)) return NULL;
+    U64Map *m = (U64Map *)type->tp_alloc(type, 0);
+    if (m == NULL) return NULL;
+    PyObject_GC_UnTrack(m); /* tracked once it holds a value that may be in a cycle */
+    if (alloc_slots(m, MIN_CAPACITY) < 0 || (source != NULL && fill_from(m, source) < 0)) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return (PyObject *)m;
+}
+
+static int u64map_traverse(U64Map *m, visitproc visit, void *arg) {
+    if (m->slots != NULL) {
+        for (size_t i = 0; i <= m->mask; i++) Py_VISIT(m->slots[i].value);
+    }
+    return 0;
+}
+
+static int u64map_clear(U64Map *m) {
+    U64Slot *old = m->slots;
+    size_t capacity = m->mask + 1;
+    m->slots = NULL;
+    m->mask = 0;
+    m->used = 0;
+    if (old != NULL) {
+        for (size_t i = 0; i < capacity; i++) Py_XDECREF(old[i].value);
+        PyMem_Free(old);
+    }
+    return 0;
+}
+
+static void u64map_dealloc(U64Map *m) {
+    PyObject_GC_UnTrack(m);
+    u64map_clear(m);
+    Py_TYPE(m)->tp_free((PyObject *)m);
+}
+
+/* tp_clear leaves no table: every entry point that touches one checks it here. */
+static int ready(U64Map *m) {
+    if (m->slots != NULL) return 0;
+    return alloc_slots(m, MIN_CAPACITY);
+}
+
+static Py_ssize_t u64map_length(U64Map *m) { return m->used; }
+
+static PyObject *lookup(U64Map *m, PyObject *key_obj, int *error) {
+    uint64_t key;
+    *error = 0;
+    if (u64_key(key_obj, &key) < 0 || ready(m) < 0) {
+        *error = 1;
+        return NULL;
+    }
+    return u64map_find(m, key)->value; /* borrowed, NULL when absent */
+}
+
+static PyObject *u64map_subscript(U64Map *m, PyObject *key_obj) {
+    int error;
+    PyObject *value = lookup(m, key_obj, &error);
+    if (error) return NULL;
+    if (value == NULL) {
+        PyErr_SetObject(PyExc_KeyError, key_obj);
+        return NULL;
+    }
+    Py_INCREF(value);
+    return value;
+}
+
+static int u64map_ass_subscript(U64Map *m, PyObject *key_obj, PyObject *value) {
+    uint64_t key;
+    if (u64_key(key_obj, &key) < 0 || ready(m) < 0) return -1;
+    if (value != NULL) return u64map_set(m, key, value);
+    U64Slot *s = u64map_find(m, key);
+    if (s->value == NULL) {
+        PyErr_SetObject(PyExc_KeyError, key_obj);
+        return -1;
+    }
+    Py_DECREF(u64map_take(m, s));
+    return 0;
+}
+
+static int u64map_contains(U64Map *m, PyObject *key_obj) {
+    int error;
+    PyObject *value = lookup(m, key_obj, &error);
+    return error ? -1 : value != NULL;
+}
+
+/* keys (what 0), values (1) or (key, value) pairs (2), as a new list. */
+static PyObject *listing(U64Map *m, int what) {
+    PyObject *out = PyList_New(m->used);
+    if (out == NULL || m->slots == NULL) return out;
+    Py_ssize_t n = 0, size = PyList_GET_SIZE(out);
+    /* Bounds re-read at each step: an allocation may run a finalizer that changes the table. */
+    for (size_t i = 0; m->slots != NULL && i <= m->mask && n < size; i++) {
+        U64Slot *s = &m->slots[i];
+        if (s->value == NULL) continue;
+        PyObject *item;
+        if (what == 1) {
+            item = s->value;
+            Py_INCREF(item);
+        } else {
+            PyObject *value = s->value;
+            item = PyLong_FromUnsignedLongLong(s->key);
+            if (item != NULL && what == 2) item = Py_BuildValue("(NO)", item, value);
+            if (item == NULL) {
+                Py_DECREF(out);
+                return NULL;
+            }
+        }
+        PyList_SET_ITEM(out, n++, item);
+    }
+    Py_SET_SIZE(out, n);
+    return out;
+}
+
+static PyObject *u64map_iter(U64Map *m) {
+    PyObject *keys = listing(m, 0);
+    if (keys == NULL) return NULL;
+    PyObject *it = PyObject_GetIter(keys);
+    Py_DECREF(keys);
+    return it;
+}
+
+static PyObject *u64map_repr(U64Map *m) { return PyUnicode_FromFormat("<U64Map of %zd keys>", m->used); }
+
+/* ---- methods ------------------------------------------------------------------------------- */
+
+static PyObject *m_get(U64Map *m, PyObject *const *args, Py_ssize_t nargs) {
+    if (!_PyArg_CheckPositional("get", nargs, 1, 2)) return NULL;
+    int error;
+    PyObject *value = lookup(m, args[0], &error);
+    if (error) return NULL;
+    if (value == NULL) value = nargs > 1 ? args[1] : Py_None;
+    Py_INCREF(value);
+    return value;
+}
+
+static PyObject *m_pop(U64Map *m, PyObject *const *args, Py_ssize_t nargs) {
+    if (!_PyArg_CheckPositional("pop", nargs, 1, 2)) return NULL;
+    uint64_t key;
+    if (u64_key(args[0], &key) < 0 || ready(m) < 0) return NULL;
+    U64Slot *s = u64map_find(m, key);
+    if (s->value != NULL) return u64map_take(m, s);
+    if (nargs > 1) {
+        Py_INCREF(args[1]);
+        return args[1];
+    }
+    PyErr_SetObject(PyExc_KeyError, args[0]);
+    return NULL;
+}
+
+static PyObject *m_popitem(U64Map *m, PyObject *unused) {
+    (void)unused;
+    if (m->used == 0) {
+        PyErr_SetString(PyExc_KeyError, "popitem(): U64Map is empty");
+        return NULL;
+    }
+    size_t i = m->cursor & m->mask;
+    while (m->slots[i].value == NULL) i = (i + 1) & m->mask;
+    m->cursor = i; /* a shift after the removal may refill this slot: look here next */
+    PyObject *key = PyLong_FromUnsignedLongLong(m->slots[i].key);
+    if (key == NULL) return NULL;
+    PyObject *value = u64map_take(m, &m->slots[i]);
+    return Py_BuildValue("(NN)", key, value);
+}
+
+static int fill_from(U64Map *m, PyObject *source) {
+    if (U64Map_Check(source)) {
+        U64Map *other = (U64Map *)source;
+        if (other == m) return 0;
+        /* The source is re-read at each step: a finalizer run by a replaced value may change it. */
+        for (size_t i = 0; other->slots != NULL && i <= other->mask; i++) {
+            U64Slot slot = other->slots[i];
+            if (slot.value == NULL) continue;
+            Py_INCREF(slot.value);
+            int failed = u64map_set(m, slot.key, slot.value);
+            Py_DECREF(slot.value);
+            if (failed) return -1;
+        }
+        return 0;
+    }
+    if (PyDict_Check(source)) {
+        PyObject *key_obj, *value;
+        Py_ssize_t pos = 0;
+        while (PyDict_Next(source, &pos, &key_obj, &value)) {
+            uint64_t key;
+            if (u64_key(key_obj, &key) < 0) return -1;
+            Py_INCREF(value);
+            int failed = u64map_set(m, key, value);
+            Py_DECREF(value);
+            if (failed) return -1;
+        }
+        return 0;
+    }
+    PyObject *it = PyObject_GetIter(source);
+    if (it == NULL) return -1;
+    PyObject *item;
+    while ((item = PyIter_Next(it)) != NULL) {
+        PyObject *pair = PySequence_Fast(item, "U64Map.update takes a mapping or (key, value) pairs");
+        Py_DECREF(item);
+        if (pair == NULL) goto fail;
+        uint64_t key;
+        if (PySequence_Fast_GET_SIZE(pair) != 2) {
+            PyErr_SetString(PyExc_ValueError, "U64Map.update takes (key, value) pairs");
+            Py_DECREF(pair);
+            goto fail;
+        }
+        if (u64_key(PySequence_Fast_GET_ITEM(pair, 0), &key) < 0 ||
+            u64map_set(m, key, PySequence_Fast_GET_ITEM(pair, 1)) < 0) {
+            Py_DECREF(pair);
+            goto fail;
+        }
+        Py_DECREF(pair);
+    }
+    Py_DECREF(it);
+    return PyErr_Occurred() ? -1 : 0;
+fail:
+    Py_DECREF(it);
+    return -1;
+}
+
+static PyObject *m_update(U64Map *m, PyObject *source) {
+    if (ready(m) < 0 || fill_from(m, source) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *m_fill(U64Map *m, PyObject *const *args, Py_ssize_t nargs) {
+    if (!_PyArg_CheckPositional("fill", nargs, 2, 2) || ready(m) < 0) return NULL;
+    PyObject *keys = PySequence_Fast(args[0], "fill takes a sequence of keys");
+    if (keys == NULL) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(keys);
+    PyObject *value = args[1];
+    Py_INCREF(value);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        uint64_t key;
+        if (u64_key(PySequence_Fast_GET_ITEM(keys, i), &key) < 0 || u64map_set(m, key, value) < 0) {
+            Py_DECREF(value);
+            Py_DECREF(keys);
+            return NULL;
+        }
+    }
+    Py_DECREF(value);
+    Py_DECREF(keys);
+    Py_RETURN_NONE;
+}
+
+static PyObject *m_get_many(U64Map *m, PyObject *arg) {
+    if (ready(m) < 0) return NULL;
+    PyObject *keys = PySequence_Fast(arg, "get_many takes a sequence of keys");
+    if (keys == NULL) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(keys);
+    PyObject *out = PyList_New(n);
+    if (out == NULL) goto fail;
+    PyObject **items = PySequence_Fast_ITEMS(keys);
+    for (Py_ssize_t i = 0; i < U64MAP_PREFETCH_AHEAD && i < n; i++) u64map_prefetch(m, items[i]);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (i + U64MAP_PREFETCH_AHEAD < n) u64map_prefetch(m, items[i + U64MAP_PREFETCH_AHEAD]);
+        uint64_t key;
+        if (u64_key(PySequence_Fast_GET_ITEM(keys, i), &key) < 0) goto fail;
+        PyObject *value = u64map_find(m, key)->value;
+        if (value == NULL) value = Py_None;
+        Py_INCREF(value);
+        PyList_SET_ITEM(out, i, value);
+    }
+    Py_DECREF(keys);
+    return out;
+fail:
+    Py_XDECREF(out);
+    Py_DECREF(keys);
+    return NULL;
+}
+
+static PyObject *m_copy(U64Map *m, PyObject *unused) {
+    (void)unused;
+    U64Map *copy = (U64Map *)U64Map_Type.tp_alloc(&U64Map_Type, 0);
+    if (copy == NULL) return NULL;
+    if (!PyObject_GC_IsTracked((PyObject *)m)) PyObject_GC_UnTrack(copy);
+    size_t capacity = m->slots != NULL ? m->mask + 1 : MIN_CAPACITY;
+    if (alloc_slots(copy, capacity) < 0) {
+        Py_DECREF(copy);
+        return NULL;
+    }
+    if (m->slots != NULL) {
+        memcpy(copy->slots, m->slots, capacity * sizeof(U64Slot));
+        for (size_t i = 0; i < capacity; i++) Py_XINCREF(copy->slots[i].value);
+        copy->used = m->used;
+    }
+    return (PyObject *)copy;
+}
+
+static PyObject *m_keys(U64Map *m, PyObject *unused) {
+    (void)unused;
+    return listing(m, 0);
+}
+
+static PyObject *m_values(U64Map *m, PyObject *unused) {
+    (void)unused;
+    return listing(m, 1);
+}
+
+static PyObject *m_items(U64Map *m, PyObject *unused) {
+    (void)unused;
+    return listing(m, 2);
+}
+
+static PyObject *m_clear(U64Map *m, PyObject *unused) {
+    (void)unused;
+    if (reset(m) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *m_sizeof(U64Map *m, PyObject *unused) {
+    (void)unused;
+    size_t slots = m->slots != NULL ? (m->mask + 1) * sizeof(U64Slot) : 0;
+    return PyLong_FromSize_t(sizeof(U64Map) + slots);
+}
+
+static PyMethodDef u64map_methods[] = {
+    {"get", (PyCFunction)(void (*)(void))m_get, METH_FASTCALL, "get(key, default=None)"},
+    {"pop", (PyCFunction)(void (*)(void))m_pop, METH_FASTCALL, "pop(key[, default])"},
+    {"popitem", (PyCFunction)m_popitem, METH_NOARGS, "Remove and return some (key, value) pair."},
+    {"update", (PyCFunction)m_update, METH_O, "Set the keys of a mapping or of (key, value) pairs."},
+    {"fill", (PyCFunction)(void (*)(void))m_fill, METH_FASTCALL, "fill(keys, value): every key set to value."},
+    {"get_many", (PyCFunction)m_get_many, METH_O, "The value of each key, or None."},
+    {"copy", (PyCFunction)m_copy, METH_NOARGS, "A shallow copy."},
+    {"keys", (PyCFunction)m_keys, METH_NOARGS, "The keys, as a list."},
+    {"values", (PyCFunction)m_values, METH_NOARGS, "The values, as a list."},
+    {"items", (PyCFunction)m_items, METH_NOARGS, "The (key, value) pairs, as a list."},
+    {"clear", (PyCFunction)m_clear, METH_NOARGS, "Remove every key."},
+    {"__sizeof__", (PyCFunction)m_sizeof, METH_NOARGS, "Bytes held, the table included."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyMappingMethods u64map_as_mapping = {
+    (lenfunc)u64map_length,
+    (binaryfunc)u64map_subscript,
+    (objobjargproc)u64map_ass_subscript,
+};
+
+static PySequenceMethods u64map_as_sequence = {
+    .sq_contains = (objobjproc)u64map_contains,
+};
+
+PyTypeObject U64Map_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "ppc_extproc._native.U64Map",
+    .tp_doc = "A hash table from ints in [0, 2**64), stored inline, to objects.",
+    .tp_basicsize = sizeof(U64Map),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_new = u64map_new,
+    .tp_dealloc = (destructor)u64map_dealloc,
+    .tp_traverse = (traverseproc)u64map_traverse,
+    .tp_clear = (inquiry)u64map_clear,
+    .tp_repr = (reprfunc)u64map_repr,
+    .tp_iter = (getiterfunc)u64map_iter,
+    .tp_as_mapping = &u64map_as_mapping,
+    .tp_as_sequence = &u64map_as_sequence,
+    .tp_methods = u64map_methods,
+};
