@@ -209,6 +209,22 @@ def test_confirmed_entries_survive_speculative_expiry() -> None:
     assert info(produce(p, request(list(range(32)))), A) == PrefixCacheMatchInfo(2, 2, 16, 2, {"gpu": 2})
 
 
+def test_a_confirming_store_replaces_the_speculative_entry() -> None:
+    clock = FakeClock()
+    p = producer({"speculativeIndexing": True}, clock)
+    for target in (A, B):
+        ctx = produce(p, request(list(range(32))))
+        p.pre_request(ctx, SchedulingResult.of([target]))
+    store(p, A, list(range(32)))
+    store(p, B, list(range(32)), medium="CPU")  # weighs less than the guess: the guess stays
+    assert info(produce(p, request(list(range(32)))), A).cached_blocks_by_tier == {"gpu": 2}
+    assert info(produce(p, request(list(range(32)))), B).cached_blocks_by_tier == {"cpu": 2, "speculative": 2}
+    clock.now += 5
+    p.tick(clock.now)
+    assert info(produce(p, request(list(range(32)))), A).match_blocks == 2
+    assert info(produce(p, request(list(range(32)))), B).cached_blocks_by_tier == {"cpu": 2}
+
+
 def test_no_speculation_when_disabled() -> None:
     p = producer({"speculativeIndexing": False})
     ctx = produce(p, request(list(range(32))))
