@@ -188,6 +188,24 @@ def test_entries_removed_since_do_not_count_towards_pod_cache_size() -> None:
     assert sorted(map(str, index.lookup([1])[1])) == sorted(map(str, [B, spec]))
 
 
+@pytest.mark.parametrize("bulk", [False, True])
+def test_an_add_can_replace_entries_in_the_same_write(bulk: bool) -> None:
+    """A confirmed entry supersedes the speculative one; keys without it, and the order of what
+    is left (``podCacheSize``), are as if it had been evicted first."""
+    index = InMemoryIndex(size=1000, pod_cache_size=2)
+    spec = PodEntry("10.0.0.1:8000", "", speculative=True)
+    keys = list(range(1, 101 if bulk else 4))  # > 32 keys take the bulk path
+    index.add(None, keys[:-1], [spec])
+    index.add(None, keys[:1], [B])
+    index.add([1000 + k for k in keys], keys, [A], SA, replacing=[spec])
+    found = index.lookup(keys)
+    assert sorted(map(str, found[keys[0]])) == sorted(map(str, [A, B]))
+    assert all(found[k] == [A] for k in keys[1:])
+    assert index.lookup(keys, ["10.0.0.1:8000"]) == {k: [A] for k in keys}
+    index.add(None, keys[:1], [PodEntry("10.0.0.3:8000", "gpu")])  # B is the oldest: it goes
+    assert sorted(e.endpoint for e in index.lookup(keys[:1])[keys[0]]) == ["10.0.0.1:8000", "10.0.0.3:8000"]
+
+
 def test_forget_endpoint_recycles_entry_bits() -> None:
     index = InMemoryIndex(size=100)
     index.add(None, [1], [A])

@@ -175,6 +175,29 @@ def test_a_prompt_sent_again_seeds_only_the_blocks_its_target_lacks() -> None:
     assert info(produce(p, request(list(range(48)))), A).match_blocks == 3
 
 
+def test_blocks_the_target_holds_confirmed_are_not_seeded_again() -> None:
+    """A conversation's next turn on the engine that holds its history: only the new blocks get
+    speculative entries (the confirmed ones already weigh as much); a CPU-only copy (0.8) does."""
+    clock = FakeClock()
+    p = producer({"speculativeIndexing": True, "speculativeTTL": "2s"}, clock)
+    store(p, A, list(range(48)))
+    store(p, B, list(range(32)), medium="CPU")
+    turn = produce(p, request(list(range(80))))
+    p.pre_request(turn, SchedulingResult.of([A]))
+    seeded = turn.get(p.seeded_key)
+    assert seeded is not None and [len(keys) for keys in seeded.keys] == [2]  # blocks 3 and 4
+    assert info(produce(p, request(list(range(80)))), A).match_blocks == 5
+    on_cpu = produce(p, request(list(range(48))))
+    p.pre_request(on_cpu, SchedulingResult.of([B]))
+    cpu_seeded = on_cpu.get(p.seeded_key)
+    assert cpu_seeded is not None and [len(keys) for keys in cpu_seeded.keys] == [3]
+    assert info(produce(p, request(list(range(48)))), B).match_blocks == 3
+    clock.now += 2.5
+    p.tick(clock.now)
+    assert info(produce(p, request(list(range(80)))), A).match_blocks == 3
+    assert info(produce(p, request(list(range(48)))), B).match_blocks == 1  # int(2 × 0.8)
+
+
 def test_confirmed_entries_survive_speculative_expiry() -> None:
     clock = FakeClock()
     p = producer({"speculativeIndexing": True}, clock)
@@ -184,6 +207,22 @@ def test_confirmed_entries_survive_speculative_expiry() -> None:
     clock.now += 5
     p.tick(clock.now)
     assert info(produce(p, request(list(range(32)))), A) == PrefixCacheMatchInfo(2, 2, 16, 2, {"gpu": 2})
+
+
+def test_a_confirming_store_replaces_the_speculative_entry() -> None:
+    clock = FakeClock()
+    p = producer({"speculativeIndexing": True}, clock)
+    for target in (A, B):
+        ctx = produce(p, request(list(range(32))))
+        p.pre_request(ctx, SchedulingResult.of([target]))
+    store(p, A, list(range(32)))
+    store(p, B, list(range(32)), medium="CPU")  # weighs less than the guess: the guess stays
+    assert info(produce(p, request(list(range(32)))), A).cached_blocks_by_tier == {"gpu": 2}
+    assert info(produce(p, request(list(range(32)))), B).cached_blocks_by_tier == {"cpu": 2, "speculative": 2}
+    clock.now += 5
+    p.tick(clock.now)
+    assert info(produce(p, request(list(range(32)))), A).match_blocks == 2
+    assert info(produce(p, request(list(range(32)))), B).cached_blocks_by_tier == {"cpu": 2}
 
 
 def test_no_speculation_when_disabled() -> None:

@@ -2,6 +2,9 @@
 
 BlockStored recomputes request keys from the event's tokens (engine and indexer hashes never need to
 agree), chains from the parent through the engine-key mapping, and maps engine keys to request keys.
+Its entry replaces the endpoint's speculative entry on those blocks in the same write (the guess is
+confirmed; a CPU-only store, weighing less, leaves it), so the speculative expiry has nothing left
+to do there.
 BlockRemoved is reference-counted per (endpoint, tier, group, rank, hash), because vLLM can store
 the same hash twice (``llm-d/llm-d-router: pkg/kvevents/event_dedup_filter.go``). AllBlocksCleared
 clears the endpoint (``llm-d/llm-d-router: pkg/kvevents/pool.go``).
@@ -29,6 +32,7 @@ from ppc_extproc.events.transfers import Transfer, TransferLedger
 from ppc_extproc.events.wire import BlockRemoved, BlockStored, EventBatch
 from ppc_extproc.ids import EndpointId, EngineKey, RequestKey
 from ppc_extproc.index import EngineScope, InMemoryIndex, PodEntry
+from ppc_extproc.index.entries import SPECULATIVE_TIER
 from ppc_extproc.tokens.le32 import tokens_to_le32
 
 __all__ = ["INDEXABLE_KINDS", "EventApplier"]
@@ -74,6 +78,9 @@ class EventApplier:
         self._group_counts: dict[str, int] = {}
         # Interned scopes: an event needs one, thousands of times a second.
         self._scopes: dict[tuple[str, int, int | None], EngineScope] = {}
+        # Per entry: what its stores supersede (the endpoint's speculative entry, when the stored
+        # entry weighs at least as much), interned like the scopes.
+        self._replacing: dict[PodEntry, tuple[PodEntry, ...]] = {}
         #: The (tier, group) entries each endpoint owns (bounded by MAX_ENTRIES_PER_ENDPOINT).
         self.entries = EntryTable(MAX_ENTRIES_PER_ENDPOINT)
         #: Blocks decode engines received under P/D: what their unknown parents may be.
@@ -280,7 +287,10 @@ class EventApplier:
         if engine_block < block:
             # Map only engine blocks whose tokens lie inside full canonical blocks.
             engine_keys = engine_keys[: len(keys) * block // engine_block]
-        duplicates = self.index.add(engine_keys, keys, [entry], scope)  # type: ignore[arg-type]
+        replacing = self._replacing.get(entry)
+        if replacing is None:
+            replacing = self._superseded(entry)
+        duplicates = self.index.add(engine_keys, keys, [entry], scope, replacing=replacing)  # type: ignore[arg-type]
         if duplicates:
             counts = self._duplicates.setdefault(endpoint, {})
             if len(counts) >= MAX_DUPLICATES_PER_ENDPOINT:
@@ -290,6 +300,17 @@ class EventApplier:
                 dkey = (entry.tier, event.group_idx, rank, engine_key)
                 counts[dkey] = counts.get(dkey, 0) + 1
         return len(keys)
+
+    def _superseded(self, entry: PodEntry) -> tuple[PodEntry, ...]:
+        """The entries a store of ``entry`` replaces on its blocks: the endpoint's speculative
+        entry (the router's guess, now confirmed) unless the stored tier weighs less."""
+        if len(self._replacing) > 65536:
+            self._replacing.clear()
+        weight = self.index.registry.weight
+        speculative = PodEntry(entry.endpoint, SPECULATIVE_TIER, speculative=True, group=None)
+        replacing = (speculative,) if weight(entry.tier) >= weight(SPECULATIVE_TIER) else ()
+        self._replacing[entry] = replacing
+        return replacing
 
     def _transferred_parent(
         self, endpoint: str, event: BlockStored, entry: PodEntry, scope: EngineScope

@@ -113,9 +113,13 @@ class InMemoryIndex:
         request_keys: Sequence[RequestKey],
         entries: Sequence[PodEntry],
         scope: EngineScope | None = None,
+        *,
+        replacing: Sequence[PodEntry] = (),
     ) -> list[EngineKey]:
         """Map engine keys to request keys (proportionally), then add ``entries`` to every request
-        key. ``engine_keys=None`` is the speculative / tier-update form.
+        key. ``engine_keys=None`` is the speculative / tier-update form. ``replacing``: entries
+        removed from every request key in the same write (a confirmed entry superseding the
+        endpoint's speculative one).
 
         Returns the engine keys that were already mapped to request keys holding all ``entries``:
         a second store of the same block, which the caller reference-counts."""
@@ -148,7 +152,14 @@ class InMemoryIndex:
             if not isinstance(request_keys, list):
                 request_keys = list(request_keys)
             limit = self.pod_cache_size
-            self._keys.or_bits(request_keys, lambda mask: recency.add(mask, adding, limit))
+            drop = self.registry.known_mask(replacing) if replacing else 0
+            if drop:
+                keep = ~drop
+                self._keys.or_bits(
+                    request_keys, lambda mask: recency.add(recency.restrict(mask, keep) if mask else mask, adding, limit)
+                )
+            else:
+                self._keys.or_bits(request_keys, lambda mask: recency.add(mask, adding, limit))
         return duplicates
 
     def evict_engine_key(

@@ -4,7 +4,8 @@ Right after a request is routed to endpoint E, every block key of its prompts ge
 ``(E, tier "", speculative)`` so that the next request with the same prefix follows it, even though
 E's BlockStored arrives only later. Entries expire after ``ttl`` seconds, at the owner's next
 ``expire`` call (``next_expiry`` says when that is worth making); expiry removes only the
-speculative entries (confirmed gpu/cpu entries stay).
+speculative entries (confirmed gpu/cpu entries stay), and finds nothing to do on the blocks whose
+BlockStored already replaced them (``events.apply``).
 """
 
 from __future__ import annotations

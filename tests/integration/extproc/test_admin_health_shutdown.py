@@ -110,7 +110,7 @@ def test_admin_endpoints(tmp_path: Path) -> None:
         state = json.loads(http("GET", base + "/debug/state")[1])
         assert [e["endpoint"] for e in state["endpoints"]] == ["10.2.0.1:8000", "10.2.0.2:8000"]
         index = state["plugins"]["precise-prefix-cache-producer"]["index"]
-        assert index["entriesPerEndpoint"]["10.2.0.2:8000"] == 40  # 30 confirmed + speculative on all 40
+        assert index["entriesPerEndpoint"]["10.2.0.2:8000"] == 40  # 30 confirmed + speculative on the other 10
         assert state["plugins"]["precise-prefix-cache-producer"]["speculativePendingRequests"] == 1
 
 

@@ -8,8 +8,9 @@ produce     tokens → request keys → index lookup → ``PrefixCacheMatchInfo`
             under ``PrefixCacheMatchInfoDataKey/<name>``: matchBlocks = int(tier-weighted longest
             consecutive prefix), totalBlocks, blockSizeTokens, cachedBlockCount,
             cachedBlocksByTier (summed over the prompts of a batched request)
-pre_request seed speculative entries (tier "", weight 1.0) on every key of every prompt for the
-            picked endpoint when ``speculativeIndexing``; they expire after ``speculativeTTL``
+pre_request seed speculative entries (tier "", weight 1.0) for the picked endpoint when
+            ``speculativeIndexing``, on every key of every prompt past the leading blocks it already
+            holds at that weight (confirmed or seeded); they expire after ``speculativeTTL``
 extract     endpoint add/update/delete: KV-event subscribers follow the endpoint set; a deleted
             endpoint's index entries are cleared
 Parameters  (llm-d's names; defaults in brackets)
@@ -81,7 +82,6 @@ from ppc_extproc.framework import (
 from ppc_extproc.framework.params import Section
 from ppc_extproc.ids import EndpointId, RequestKey
 from ppc_extproc.index import InMemoryIndex, PrefixRun, SpeculativeIndexer
-from ppc_extproc.index.entries import PodEntry
 from ppc_extproc.index.speculative import Seeded
 from ppc_extproc.matchinfo import (
     PrefixCacheMatchInfo,
@@ -377,7 +377,8 @@ class PrecisePrefixCacheProducer(
 
     def pre_request(self, ctx: SchedulingContext, result: SchedulingResult) -> None:
         """Seed speculative entries for the primary target: every key of every prompt beyond the
-        leading blocks the lookup found it already has them for (a long prompt sent again).
+        leading blocks the lookup found it already holds at the speculative weight (a long prompt
+        sent again, or a conversation's next turn on the engine that holds its history).
         Under P/D (``result.kv_source``) with ``creditDecodeEngine`` the decode target is
         credited whatever ``speculativeIndexing`` says — it receives the prompt's blocks and
         announces none of them — for ``decodeCreditTTL``, and the transfer is recorded for its
@@ -412,8 +413,13 @@ class PrecisePrefixCacheProducer(
         if credit:
             return self.credit.seed(target, keys_per_prompt)
         runs_per_prompt = ctx.get(self._runs_key)
-        if runs_per_prompt is not None:  # the blocks already seeded for the target keep their expiry
-            keys_per_prompt = [keys[_seeded_blocks(runs, target):] for keys, runs in zip(keys_per_prompt, runs_per_prompt)]
+        if runs_per_prompt is not None:
+            # The leading blocks the target already holds at the speculative entry's weight or more
+            # (confirmed by its events, or seeded before: that seeding keeps its expiry) gain nothing.
+            weight = self.index.registry.weight(self.speculative.tier)
+            keys_per_prompt = [
+                keys[_held_blocks(runs, target, weight):] for keys, runs in zip(keys_per_prompt, runs_per_prompt)
+            ]
         return self.speculative.seed(target, keys_per_prompt)
 
     def _record_transfer(self, target: EndpointId, source: Endpoint, keys: list[RequestKey], tokens: bytes) -> Transfer:
@@ -449,16 +455,15 @@ class PrecisePrefixCacheProducer(
         self.transport.add_endpoint(endpoint)
 
 
-_SPECULATIVE_LABEL = PodEntry(EndpointId(""), speculative=True).tier_label
 #: Tier of the decode-engine credit's speculative entries (weight 1.0 unless configured).
 CREDIT_TIER = "kv-transfer"
 
 
-def _seeded_blocks(runs: list[PrefixRun], endpoint: EndpointId) -> int:
-    """Leading blocks of a prompt that already hold ``endpoint``'s speculative entry."""
+def _held_blocks(runs: list[PrefixRun], endpoint: EndpointId, weight: float) -> int:
+    """Leading blocks of a prompt on which ``endpoint`` holds an entry weighing at least ``weight``."""
     blocks = 0
     for run in runs:
-        if (endpoint, _SPECULATIVE_LABEL) not in run.info.tiers:
+        if run.info.weights.get(endpoint, -1.0) < weight:
             break
         blocks += run.count
     return blocks
