@@ -10,56 +10,40 @@ import time
 from typing import Any
 
 import pytest
+import syncer_helpers
+from syncer_helpers import stopped, until
 
-from ppc_extproc.framework import PREFIX_CACHE_MATCH_INFO, Endpoint, LLMRequest, SchedulingContext, SchedulingResult
-from ppc_extproc.framework.context import ProfileResult
-from ppc_extproc.framework.params import Section
-from ppc_extproc.ids import RequestKey
-from ppc_extproc.matchinfo import PrefixCacheMatchInfo
+from ppc_extproc.framework import Endpoint, SchedulingContext, SchedulingResult
 from ppc_extproc.plugins.datalayer.cross_replica_store import rendezvous
 from ppc_extproc.plugins.datalayer.redis_syncer import RedisSyncer
-from ppc_extproc.plugins.producers.precise_prefix_cache import PRECISE_BLOCK_KEYS
 from ppc_extproc.plugins.registry import Services
 from ppc_extproc.scheduling.inflight import InflightTracker
 from ppc_extproc_lab.valkey import ValkeyServer
 
 pytestmark = pytest.mark.integration
 
-PRODUCER = "precise-prefix-cache-producer"
 ENDPOINTS = [Endpoint(f"10.0.0.{i}", 8000) for i in range(1, 5)]
 IDS = [e.id for e in ENDPOINTS]
 
 
 def syncer(server: ValkeyServer, **params: Any) -> RedisSyncer:
-    section = Section({"address": server.url, **params}, "plugins[0].parameters", "redis-syncer")
-    plugin = RedisSyncer.from_parameters("redis-syncer", section, Services(inflight=InflightTracker()))
-    plugin.configure(0.05, 0.5)
-    return plugin
+    return syncer_helpers.syncer(server, Services(inflight=InflightTracker()), **params)
 
 
 async def started(*plugins: RedisSyncer) -> None:
-    for plugin in plugins:
-        await plugin.start()
-    async with asyncio.timeout(10):
-        while not all(p.up and p.peers.live() == len(plugins) - 1 for p in plugins):
-            await asyncio.sleep(0.01)
-
-
-async def stopped(*plugins: RedisSyncer) -> None:
-    for plugin in plugins:
-        await plugin.stop()
+    await syncer_helpers.started(*plugins, peers=True)
 
 
 def routed(keys: list[int], pick: Endpoint, known: dict[Endpoint, int] | None = None) -> tuple[SchedulingContext, SchedulingResult]:
-    ctx = SchedulingContext(LLMRequest("r", "m"), list(ENDPOINTS))
-    ctx.put(PRECISE_BLOCK_KEYS.of(PRODUCER), [[RequestKey(k) for k in keys]])
-    for endpoint, blocks in (known or {}).items():
-        ctx.put_endpoint_value(endpoint.id, PREFIX_CACHE_MATCH_INFO.of(PRODUCER),
-                               PrefixCacheMatchInfo(blocks, len(keys), 16, blocks, {}))  # fmt: skip
-    others = [e for e in ENDPOINTS if e != pick]
-    result = SchedulingResult("default", {"default": ProfileResult([pick, *others], totals={i: 1.0 for i in IDS})},
-                              [pick], [pick.id])  # fmt: skip
-    return ctx, result
+    return syncer_helpers.routed(ENDPOINTS, keys, pick, known)
+
+
+
+
+
+
+
+
 
 
 def not_home(key: int) -> Endpoint:
@@ -94,9 +78,7 @@ def test_the_background_claim_is_adopted_by_a_claiming_replica(valkey_server: Va
             prefix = list(range(3000, 3040))
             home = rendezvous(prefix[0], IDS)
             await a.coordinate(*routed(prefix + [1], not_home(prefix[0])))
-            async with asyncio.timeout(5):
-                while a._background:  # the claim written off the routing path
-                    await asyncio.sleep(0.005)
+            await until(lambda: not a._background)  # the claim written off the routing path
             # c's pick holds the prompt's first 2 blocks: fewer than the claim, which wins
             adopted = await c.coordinate(*routed(prefix + [2], not_home(prefix[0]), {not_home(prefix[0]): 2}))
             assert adopted.destinations == [home] and c.claims["adopted"] == 1
@@ -130,15 +112,11 @@ def test_store_gone_keeps_the_local_pick_and_rendezvous_resumes_after_restart(va
         try:
             await started(a)
             valkey_server.kill()
-            async with asyncio.timeout(10):
-                while a.up:
-                    await asyncio.sleep(0.01)
+            await until(lambda: not a.up, timeout=10)
             ctx, result = routed(list(range(7000, 7040)), not_home(7000))
             assert (await a.coordinate(ctx, result)) is result and a.claims["skipped"] == 1
             await asyncio.to_thread(valkey_server.restart)
-            async with asyncio.timeout(5):
-                while not a.up:
-                    await asyncio.sleep(0.01)
+            await until(lambda: a.up)
             placed = await a.coordinate(*routed(list(range(7100, 7140)), not_home(7100)))
             assert placed.destinations == [rendezvous(7100, IDS)] and a.claims["rendezvous"] == 1
         finally:
@@ -154,9 +132,7 @@ def test_the_trace_logs_own_and_peer_counts_and_decisions_with_monotonic_stamps(
             await started(a, b)
             before = time.monotonic()
             a.inflight.start("req-1", IDS[0], 100)
-            async with asyncio.timeout(5):
-                while b.inflight.requests(IDS[0]) != 1:
-                    await asyncio.sleep(0.005)
+            await until(lambda: b.inflight.requests(IDS[0]) == 1)
             await b.coordinate(*routed(list(range(9000, 9010)), ENDPOINTS[0]))
             a_trace = a.state(detailed=True).details["inflightTrace"]
             b_trace = b.state(detailed=True).details["inflightTrace"]
@@ -180,28 +156,18 @@ def test_a_change_is_written_at_once_and_the_immediate_connection_comes_back_wit
         try:
             await started(a, b)
             assert a.immediate is not None
-            async with asyncio.timeout(5):
-                while not a.immediate.connected:
-                    await asyncio.sleep(0.005)
+            await until(lambda: a.immediate.connected)
             a._dirty.clear()
             a.inflight.start("req-1", IDS[1], 10)
             assert not a._dirty.is_set()  # not left to the background publish
-            async with asyncio.timeout(5):
-                while b.inflight.requests(IDS[1]) != 1 or a.immediate.outstanding:
-                    await asyncio.sleep(0.005)
+            await until(lambda: b.inflight.requests(IDS[1]) == 1 and not a.immediate.outstanding)
             valkey_server.kill()
-            async with asyncio.timeout(10):
-                while a.up or a.immediate.connected:
-                    await asyncio.sleep(0.01)
+            await until(lambda: not (a.up or a.immediate.connected), timeout=10)
             a.inflight.finish("req-1")  # store gone: falls back to the background path, no error
             await asyncio.to_thread(valkey_server.restart)
-            async with asyncio.timeout(5):
-                while not (a.up and b.up and a.immediate.connected and b.inflight.requests(IDS[1]) == 0):
-                    await asyncio.sleep(0.01)
+            await until(lambda: a.up and b.up and a.immediate.connected and b.inflight.requests(IDS[1]) == 0)
             a.inflight.start("req-2", IDS[2], 10)
-            async with asyncio.timeout(5):
-                while b.inflight.requests(IDS[2]) != 1:
-                    await asyncio.sleep(0.005)
+            await until(lambda: b.inflight.requests(IDS[2]) == 1)
         finally:
             await stopped(a, b)
 
@@ -223,13 +189,9 @@ def test_with_a_password_the_raw_connections_authenticate(valkey_server: ValkeyS
         try:
             await started(a, b)
             assert a.immediate is not None
-            async with asyncio.timeout(5):
-                while not a.immediate.connected:
-                    await asyncio.sleep(0.005)
+            await until(lambda: a.immediate.connected)
             a.inflight.start("req-1", IDS[3], 10)
-            async with asyncio.timeout(5):
-                while b.inflight.requests(IDS[3]) != 1:
-                    await asyncio.sleep(0.005)
+            await until(lambda: b.inflight.requests(IDS[3]) == 1)
         finally:
             await stopped(a, b)
 
@@ -242,18 +204,12 @@ def test_a_lost_immediate_connection_is_reopened_while_the_subscription_lives(va
         try:
             await started(a, b)
             assert a.immediate is not None
-            async with asyncio.timeout(5):
-                while not a.immediate.connected:
-                    await asyncio.sleep(0.005)
+            await until(lambda: a.immediate.connected)
             a.immediate.close()  # as a server-side CLIENT KILL or idle timeout would
-            async with asyncio.timeout(5):
-                while not a.immediate.connected:
-                    await asyncio.sleep(0.01)
+            await until(lambda: a.immediate.connected)
             assert a.up
             a.inflight.start("req-1", IDS[0], 10)
-            async with asyncio.timeout(5):
-                while b.inflight.requests(IDS[0]) != 1:
-                    await asyncio.sleep(0.005)
+            await until(lambda: b.inflight.requests(IDS[0]) == 1)
         finally:
             await stopped(a, b)
 

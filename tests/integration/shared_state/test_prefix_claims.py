@@ -7,49 +7,26 @@ import asyncio
 from collections.abc import Awaitable, Callable
 
 import pytest
+import syncer_helpers
+from syncer_helpers import started, syncer
 
-from ppc_extproc.framework import PREFIX_CACHE_MATCH_INFO, Endpoint, LLMRequest, SchedulingContext, SchedulingResult
-from ppc_extproc.framework.context import ProfileResult
-from ppc_extproc.framework.params import Section
-from ppc_extproc.ids import RequestKey
-from ppc_extproc.matchinfo import PrefixCacheMatchInfo
+from ppc_extproc.framework import Endpoint, SchedulingContext, SchedulingResult
 from ppc_extproc.plugins.datalayer.redis_syncer import RedisSyncer
-from ppc_extproc.plugins.producers.precise_prefix_cache import PRECISE_BLOCK_KEYS
-from ppc_extproc.plugins.registry import Services
 from ppc_extproc_lab.valkey import ValkeyServer
 
 pytestmark = pytest.mark.integration
 
-PRODUCER = "precise-prefix-cache-producer"
 ENDPOINTS = [Endpoint(f"10.0.0.{i}", 8000) for i in range(1, 4)]
 
 
-def syncer(server: ValkeyServer) -> RedisSyncer:
-    plugin = RedisSyncer.from_parameters("redis-syncer", Section({"address": server.url}, "plugins[0].parameters",
-                                                                 "redis-syncer"), Services())  # fmt: skip
-    plugin.configure(0.05, 0.5)
-    return plugin
-
-
-async def started(*plugins: RedisSyncer) -> None:
-    for plugin in plugins:
-        await plugin.start()
-    async with asyncio.timeout(10):
-        while not all(p.up for p in plugins):
-            await asyncio.sleep(0.01)
-
-
 def routed(keys: list[int], pick: Endpoint, known: dict[Endpoint, int] | None = None) -> tuple[SchedulingContext, SchedulingResult]:
-    ctx = SchedulingContext(LLMRequest("r", "m"), list(ENDPOINTS))
-    ctx.put(PRECISE_BLOCK_KEYS.of(PRODUCER), [[RequestKey(k) for k in keys]])
-    for endpoint, blocks in (known or {}).items():
-        info = PrefixCacheMatchInfo(blocks, len(keys), 16, blocks, {})
-        ctx.put_endpoint_value(endpoint.id, PREFIX_CACHE_MATCH_INFO.of(PRODUCER), info)
-    others = [e for e in ENDPOINTS if e != pick]
-    totals = {e.id: 1.0 for e in ENDPOINTS}
-    result = SchedulingResult("default", {"default": ProfileResult([pick, *others], totals=totals)},
-                              [pick], [pick.id])  # fmt: skip
-    return ctx, result
+    return syncer_helpers.routed(ENDPOINTS, keys, pick, known)
+
+
+
+
+
+
 
 
 def with_pair(server: ValkeyServer, body: Callable[[RedisSyncer, RedisSyncer], Awaitable[None]]) -> None:

@@ -245,6 +245,11 @@ class RedisStore:
         answer, depth = reply[0], reply[1]
         return (answer.decode() if isinstance(answer, bytes) else str(answer)), int(depth)
 
+    async def drop_idle_connections(self) -> None:
+        """Close the pool's idle connections (reopened on next use): after the store was gone they
+        are the old server's, and each would fail its next command once."""
+        await self.client.connection_pool.disconnect(inuse_connections=False)
+
     async def publish(self, payload: str) -> None:
         async with asyncio.timeout(self.timeout_seconds):
             await self.client.publish(self.channel, payload)

@@ -269,6 +269,7 @@ class RedisSyncer(CrossReplicaSyncer, Lifecycle, StateReporter):
 
     async def _on_subscribed(self) -> None:
         self._subscribed = True
+        await self.store.drop_idle_connections()  # claims and publishes then meet the live server
         if self.immediate is not None:
             try:  # a fresh connection: the pool's may still be the dead server's (one failure each)
                 await self.immediate.connect(self.publish_timeout)
