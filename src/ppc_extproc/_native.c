@@ -5,6 +5,10 @@
  *       a JSON array of plain integers in [0, 2^32) starting at buf[pos] == '['; None for
  *       anything else (floats, exponents, signs, leading zeros, nesting, bad separators), which the
  *       caller hands to the reference parser.
+ *   msgpack_uint32_array(buf) -> le32 bytes | None
+ *       ``buf`` is exactly one msgpack array of unsigned ints in [0, 2^32) (positive fixint,
+ *       uint8, uint16, uint32 encodings); None for anything else (other int encodings, negative
+ *       or wider values, non-ints, nesting, truncated or trailing bytes).
  *   xxh64_chain(parent, tokens_le32, block_size, n_blocks, reuse=None) -> list[int]
  *       key_i = XXH64(LE64(key_{i-1}) || 4*block_size token bytes, seed 0), key_{-1} = parent.
  *   cbor_fnv_chain(parent, tokens_le32, block_size, n_blocks, reuse=None) -> list[int]
@@ -14,7 +18,8 @@
  *       the index's bulk probes and writes, on dicts or on U64Maps (_u64map.c).
  *
  * Written from the public definitions: XXH64 (Cyan4973/xxHash doc/xxhash_spec.md), FNV-1a 64
- * (draft-eastlake-fnv), CBOR heads (RFC 8949 section 3, shortest form). */
+ * (draft-eastlake-fnv), CBOR heads (RFC 8949 section 3, shortest form), msgpack
+ * (msgpack/msgpack spec.md: array and int formats). */
 #include "_u64map.h"
 
 #include <stdint.h>
@@ -343,6 +348,80 @@ static PyObject *json_uint32_array(PyObject *self, PyObject *args) {
     return Py_BuildValue("(Nn)", packed, end);
 }
 
+/* ---- msgpack array of uint32 → le32 ------------------------------------------------------ */
+
+/* The values of the msgpack array s[0..len) into out (room for the header's count); the count, or
+ * -1 unless the buffer is exactly that array of unsigned ints below 2^32. */
+static Py_ssize_t scan_msgpack_uint32(const unsigned char *s, Py_ssize_t len, Py_ssize_t count, Py_ssize_t at,
+                                      uint32_t *out) {
+    const unsigned char *p = s + at, *end = s + len;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (p >= end) return -1;
+        unsigned char b = *p;
+        if (b <= 0x7f) {
+            out[i] = b;
+            p += 1;
+        } else if (b == 0xcc) {
+            if (end - p < 2) return -1;
+            out[i] = p[1];
+            p += 2;
+        } else if (b == 0xcd) {
+            if (end - p < 3) return -1;
+            out[i] = (uint32_t)p[1] << 8 | p[2];
+            p += 3;
+        } else if (b == 0xce) {
+            if (end - p < 5) return -1;
+            out[i] = (uint32_t)p[1] << 24 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 8 | p[4];
+            p += 5;
+        } else {
+            return -1;
+        }
+    }
+    return p == end ? count : -1;
+}
+
+static PyObject *msgpack_uint32_array(PyObject *self, PyObject *arg) {
+    (void)self;
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
+    const unsigned char *s = view.buf;
+    Py_ssize_t len = view.len, count = -1, at = 0;
+    if (len >= 1 && s[0] >= 0x90 && s[0] <= 0x9f) {
+        count = s[0] & 0x0f;
+        at = 1;
+    } else if (len >= 3 && s[0] == 0xdc) {
+        count = (Py_ssize_t)s[1] << 8 | s[2];
+        at = 3;
+    } else if (len >= 5 && s[0] == 0xdd) {
+        count = (Py_ssize_t)((uint32_t)s[1] << 24 | (uint32_t)s[2] << 16 | (uint32_t)s[3] << 8 | s[4]);
+        at = 5;
+    }
+    /* Each value takes at least one byte: a count beyond the bytes left is truncated. */
+    if (count < 0 || count > len - at) {
+        PyBuffer_Release(&view);
+        Py_RETURN_NONE;
+    }
+    PyObject *packed = PyBytes_FromStringAndSize(NULL, count * 4);
+    if (packed == NULL) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    uint32_t *values = (uint32_t *)PyBytes_AS_STRING(packed);
+    Py_ssize_t got;
+    Py_BEGIN_ALLOW_THREADS
+    got = scan_msgpack_uint32(s, len, count, at, values);
+#if PY_BIG_ENDIAN
+    for (Py_ssize_t i = 0; i < count; i++) values[i] = __builtin_bswap32(values[i]);
+#endif
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view);
+    if (got < 0) {
+        Py_DECREF(packed);
+        Py_RETURN_NONE;
+    }
+    return packed;
+}
+
 /* ---- the index's leading run of present keys ---------------------------------------------- */
 
 /* dict_prefix(young, old, keys, limit) -> (values, done): values of keys[0..] while present, a key
@@ -532,6 +611,8 @@ static PyMethodDef methods[] = {
      "(values, done) of the leading run of keys present in young or old (old hits move to young)."},
     {"json_uint32_array", json_uint32_array, METH_VARARGS,
      "(le32 bytes, index of ']') of a JSON array of integers in [0, 2^32) at buf[pos], or None."},
+    {"msgpack_uint32_array", msgpack_uint32_array, METH_O,
+     "le32 bytes of a buffer holding exactly one msgpack array of uint32 values, or None."},
     {"xxh64_chain", xxh64_chain, METH_VARARGS, "llm-d's xxh64 request-key chain (no extras)."},
     {"cbor_fnv_chain", cbor_fnv_chain, METH_VARARGS, "llm-d's cbor-fnv request-key chain (no extras)."},
     {NULL, NULL, 0, NULL},

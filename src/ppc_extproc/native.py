@@ -5,6 +5,10 @@ the same results.
 * ``json_uint32_array(buf, pos)``: ``(le32 bytes, index of ']')`` of a JSON array of plain
   integers in [0, 2^32) starting at ``buf[pos] == '['``; None for anything else (floats,
   exponents, signs, leading zeros, nesting), which the caller leaves to the reference parser.
+* ``msgpack_uint32_array(buf)``: the le32 bytes of ``buf`` when it is exactly one msgpack array
+  of unsigned ints in [0, 2^32) in the positive fixint / uint8 / uint16 / uint32 encodings; None
+  for anything else (other int encodings, negatives, wider values, non-ints, nesting, truncated or
+  trailing bytes), which the caller leaves to msgspec.
 * ``dict_prefix(young, old, keys, limit)``: ``(values, done)`` of the leading run of ``keys``
   present in ``young`` or ``old`` (a key found in ``old`` moves to ``young``), stopping at the
   first absent key or the end (``done``) or once a promotion makes ``len(young)`` reach ``limit``
@@ -40,9 +44,11 @@ __all__ = [
     "cbor_fnv_chain",
     "dict_prefix",
     "json_uint32_array",
+    "msgpack_uint32_array",
     "py_cbor_fnv_chain",
     "py_dict_prefix",
     "py_json_uint32_array",
+    "py_msgpack_uint32_array",
     "py_remap",
     "py_runs",
     "py_xxh64_chain",
@@ -71,6 +77,44 @@ def py_json_uint32_array(buf: bytes | bytearray | memoryview, pos: int) -> tuple
     if any(v > _UINT32_MAX for v in values):
         return None
     return _le32(array("I", values)).tobytes(), match.end() - 1
+
+
+# Array heads: (first byte, header length, count bytes); fixarray 0x90-0x9f carries its count.
+_MSGPACK_ARRAY = {0xDC: 2, 0xDD: 4}
+# Int heads: first byte → bytes of the big-endian value after it.
+_MSGPACK_UINT = {0xCC: 1, 0xCD: 2, 0xCE: 4}
+
+
+def py_msgpack_uint32_array(buf: bytes | bytearray | memoryview) -> bytes | None:
+    """Pure-Python ``msgpack_uint32_array``."""
+    data = bytes(buf)
+    if not data:
+        return None
+    head = data[0]
+    if 0x90 <= head <= 0x9F:
+        count, pos = head & 0x0F, 1
+    elif head in _MSGPACK_ARRAY and len(data) > _MSGPACK_ARRAY[head]:
+        width = _MSGPACK_ARRAY[head]
+        count, pos = int.from_bytes(data[1 : 1 + width], "big"), 1 + width
+    else:
+        return None
+    values = array("I")
+    for _ in range(count):
+        if pos >= len(data):
+            return None
+        b = data[pos]
+        if b <= 0x7F:
+            values.append(b)
+            pos += 1
+            continue
+        width = _MSGPACK_UINT.get(b, 0)
+        if not width or pos + 1 + width > len(data):
+            return None
+        values.append(int.from_bytes(data[pos + 1 : pos + 1 + width], "big"))
+        pos += 1 + width
+    if pos != len(data):
+        return None
+    return _le32(values).tobytes()
 
 
 def _le32(ids: array[int]) -> array[int]:
@@ -194,6 +238,7 @@ def _check(tokens_le32: bytes | bytearray | memoryview, block_size: int, n_block
 
 Chain = Callable[[int, bytes | bytearray | memoryview, int, int, list[int] | None], list[int]]
 json_uint32_array: Callable[[bytes | bytearray | memoryview, int], tuple[bytes, int] | None]
+msgpack_uint32_array: Callable[[bytes | bytearray | memoryview], bytes | None]
 xxh64_chain: Chain
 cbor_fnv_chain: Chain
 remap: Callable[[Any, list[Any], list[Any], dict[Any, Any]], int]
@@ -209,11 +254,13 @@ try:  # PPC_EXTPROC_PURE_PYTHON=1 forces the fallbacks (tests, comparisons)
 except ImportError:
     NATIVE = False
     json_uint32_array, xxh64_chain, cbor_fnv_chain = py_json_uint32_array, py_xxh64_chain, py_cbor_fnv_chain
+    msgpack_uint32_array = py_msgpack_uint32_array
     dict_prefix, runs, remap = py_dict_prefix, py_runs, py_remap
     U64Map = None
 else:
     NATIVE = True
     json_uint32_array = _native.json_uint32_array
+    msgpack_uint32_array = _native.msgpack_uint32_array
     xxh64_chain = _native.xxh64_chain
     cbor_fnv_chain = _native.cbor_fnv_chain
     dict_prefix, runs, remap = _native.dict_prefix, _native.runs, _native.remap

@@ -10,6 +10,7 @@ from vectors import load_vectors
 from ppc_extproc.errors import WireError
 from ppc_extproc.events.decode import decode_batch, normalise_hash
 from ppc_extproc.events.wire import AllBlocksCleared, BlockRemoved, BlockStored
+from ppc_extproc.tokens.le32 import Le32Tokens, tokens_to_le32
 
 
 def norm(events: list) -> list:
@@ -179,3 +180,39 @@ def test_bad_batches_raise_wire_error_with_a_reason(payload: bytes, reason: str)
     with pytest.raises(WireError) as info:
         decode_batch(payload)
     assert info.value.reason == reason
+
+
+def _stored_map(tokens: object) -> dict:
+    return {"type": "BlockStored", "block_hashes": [H0, H1], "parent_block_hash": None, "token_ids": tokens,
+            "block_size": 16}  # fmt: skip
+
+
+@pytest.mark.parametrize("era", ["map", "array"])
+def test_fast_path_token_ids_are_le32_bytes_equal_to_the_ids(era: str) -> None:
+    tokens = [0, 127, 128, 255, 256, 65535, 65536, 2**32 - 1] * 4
+    event = _stored_map(tokens) if era == "map" else ["BlockStored", [H0, H1], None, tokens, 16]
+    stored = decode_batch(msgspec.msgpack.encode([1.0, [event], None])).events[0]
+    assert type(stored) is BlockStored and type(stored.token_ids) is Le32Tokens
+    assert stored.token_ids.le32 == tokens_to_le32(tokens) and stored.token_ids == tokens
+    assert len(stored.token_ids) == 32 and list(stored.token_ids) == tokens and stored.token_ids[-1] == 2**32 - 1
+    assert stored.token_ids[8:16] == tokens[8:16] and stored.token_ids[::2] == tokens[::2]
+
+
+def test_ids_in_other_int_encodings_or_beyond_uint32_decode_as_ints() -> None:
+    # uint64 / signed heads for small ids (other encoders), and ids ingestion drops as bad_token_ids:
+    # the typed path keeps them as ints, exactly as it decoded them before le32 conversion.
+    for ids in ([5] * 31 + [2**40], [5] * 31 + [-1]):
+        stored = decode_batch(msgspec.msgpack.encode([1.0, [_stored_map(ids)], None])).events[0]
+        assert type(stored.token_ids) is list and stored.token_ids == ids
+    packed = msgpack.packb([1.0, [_stored_map([7] * 32)], None])
+    wide = packed.replace(b"\xa9token_ids\xdc\x00\x20" + b"\x07" * 32, b"\xa9token_ids\xdc\x00\x20" + b"\xcf" + bytes(7) + b"\x07" + b"\x07" * 31)
+    assert wide != packed
+    stored = decode_batch(wide).events[0]
+    assert type(stored.token_ids) is list and stored.token_ids == [7] * 32
+
+
+@pytest.mark.parametrize("tokens", [None, "abc", [1.5] * 32, [[1]] * 32, [True] * 32, {"a": 1}])
+def test_token_ids_that_are_not_int_arrays_skip_only_that_event(tokens: object) -> None:
+    good = {"type": "BlockRemoved", "block_hashes": [H0]}
+    batch = decode_batch(msgspec.msgpack.encode([1.0, [_stored_map(tokens), good], None]))
+    assert batch.skipped == ["bad_token_ids"] and batch.events == [BlockRemoved(block_hashes=[H0])]

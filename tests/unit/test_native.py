@@ -8,6 +8,7 @@ import os
 import struct
 
 import cbor2
+import msgspec
 import pytest
 import xxhash
 from hypothesis import given, settings
@@ -215,3 +216,55 @@ def test_remap_versions_agree(target: dict, keys: list, mapping: dict) -> None:
         t = dict(target)
         results.append((remap(t, list(keys), list(values), mapping), t))
     assert results[0] == results[1]
+
+
+MSGPACK_ARRAYS = [native.msgpack_uint32_array, native.py_msgpack_uint32_array]
+
+
+@settings(max_examples=200, deadline=None)
+@given(values=st.lists(st.integers(0, 2**32 - 1), max_size=300), array32=st.booleans())
+def test_msgpack_uint32_arrays_convert_to_le32(values: list[int], array32: bool) -> None:
+    packed = msgspec.msgpack.encode(values)  # shortest forms, as vLLM's msgspec encoder writes them
+    if array32:  # the same values under a 32-bit array head
+        head = 1 if packed[0] & 0xF0 == 0x90 else 3
+        packed = b"\xdd" + struct.pack(">I", len(values)) + packed[head:]
+    for convert in MSGPACK_ARRAYS:
+        assert convert(packed) == tokens_to_le32(values)
+        assert convert(bytearray(packed)) == tokens_to_le32(values)
+        assert convert(memoryview(packed)) == tokens_to_le32(values)
+
+
+@pytest.mark.parametrize("packed", [
+    b"", b"\x91", b"\x92\x01", b"\x91\xcc", b"\x91\xcd\x01", b"\x91\xce\x01\x02\x03", b"\xdc\x00", b"\xdd\x00\x00",
+    b"\x91\xff", b"\x91\xd0\x05", b"\x91\xcf" + bytes(8), b"\x91\xd3" + bytes(8), b"\x91\xc0", b"\x91\xc3",
+    b"\x91\xca" + bytes(4), b"\x91\x91\x01", b"\x91\xa1a", b"\x90\x00", b"\x91\x01\x02", b"\x01", b"\x80",
+    b"\xdd\xff\xff\xff\xff\x01", b"\xdc\x00\x03\x01\x02",
+])  # fmt: skip
+@pytest.mark.parametrize("convert", MSGPACK_ARRAYS, ids=["native", "python"])
+def test_anything_but_one_msgpack_uint32_array_is_refused(packed: bytes, convert) -> None:  # type: ignore[no-untyped-def]
+    # Truncated, trailing bytes, negative / signed / uint64 / float encodings, nil, bool, str, nesting.
+    assert convert(packed) is None
+
+
+@pytest.mark.parametrize("convert", MSGPACK_ARRAYS, ids=["native", "python"])
+def test_msgpack_edges_of_the_uint32_range(convert) -> None:  # type: ignore[no-untyped-def]
+    assert convert(b"\x90") == b""
+    assert convert(b"\xdc\x00\x00") == b""
+    assert convert(msgspec.msgpack.encode([0, 127, 128, 255, 256, 65535, 65536, 2**32 - 1])) == tokens_to_le32(
+        [0, 127, 128, 255, 256, 65535, 65536, 2**32 - 1]
+    )
+    assert convert(msgspec.msgpack.encode([2**32])) is None
+
+
+_MSGPACK_PIECES = [b"\x00", b"\x7f", b"\x80", b"\x90", b"\x9f", b"\xcc", b"\xcd", b"\xce", b"\xcf", b"\xd0", b"\xdc",
+                   b"\xdd", b"\xff", b"\x01\x02", b"\x00\x00\x00"]
+
+
+@settings(max_examples=500, deadline=None)
+@given(pieces=st.lists(st.sampled_from(_MSGPACK_PIECES), max_size=30))
+def test_the_msgpack_extension_refuses_and_accepts_exactly_what_the_fallback_does(pieces: list[bytes]) -> None:
+    packed = b"".join(pieces)
+    got = native.msgpack_uint32_array(packed)
+    assert got == native.py_msgpack_uint32_array(packed)
+    if got is not None:  # an accepted buffer is msgpack holding those very ids
+        assert msgspec.msgpack.decode(packed, type=list[int]) == list(struct.unpack(f"<{len(got) // 4}I", got))

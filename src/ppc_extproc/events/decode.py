@@ -8,6 +8,9 @@ why. Only a bad *batch* raises ``WireError``. The layouts are vLLM's
 (``vllm-project/vllm: vllm/distributed/kv_events.py``) and SGLang's
 (``sgl-project/sglang: python/sglang/srt/disaggregation/kv_events.py``).
 
+The fast path reads BlockStored token ids as raw msgpack and converts them to le32 bytes
+(``Le32Tokens``) without an int per token; ids outside the common uint encodings decode as a list.
+
 Both paths return only BlockStored events that can be indexed consistently (``stored_problem``):
 the tokens split evenly over the hashes, a positive block size, and at most ``MAX_EVENT_TOKENS``.
 """
@@ -23,6 +26,8 @@ import msgspec
 from ppc_extproc.errors import WireError
 from ppc_extproc.events.wire import AllBlocksCleared, BlockRemoved, BlockStored, EventBatch, KVCacheEvent
 from ppc_extproc.ids import MASK64
+from ppc_extproc.native import msgpack_uint32_array
+from ppc_extproc.tokens.le32 import Le32Tokens
 
 __all__ = ["MAX_EVENT_TOKENS", "MAX_PAYLOAD_BYTES", "decode_batch", "normalise_hash", "stored_problem"]
 
@@ -56,8 +61,16 @@ def stored_problem(event: BlockStored) -> str | None:
 # --- fast path: typed msgspec decoding of vLLM batches ---------------------------------------------
 
 
+class _MapBlockStored(BlockStored, tag="BlockStored", frozen=True):
+    """vLLM ≥ 0.24 BlockStored with its token ids left as msgpack (``_stored_tokens``)."""
+
+    token_ids: msgspec.Raw
+
+
 class _ArrayBlockStored(BlockStored, array_like=True, tag="BlockStored", frozen=True):
     """vLLM ≤ 0.23: positional fields; missing trailing ones take their defaults."""
+
+    token_ids: msgspec.Raw
 
 
 class _ArrayBlockRemoved(BlockRemoved, array_like=True, tag="BlockRemoved", frozen=True):
@@ -70,7 +83,7 @@ class _ArrayAllBlocksCleared(AllBlocksCleared, array_like=True, tag="AllBlocksCl
 
 class _MapBatch(msgspec.Struct, array_like=True, gc=False):
     ts: float
-    events: list[BlockStored | BlockRemoved | AllBlocksCleared]
+    events: list[_MapBlockStored | BlockRemoved | AllBlocksCleared]
     data_parallel_rank: int | None = None
 
 
@@ -81,6 +94,26 @@ class _ArrayBatch(msgspec.Struct, array_like=True, gc=False):
 
 
 _TYPED_DECODERS = (msgspec.msgpack.Decoder(_MapBatch), msgspec.msgpack.Decoder(_ArrayBatch))
+_RAW_STORED = (_MapBlockStored, _ArrayBlockStored)
+_TOKEN_LIST = msgspec.msgpack.Decoder(list[int])
+_astuple = msgspec.structs.astuple
+
+
+def _stored_tokens(events: list[Any]) -> list[KVCacheEvent]:
+    """The typed batch's events with each raw BlockStored as a BlockStored whose token ids are
+    ``Le32Tokens``, or a list of ints when the msgpack uses other int encodings (or values beyond
+    uint32, which ingestion drops as ``bad_token_ids``). ``ValidationError`` when the ids are not
+    an array of ints, as typed decoding of ``list[int]`` would raise."""
+    out: list[KVCacheEvent] = []
+    for event in events:
+        if type(event) in _RAW_STORED:
+            fields = _astuple(event)
+            raw = fields[2]
+            le32 = msgpack_uint32_array(raw)
+            tokens: Le32Tokens | list[int] = _TOKEN_LIST.decode(raw) if le32 is None else Le32Tokens(le32)
+            event = BlockStored(fields[0], fields[1], tokens, *fields[3:])
+        out.append(event)
+    return out
 
 
 # --- untyped path ---------------------------------------------------------------------------------
@@ -276,11 +309,11 @@ def decode_batch(payload: bytes, engine_type: str = "vllm") -> EventBatch:
         for decoder in _TYPED_DECODERS:
             try:
                 batch = decoder.decode(payload)
+                events = _stored_tokens(batch.events)
             except (msgspec.ValidationError, msgspec.DecodeError):
                 continue
             rank = batch.data_parallel_rank
             if rank is None or rank >= 0:
-                events: list[KVCacheEvent] = batch.events  # type: ignore[assignment]
                 for event in events:  # stored_problem, inlined: this loop runs for every batch
                     if isinstance(event, BlockStored):
                         n_tokens = len(event.token_ids)

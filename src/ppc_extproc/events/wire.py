@@ -2,11 +2,13 @@
 
 The types are msgspec structs in vLLM's field order, so the common vLLM payloads decode straight
 into them in C (``decode.py`` tries the map era, then the array era, then a tolerant untyped path
-for SGLang and anything unusual). Hashes are unsigned 64-bit ints once decoded.
+for SGLang and anything unusual). Hashes are unsigned 64-bit ints once decoded; BlockStored token
+ids are usually le32 bytes (``Le32Tokens``), never an int per token.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated, Any
 
 import msgspec
@@ -31,8 +33,9 @@ class BlockStored(_Event, frozen=True):
     block_hashes: list[Hash]
     #: Engine key of the block before ``block_hashes[0]``; None at block 0 (vLLM 0.9.0).
     parent_block_hash: Hash | None
-    #: Tokens of all new blocks; empty for location-only (offload) events (vLLM 0.9.0).
-    token_ids: list[int]
+    #: Tokens of all new blocks; empty for location-only (offload) events (vLLM 0.9.0). The
+    #: decoder's fast path gives a ``tokens.le32.Le32Tokens`` (the ids as le32 bytes), else a list.
+    token_ids: Sequence[int]
     #: Engine (group) block size; 0 in some placeholder offload events (vLLM 0.9.0).
     block_size: BlockSize
     #: Deprecated LoRA int id (``lora_int_id``); ignored for hashing (vLLM 0.9.0).
