@@ -50,11 +50,16 @@ from ppc_extproc_lab.workload.report import RequestRecord
 
 MODEL = "mock-model"
 BLOCK = 16
-SETUPS = ("one", "three-local", "three-shared-coalesced", "three-shared", "three-shared-rendezvous",
-          "three-shared-noclaim")  # fmt: skip
-#: Syncer parameters per shared setup ("three-shared-coalesced": the syncer before round 5).
+SETUPS = ("one", "three-local", "three-shared-coalesced", "three-shared-nocounts", "three-shared",
+          "three-shared-rendezvous", "three-shared-noclaim")  # fmt: skip
+#: Syncer parameters per shared setup ("three-shared-coalesced": the syncer before round 5,
+#: "three-shared-nocounts": round 5's defaults, "three-shared": the claim reads and counts in-flight requests).
 SYNCER: dict[str, dict[str, Any]] = {
-    "three-shared-coalesced": {"claimPrefixes": True, "coldPlacement": "claim", "changePublish": "coalesced"},
+    "three-shared-coalesced": {"claimPrefixes": True, "coldPlacement": "claim", "changePublish": "coalesced",
+                               "claimCounts": False},
+    # round 5's defaults: the claim reads no counts
+    "three-shared-nocounts": {"claimPrefixes": True, "coldPlacement": "claim", "changePublish": "immediate",
+                              "claimCounts": False},
     "three-shared": {"claimPrefixes": True, "coldPlacement": "claim", "changePublish": "immediate"},
     "three-shared-rendezvous": {"claimPrefixes": True, "coldPlacement": "rendezvous", "changePublish": "immediate"},
     "three-shared-noclaim": {"claimPrefixes": False},
@@ -150,36 +155,48 @@ class Series:
 
 
 def exact_errors(traces: list[list[list[Any]]], start: float, end: float,
-                 excluded: Callable[[float], bool]) -> tuple[list[int], list[int]]:  # fmt: skip
-    """(at every decision of every replica, every 10 ms over [start, end]): per endpoint |a replica's
-    view − the true sum of every replica's own counts| at that instant, from the replicas' logs
-    (``monotonic`` stamps; instants where ``excluded(t)`` are left out)."""
+                 excluded: Callable[[float], bool]) -> tuple[list[int], list[int], list[int]]:  # fmt: skip
+    """Per endpoint |a replica's view − the true sum| from the replicas' logs (``monotonic`` stamps;
+    instants where ``excluded(t)`` are left out): (at every decision, against the store's order:
+    a request counts from when the claim script that counted it was sent; at every decision,
+    against local starts: a request counts from its start in its replica; every 10 ms over
+    [start, end], each replica's background view against local starts). A decision's view is
+    what it read (``decision`` entries: the claim script's reply, or own + peers)."""
     own = [Series([(t, c) for kind, t, c in trace if kind == "own"]) for trace in traces]
     peers = [Series([(t, c) for kind, t, c in trace if kind == "peers"]) for trace in traces]
-    endpoints = sorted({ep for trace in traces for _, _, c in trace for ep in c})
+    #: per replica: (script sent, logged just before the local start, endpoint)
+    commits = [[(sent, t, ep) for kind, t, c in trace if kind == "commit" for ep, sent in c.items()]
+               for trace in traces]  # fmt: skip
+    endpoints = sorted({ep for trace in traces for kind, _, c in trace if kind != "commit" for ep in c})
 
-    def errors_at(t: float, replicas: range | list[int]) -> list[int]:
+    def truth_at(t: float, store_order: bool) -> dict[str, int]:
         owns = [s.at(t) for s in own]
         truth = {ep: sum(o.get(ep, 0) for o in owns) for ep in endpoints}
-        out = []
-        for r in replicas:
-            mine, theirs = owns[r], peers[r].at(t)
-            out += [abs(mine.get(ep, 0) + theirs.get(ep, 0) - truth[ep]) for ep in endpoints]
-        return out
+        if store_order:
+            for replica in commits:
+                for sent, started, ep in replica:
+                    if sent < t < started and ep in truth:
+                        truth[ep] += 1
+        return truth
 
-    at_decisions: list[int] = []
-    for r, trace in enumerate(traces):
-        for kind, t, _ in trace:
+    at_store: list[int] = []
+    at_local: list[int] = []
+    for trace in traces:
+        for kind, t, view in trace:
             if kind == "decision" and start <= t <= end and not excluded(t):
-                # the view the decision read: just before it (the request itself is counted after)
-                at_decisions += errors_at(t, [r])
+                for store_order, out in ((True, at_store), (False, at_local)):
+                    truth = truth_at(t, store_order)
+                    out += [abs(view.get(ep, 0) - truth[ep]) for ep in endpoints]
     over_time: list[int] = []
     t = start
     while t <= end:
         if not excluded(t):
-            over_time += errors_at(t, range(len(traces)))
+            truth = truth_at(t, False)
+            for r in range(len(traces)):
+                mine, theirs = own[r].at(t), peers[r].at(t)
+                over_time += [abs(mine.get(ep, 0) + theirs.get(ep, 0) - truth[ep]) for ep in endpoints]
         t += 0.01
-    return at_decisions, over_time
+    return at_store, at_local, over_time
 
 
 async def watch_store(http: aiohttp.ClientSession, admins: list[str], replicas: int, out: dict[str, float],
@@ -289,9 +306,9 @@ async def run_load(cluster: LocalCluster, args: argparse.Namespace, *, seed: int
         "replica_cpu_ms_per_request": (after["cpu_s"] - before["cpu_s"]) / max(1, len(records)) * 1e3,
         "traces": traces,
         "inflight_error": errors,
-        **dict(zip(("exact_at_decisions", "exact_over_time"), exact_errors(
+        **dict(zip(("exact_at_decisions", "exact_at_decisions_local", "exact_over_time"), exact_errors(
             traces, t0, t_end, lambda t: "killed_s" in store_times and t >= store_times["killed_s"]
-            and ("converged_s" not in store_times or t < store_times["converged_s"])) if traces else ([], []))),
+            and ("converged_s" not in store_times or t < store_times["converged_s"])) if traces else ([], [], []))),
         "errors": sorted({r.error or "" for r in records if not r.ok})[:3],
     }  # fmt: skip
     if fault:
@@ -413,8 +430,8 @@ def show(name: str, r: dict[str, Any]) -> None:
           f"p90 {r['decision_p90_ms']:.3f} ms  claim mean {claim} ms  replicas' CPU "
           f"{r['replica_cpu_ms_per_request']:.2f} ms/req  {err_text}")  # fmt: skip
     if r.get("exact_at_decisions"):
-        print(f"{'':22s} in-flight error (exact) at decisions {error_text(r['exact_at_decisions'])}; "
-              f"over time {error_text(r['exact_over_time'])}")
+        print(f"{'':22s} in-flight error (exact) at decisions, store order {error_text(r['exact_at_decisions'])}; "
+              f"local starts {error_text(r['exact_at_decisions_local'])}; over time {error_text(r['exact_over_time'])}")
     if r["claims"]:
         print(f"{'':22s} claims {r['claims']}")
     if r["errors"]:

@@ -10,7 +10,7 @@ from ppc_extproc.ids import RequestKey
 from ppc_extproc.matchinfo import PrefixCacheMatchInfo
 from ppc_extproc.plugins.datalayer.cross_replica_store import rendezvous
 
-__all__ = ["cold_home", "moved_to"]
+__all__ = ["cold_home", "is_cold", "moved_to"]
 
 
 def cold_home(ctx: SchedulingContext, result: SchedulingResult, allowed: Sequence[Endpoint], first: RequestKey,
@@ -23,13 +23,20 @@ def cold_home(ctx: SchedulingContext, result: SchedulingResult, allowed: Sequenc
     target = next(e for e in allowed if e.id == home)
     if home == result.targets[0].id:
         return target
-    if known or result.destinations != [t.id for t in result.targets]:  # held, or a data-parallel rewrite
-        return None
+    return target if is_cold(ctx, result, allowed, known, match_key) else None
+
+
+def is_cold(ctx: SchedulingContext, result: SchedulingResult, allowed: Sequence[Endpoint], known: int,
+            match_key: DataKey[PrefixCacheMatchInfo]) -> bool:  # fmt: skip
+    """No allowed endpoint holds a block of the prompt (``known``: the pick's cached blocks), and
+    the result is a plain pick (no data-parallel rewrite): it may go to another endpoint."""
+    if known or result.destinations != [t.id for t in result.targets]:
+        return False
     for endpoint in allowed:
         info = ctx.endpoint_value(endpoint.id, match_key)
         if info is not None and info.cached_block_count:
-            return None
-    return target
+            return False
+    return True
 
 
 def moved_to(result: SchedulingResult, target: Endpoint) -> SchedulingResult:

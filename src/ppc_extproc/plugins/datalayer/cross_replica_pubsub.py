@@ -20,7 +20,7 @@ import asyncio
 import contextlib
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 __all__ = ["ImmediatePublisher", "open_connection", "resp_command", "subscribe_messages"]
 
@@ -129,16 +129,23 @@ class ImmediatePublisher:
         self._sent.clear()
         self._reader_task = asyncio.get_running_loop().create_task(self._drain(reader, writer))
 
-    def publish(self, payload: str) -> bool:
-        """Write one PUBLISH now; False (nothing written) when not connected or the store is stalled."""
+    def publish(self, payload: str | None, commands: Sequence[tuple[bytes, ...]] = ()) -> bool:
+        """Write ``commands`` (each answered by one integer) and one PUBLISH of ``payload`` (None:
+        none) now, in one write; False (nothing written) when not connected or the store is stalled."""
         writer = self._writer
         if writer is None:
             return False
         if writer.transport.is_closing() or writer.transport.get_write_buffer_size() > self.max_buffer:
             self.close()
             return False
-        writer.write(resp_command(b"PUBLISH", self.channel, payload.encode()))
-        self._sent.append(time.monotonic())
+        parts = [resp_command(*c) for c in commands]
+        if payload is not None:
+            parts.append(resp_command(b"PUBLISH", self.channel, payload.encode()))
+        if not parts:
+            return True
+        writer.write(b"".join(parts))
+        now = time.monotonic()
+        self._sent.extend(now for _ in parts)
         return True
 
     async def _drain(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

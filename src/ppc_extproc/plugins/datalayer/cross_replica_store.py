@@ -24,6 +24,7 @@ import hashlib
 import json
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
@@ -32,13 +33,20 @@ import structlog
 from ppc_extproc.ids import EndpointId, RequestKey
 from ppc_extproc.plugins.datalayer.cross_replica_pubsub import subscribe_messages
 
-__all__ = ["CLAIM_SCRIPT", "PeerLoad", "RedisStore", "claim_positions", "parse_address", "rendezvous"]
+__all__ = ["CLAIM_SCRIPT", "ClaimReply", "PeerLoad", "RedisStore", "claim_positions", "parse_address", "rendezvous"]
 
 log = structlog.get_logger(__name__)
 
-#: KEYS: claim keys; ARGV: ttl ms, pick, pick's known blocks, n allowed, allowed…, depth per key.
-#: Returns {answer, deepest claimed depth of the answer (0: none)}.
+#: KEYS: claim keys…, this replica's counts hash, the replicas set; ARGV: ttl ms, pick, pick's known
+#: blocks, n allowed, allowed… (in the local preference order), depth per claim key, count (1:
+#: count the answer in this replica's hash), the hashes' TTL ms, cold (1: no allowed endpoint holds
+#: a block of the prompt). Returns {answer, deepest claimed depth of the answer (0: none), the
+#: server's TIME (s, µs), endpoint, requests, …}: every live replica's in-flight requests per endpoint before this one.
+#: A cold prompt nobody claimed goes to the allowed endpoint with the fewest requests (the first
+#: in the preference order among equals).
 CLAIM_SCRIPT = """
+local nk = #KEYS - 2
+local own, replicas = KEYS[nk + 1], KEYS[nk + 2]
 local ttl = ARGV[1]
 local pick = ARGV[2]
 local known = tonumber(ARGV[3])
@@ -46,9 +54,20 @@ local n = tonumber(ARGV[4])
 local allowed = {}
 for i = 1, n do allowed[ARGV[4 + i]] = true end
 local base = 4 + n
-local owners = redis.call('MGET', unpack(KEYS))
+local count, counts_ttl, cold = ARGV[base + nk + 1], ARGV[base + nk + 2], ARGV[base + nk + 3]
+local totals, order = {}, {}
+for _, key in ipairs(redis.call('SMEMBERS', replicas)) do
+  local h = redis.call('HGETALL', key)
+  if #h == 0 and key ~= own then redis.call('SREM', replicas, key) end
+  for j = 1, #h, 2 do
+    local ep = h[j]
+    if not totals[ep] then order[#order + 1] = ep; totals[ep] = 0 end
+    totals[ep] = totals[ep] + tonumber(h[j + 1])
+  end
+end
+local owners = redis.call('MGET', unpack(KEYS, 1, nk))
 local best, best_depth = false, 0
-for i = 1, #KEYS do
+for i = 1, nk do
   local owner = owners[i]
   if owner and allowed[owner] then
     local depth = tonumber(ARGV[base + i])
@@ -57,13 +76,46 @@ for i = 1, #KEYS do
 end
 local answer = pick
 if best and best ~= pick and best_depth > known then answer = best end
-for i = 1, #KEYS do
+if cold == '1' and not best then
+  local fewest = nil
+  for i = 1, n do
+    local ep = ARGV[4 + i]
+    local c = totals[ep] or 0
+    if fewest == nil or c < fewest then answer, fewest = ep, c end
+  end
+end
+for i = 1, nk do
   local owner = owners[i]
   if not owner or owner == answer then redis.call('SET', KEYS[i], answer, 'PX', ttl) end
 end
-if answer == best then return {answer, best_depth} end
-return {answer, 0}
+local now = redis.call('TIME')
+local out = {answer, 0, now[1], now[2]}
+if answer == best then out[2] = best_depth end
+if count == '1' then
+  redis.call('HINCRBY', own, answer, 1)
+  redis.call('PEXPIRE', own, counts_ttl)
+  redis.call('SADD', replicas, own)
+end
+for _, ep in ipairs(order) do out[#out + 1] = ep; out[#out + 1] = totals[ep] end
+return out
 """
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimReply:
+    """The claim script's answer."""
+
+    answer: str
+    #: The answer's deepest claimed depth when another replica claimed it (0: none).
+    depth: int
+    #: When the script ran, on the server's clock (``TIME``, Unix seconds).
+    server_time: float
+    #: Every live replica's in-flight requests per endpoint just before this decision.
+    requests: dict[EndpointId, int]
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def claim_positions(blocks: int, limit: int = 24) -> list[int]:
@@ -229,30 +281,51 @@ class RedisStore:
             retry=Retry(NoBackoff(), 0),  # the caller retries, on its own schedule
         )  # fmt: skip
         self._claim: Any = self.client.register_script(CLAIM_SCRIPT)
+        #: Set the hash of this replica's in-flight counts (``own_counts_key``) before use.
+        self.counts_key = f"{prefix}:n:-"
+        self.replicas_key = f"{prefix}:replicas"
+
+    def own_counts_key(self, replica_id: str) -> str:
+        """The key of ``replica_id``'s hash of in-flight requests per endpoint."""
+        self.counts_key = f"{self.prefix}:n:{replica_id}"
+        return self.counts_key
 
     def claim_key(self, key: RequestKey) -> str:
         return f"{self.prefix}:c:{key:016x}"
 
     async def claim(
         self, keys: Sequence[RequestKey], depths: Sequence[int], pick: str, known: int, allowed: Sequence[str],
-        ttl_ms: int,
-    ) -> tuple[str, int]:
-        """Run the claim script: (answer, the answer's claimed depth when it is another replica's)."""
+        ttl_ms: int, *, count: bool = False, counts_ttl_ms: int = 2000, cold: bool = False,
+    ) -> ClaimReply:
+        """Run the claim script: (answer, the answer's claimed depth when it is another replica's,
+        every live replica's in-flight requests per endpoint just before it). ``count``: the
+        answer is counted in this replica's hash in the same step; ``cold``: no allowed endpoint
+        holds a block, so an unclaimed prompt goes to the one of ``allowed`` (in preference order)
+        with the fewest requests."""
         reply = await self._claim(
-            keys=[self.claim_key(k) for k in keys],
-            args=[ttl_ms, pick, known, len(allowed), *allowed, *depths],
+            keys=[*(self.claim_key(k) for k in keys), self.counts_key, self.replicas_key],
+            args=[ttl_ms, pick, known, len(allowed), *allowed, *depths, 1 if count else 0, counts_ttl_ms,
+                  1 if cold else 0],
         )
-        answer, depth = reply[0], reply[1]
-        return (answer.decode() if isinstance(answer, bytes) else str(answer)), int(depth)
+        totals = {EndpointId(_text(reply[i])): int(reply[i + 1]) for i in range(4, len(reply) - 1, 2)}
+        return ClaimReply(_text(reply[0]), int(reply[1]), int(reply[2]) + int(reply[3]) / 1e6, totals)
 
     async def drop_idle_connections(self) -> None:
         """Close the pool's idle connections (reopened on next use): after the store was gone they
         are the old server's, and each would fail its next command once."""
         await self.client.connection_pool.disconnect(inuse_connections=False)
 
-    async def publish(self, payload: str) -> None:
+    async def publish(self, payload: str, commands: Sequence[tuple[bytes, ...]] = ()) -> None:
+        """``commands`` (argument tuples) and one PUBLISH of ``payload``, in one pipeline."""
         async with asyncio.timeout(self.timeout_seconds):
-            await self.client.publish(self.channel, payload)
+            if not commands:
+                await self.client.publish(self.channel, payload)
+                return
+            pipe = self.client.pipeline(transaction=False)
+            for command in commands:
+                pipe.execute_command(*command)
+            pipe.publish(self.channel, payload)
+            await pipe.execute()
 
     async def subscribe(self, on_message: Callable[[bytes], None], on_connected: Callable[[], Awaitable[None]],
                         poll_seconds: float, running: Callable[[], bool]) -> None:

@@ -12,6 +12,13 @@ Shares      * in-flight requests and uncached prompt tokens per endpoint: every 
               (one round trip) reads who already claimed this prompt's prefix; a deeper claim
               by an allowed endpoint wins over the pick, and the prefix is claimed for the answer
               (``claimPrefixes: false``: no round trip on the routing path, in-flight only)
+            * ``claimCounts`` (default): the same script reads every replica's in-flight requests
+              per endpoint from the store and counts the answer there, so the decision sees
+              every decision the store ordered before it (``cross_replica_counts``); a cold
+              prompt (no allowed endpoint holds a block) that nobody claimed goes, in that same
+              step, to the allowed endpoint with the fewest requests, the local ranking breaking
+              ties, and is claimed there. Warm prompts keep the claim's or the local pick (their
+              prefix outweighs load, as in one replica)
             * ``coldPlacement: rendezvous``: a prompt of which no allowed endpoint holds a block
               goes, without a round trip, to the highest-rendezvous-hash endpoint of its first block
               key (so every replica routing its siblings at once agrees), as does a pick that
@@ -33,12 +40,15 @@ Parameters  ``address`` ["localhost:6379"; also ``redis://host:port/db``], ``pas
             unused], ``claimTTL`` ["2s": the speculative TTL], ``claimPrefixes`` [true],
             ``claimTimeout`` ["20ms"], ``keyPrefix`` ["ppc-extproc"], ``prefixMatchInfoProducerName``,
             ``coldPlacement`` [claim | rendezvous], ``changePublish`` [immediate | coalesced],
+            ``claimCounts`` [true],
             ``traceSize`` [0: off; ≤ 1,000,000 entries of
             this replica's own and peers' in-flight counts, stamped, in ``/debug/state``]
 Keys        ``<keyPrefix>:c:<block key>`` strings expiring after ``claimTTL`` (≤ 24 per request),
-            channel ``<keyPrefix>:inflight``. Standalone Valkey ≥ 7.2 or Redis ≥ 7.0.
+            ``<keyPrefix>:n:<replica>`` hashes (requests per endpoint, expiring after ``stateTTL``),
+            the set ``<keyPrefix>:replicas``, channel ``<keyPrefix>:inflight``. Standalone Valkey ≥ 7.2 or Redis ≥ 7.0.
 Metrics     ``ppc_extproc_cross_replica_store_up``, ``…_peers``, ``…_sync_total{outcome}``,
-            ``…_claims_total{outcome}`` (adopted, kept, timeout, error, skipped, rendezvous)
+            ``…_claims_total{outcome}`` (adopted, kept, timeout, error, skipped, rendezvous,
+            placed: a cold prompt moved to the least-loaded endpoint by the store's counts)
 
     plugins:
     - type: redis-syncer
@@ -58,6 +68,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import structlog
 
@@ -75,7 +86,8 @@ from ppc_extproc.framework import (
 )
 from ppc_extproc.framework.params import Section
 from ppc_extproc.ids import EndpointId, RequestKey
-from ppc_extproc.plugins.datalayer.cross_replica_placement import cold_home, moved_to
+from ppc_extproc.plugins.datalayer.cross_replica_counts import OwnCounts
+from ppc_extproc.plugins.datalayer.cross_replica_placement import cold_home, is_cold, moved_to
 from ppc_extproc.plugins.datalayer.cross_replica_pubsub import ImmediatePublisher
 from ppc_extproc.plugins.datalayer.cross_replica_store import (
     PeerLoad,
@@ -93,7 +105,7 @@ __all__ = ["RedisSyncer"]
 
 log = structlog.get_logger(__name__)
 
-CLAIM_OUTCOMES = ("adopted", "kept", "timeout", "error", "skipped", "rendezvous")
+CLAIM_OUTCOMES = ("adopted", "kept", "timeout", "error", "skipped", "rendezvous", "placed")
 SYNC_OUTCOMES = ("ok", "error")
 #: Consecutive claim failures after which claims wait for the subscription to come back.
 _CLAIM_FAILURES_OPEN = 3
@@ -104,6 +116,15 @@ _MIN_IMMEDIATE_INTERVAL = 0.0002
 _MAX_BACKGROUND_CLAIMS = 64
 
 
+@dataclass(slots=True)
+class _Read:
+    """What one decision read, for the trace: when, and every replica's requests per endpoint."""
+
+    at: float
+    view: dict[EndpointId, int]
+    committed: bool = False
+
+
 @register("redis-syncer")
 class RedisSyncer(CrossReplicaSyncer, Lifecycle, StateReporter):
     """Shares in-flight load and prefix claims with the other replicas through one store."""
@@ -112,6 +133,7 @@ class RedisSyncer(CrossReplicaSyncer, Lifecycle, StateReporter):
         self, name: str, store: RedisStore, inflight: InflightTracker, *, state_ttl: float, claim_ttl: float,
         claim_prefixes: bool, claim_timeout: float, producer: str, clock: Callable[[], float] = time.monotonic,
         cold_placement: str = "claim", trace_size: int = 0, immediate: ImmediatePublisher | None = None,
+        claim_counts: bool = True,
     ) -> None:
         self.name = name
         self.store = store
@@ -134,6 +156,9 @@ class RedisSyncer(CrossReplicaSyncer, Lifecycle, StateReporter):
         self.match_key = PREFIX_CACHE_MATCH_INFO.of(producer)
         self.replica_id = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.peers = PeerLoad(self.replica_id, state_ttl)
+        #: ``claimCounts``: the claim script reads and counts in-flight requests in the store.
+        self.claim_counts = claim_counts
+        self.counts = OwnCounts(store.own_counts_key(self.replica_id), store.replicas_key, max(1, int(state_ttl * 1000)))
         self.sync_interval = 0.2
         self.publish_timeout = 1.0
         #: True while subscribed and the last publish succeeded: claims run only then.
@@ -161,7 +186,7 @@ class RedisSyncer(CrossReplicaSyncer, Lifecycle, StateReporter):
         return cls(name, store, services.inflight, state_ttl=c.state_ttl, claim_ttl=c.claim_ttl,
                    claim_prefixes=c.claim_prefixes, claim_timeout=c.claim_timeout, producer=c.producer,
                    clock=services.clock, cold_placement=c.cold_placement, trace_size=c.trace_size,
-                   immediate=immediate)  # fmt: skip
+                   immediate=immediate, claim_counts=c.claim_counts)  # fmt: skip
 
     # --- configuration and lifecycle ------------------------------------------------------------
 
@@ -218,18 +243,30 @@ class RedisSyncer(CrossReplicaSyncer, Lifecycle, StateReporter):
 
     def _publish_immediately(self) -> bool:
         """Write this replica's counts now on the immediate connection (True), unless it is down or
-        the last such message went out less than ``_MIN_IMMEDIATE_INTERVAL`` ago."""
+        the last such message went out less than ``_MIN_IMMEDIATE_INTERVAL`` ago (the store's
+        hash gets its change at once all the same)."""
         publisher = self.immediate
         if publisher is None or not self.up or not publisher.connected:
+            self.counts.lost()
             return False
         now = time.monotonic()
-        if now - self._last_immediate < _MIN_IMMEDIATE_INTERVAL:
+        commands = self._count_commands(heartbeat=False)
+        payload = self._payload() if now - self._last_immediate >= _MIN_IMMEDIATE_INTERVAL else None
+        if not publisher.publish(payload, commands):
+            self.counts.lost()
             return False
-        if not publisher.publish(self._payload()):
+        if payload is None:
             return False
         self._last_immediate = now
         self.syncs["ok"] += 1
         return True
+
+    def _count_commands(self, *, heartbeat: bool) -> list[tuple[bytes, ...]]:
+        """The writes that bring this replica's hash in the store to its local counts."""
+        if not self.claim_counts:
+            return []
+        return self.counts.commands({ep: n for ep, (n, _) in self.inflight.local_snapshot().items()},
+                                    heartbeat=heartbeat)  # fmt: skip
 
     def _payload(self) -> str:
         self._seq += 1
@@ -240,6 +277,7 @@ class RedisSyncer(CrossReplicaSyncer, Lifecycle, StateReporter):
         if self.up:
             log.warning("cross_replica_store_down", plugin=self.name)
         self.up = False
+        self.counts.lost()
         self.peers.clear()
         self._set_peer_load({})
         if self.immediate is not None:
@@ -339,11 +377,13 @@ class RedisSyncer(CrossReplicaSyncer, Lifecycle, StateReporter):
                 if publisher.stalled(time.monotonic(), self.publish_timeout):
                     publisher.close()
                     raise TimeoutError("the store left publishes unanswered")
-                if publisher.publish(self._payload()):
+                if publisher.publish(self._payload(), self._count_commands(heartbeat=True)):
                     self.syncs["ok"] += 1
                     return
-            await self.store.publish(self._payload())
+                self.counts.lost()
+            await self.store.publish(self._payload(), self._count_commands(heartbeat=True))
         except BaseException:
+            self.counts.lost()
             self.syncs["error"] += 1
             raise
         self.syncs["ok"] += 1
@@ -351,8 +391,16 @@ class RedisSyncer(CrossReplicaSyncer, Lifecycle, StateReporter):
     # --- the routing path -----------------------------------------------------------------------
 
     async def coordinate(self, ctx: SchedulingContext, result: SchedulingResult) -> SchedulingResult:
-        if self.trace is not None:
-            self.trace.decision()
+        if self.trace is None:
+            return await self._coordinate(ctx, result, None)
+        read = _Read(time.monotonic(), {e.id: self.inflight.requests(e.id) for e in ctx.candidates})
+        out = await self._coordinate(ctx, result, read)
+        self.trace.decision(read.at, read.view)
+        if read.committed and out.targets:
+            self.trace.commit(read.at, out.targets[0].id)
+        return out
+
+    async def _coordinate(self, ctx: SchedulingContext, result: SchedulingResult, read: _Read | None) -> SchedulingResult:
         if not self.claim_prefixes or not result.targets:
             return result
         if not self.up or (self._claims_closed_until and self.clock() < self._claims_closed_until):
@@ -379,22 +427,44 @@ class RedisSyncer(CrossReplicaSyncer, Lifecycle, StateReporter):
                 self.claims["rendezvous"] += 1
                 self._claim_later(claim_keys, depths, home.id, allowed_ids)
                 return moved_to(result, home)
+        count = self.claim_counts
+        cold = count and is_cold(ctx, result, allowed, known, self.match_key)
+        if cold:  # the store places it by load: the allowed endpoints in the local preference order
+            allowed_ids = [pick.id, *sorted((ep for ep in allowed_ids if ep != pick.id),
+                                            key=lambda ep: -scored.get(ep, 0.0))]  # fmt: skip
+        if count:
+            self.counts.sent()
         try:
             async with asyncio.timeout(self.claim_timeout):
-                answer, _depth = await self.store.claim(claim_keys, depths, pick.id, known, allowed_ids,
-                                                        self.claim_ttl_ms)  # fmt: skip
+                reply = await self.store.claim(claim_keys, depths, pick.id, known, allowed_ids, self.claim_ttl_ms,
+                                               count=count, counts_ttl_ms=self.counts.ttl_ms, cold=cold)  # fmt: skip
         except TimeoutError:
+            if count:
+                self.counts.answered(None)
             return self._claim_failed("timeout", result)
         except Exception as exc:
+            if count:
+                self.counts.answered(None)
             if not self.store.is_store_error(exc):
                 log.exception("cross_replica_claim_failed", plugin=self.name)
             return self._claim_failed("error", result)
         self._claim_failures = 0
         self._claims_closed_until = 0.0
+        answer = EndpointId(reply.answer)
+        if count:
+            self.counts.answered(answer)
+            if read is not None:  # the decision read the store's counts at the script's instant
+                read.at = reply.server_time - (time.time() - time.monotonic())
+                read.view, read.committed = reply.requests, True
         if answer == pick.id:
             self.claims["kept"] += 1
             return result
-        return self._retarget(result, allowed, EndpointId(answer))
+        if cold and reply.depth == 0:  # placed by load: no replica had claimed the prompt
+            target = next((e for e in allowed if e.id == answer), None)
+            if target is not None:
+                self.claims["placed"] += 1
+                return moved_to(result, target)
+        return self._retarget(result, allowed, answer)
 
     def _claim_later(self, keys: list[RequestKey], depths: list[int], answer: str, allowed: Sequence[str]) -> None:
         """Claim ``keys`` for ``answer`` off the routing path (bounded; failures count as claims' do)."""

@@ -36,6 +36,8 @@ class RedisSyncerConfig:
     trace_size: int
     #: ``changePublish``: immediate | coalesced.
     change_publish: str
+    #: ``claimCounts``: the claim script reads and counts in-flight requests in the store.
+    claim_counts: bool = True
 
 
 def parse_syncer_config(params: Section) -> RedisSyncerConfig:
@@ -66,6 +68,7 @@ def parse_syncer_config(params: Section) -> RedisSyncerConfig:
         cold_placement=params.string("coldPlacement", "claim", choices=COLD_PLACEMENTS),
         trace_size=params.integer("traceSize", 0, minimum=0, maximum=1_000_000),
         change_publish=params.string("changePublish", "immediate", choices=CHANGE_PUBLISH),
+        claim_counts=params.boolean("claimCounts", True),
     )  # fmt: skip
 
 
