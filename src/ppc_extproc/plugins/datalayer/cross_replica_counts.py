@@ -18,7 +18,15 @@ from collections.abc import Mapping
 
 from ppc_extproc.ids import EndpointId
 
-__all__ = ["OwnCounts"]
+__all__ = ["REWRITE_SCRIPT", "OwnCounts"]
+
+#: KEYS: the hash; ARGV: endpoint, requests, …. Replaces the hash's fields in one step (a claim
+#: script running between a DEL and an HSET would read nothing).
+REWRITE_SCRIPT = b"""
+redis.call('DEL', KEYS[1])
+if #ARGV > 0 then redis.call('HSET', KEYS[1], unpack(ARGV)) end
+return 0
+"""
 
 
 class OwnCounts:
@@ -64,10 +72,8 @@ class OwnCounts:
         key = self.key.encode()
         out: list[tuple[bytes, ...]] = []
         if (self.resync or heartbeat) and not self.outstanding:
-            fields = {**{ep: 0 for ep in self._told}, **local}
-            if fields:
-                flat = [part for ep, n in fields.items() for part in (ep.encode(), b"%d" % n)]
-                out.append((b"HSET", key, *flat))
+            flat = [part for ep, n in local.items() if n for part in (ep.encode(), b"%d" % n)]
+            out.append((b"EVAL", REWRITE_SCRIPT, b"1", key, *flat))
             self.resync = False
             heartbeat = True
         else:
