@@ -156,3 +156,26 @@ def test_the_trace_stamps_a_counted_decision_on_the_store_clock_and_logs_its_com
             await stopped(a)
 
     asyncio.run(run())
+
+
+def test_a_claim_cancelled_mid_flight_leaves_no_claim_outstanding(valkey_server: ValkeyServer) -> None:
+    async def run() -> None:
+        a = syncer(valkey_server, claimTimeout="2s")
+        try:
+            await started(a)
+            valkey_server.pause()
+            try:
+                task = asyncio.create_task(a.coordinate(*routed(list(range(7000, 7040)), ENDPOINTS[0])))
+                await until(lambda: a.counts.outstanding == 1)
+                task.cancel()  # the client went away while the claim waited
+                with pytest.raises(asyncio.CancelledError):
+                    await task
+                assert a.counts.outstanding == 0 and a.counts.resync
+            finally:
+                valkey_server.resume()
+            a.inflight.start("a-0", IDS[1])
+            await until(lambda: stored(valkey_server, a) == {IDS[1]: 1})
+        finally:
+            await stopped(a)
+
+    asyncio.run(run())

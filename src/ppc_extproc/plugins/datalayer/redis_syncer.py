@@ -448,6 +448,10 @@ class RedisSyncer(CrossReplicaSyncer, Lifecycle, StateReporter):
             if not self.store.is_store_error(exc):
                 log.exception("cross_replica_claim_failed", plugin=self.name)
             return self._claim_failed("error", result)
+        except BaseException:  # cancelled: the script may have run
+            if count:
+                self.counts.answered(None)
+            raise
         self._claim_failures = 0
         self._claims_closed_until = 0.0
         answer = EndpointId(reply.answer)
