@@ -8,10 +8,13 @@ decision time p50 from the replicas' ``/debug/decisions``, the claim round trip'
 * scraped: every ``--sample-ms`` each replica's view (its own + its peers' counts, ``/metrics``)
   against the sum of every replica's own counts, the three scraped concurrently (their skew is in
   this figure);
-* exact: each replica logs its own counts, its peers' counts and its decisions stamped with
-  ``time.monotonic()`` (``traceSize``; one clock for every process on Linux); from the merged logs,
-  at every decision of every replica, its view against the true sum at that instant ("at
-  decisions"), and every 10 ms of the run ("over time").
+* exact: each replica logs its own counts, its peers' counts and its decisions (with the counts
+  each read: the claim script's, stamped at the script's instant, or its own + peers' view)
+  stamped with ``time.monotonic()`` (``traceSize``; one clock for every process on Linux); from
+  the merged logs, at every decision of every replica, what it read against the true sum at that
+  instant — in the store's order (a request counts from the script that counted it) and against
+  local starts (from its start in its replica) — and every 10 ms of the run ("over time", each
+  replica's background view).
 
 In the store-killed run, only while the store is up. Then the store is SIGKILLed a third into a
 run and restarted at two thirds: failed requests, and the re-convergence time (restart → every
