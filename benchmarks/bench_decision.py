@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import os
 import random
 import shutil
@@ -39,6 +40,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import msgpack
 import numpy as np
@@ -305,12 +307,22 @@ class AgenticLoad(threading.Thread):
     ingests) and, as a routing request, to the ext_proc at ``address`` concurrently with the timed
     requests. No engines for the trivial ext_proc: it gets the routing requests only."""
 
+    #: Requests sent by every instance so far: each prompt is new to every engine (see ``body``).
+    count = itertools.count()
+
     def __init__(self, address: str, engine_urls: list[str], rate: float, bodies: list[bytes]) -> None:
         super().__init__(daemon=True)
         self.address, self.engine_urls, self.rate, self.bodies = address, engine_urls, rate, bodies
         self.stop = threading.Event()
         self.sent = 0
         self.failed = 0
+
+    def body(self, k: int) -> bytes:
+        """Request ``k``'s body: a base prompt with a first token of its own, so every block key
+        differs from every earlier request's (each prefill stores all of its blocks)."""
+        base = self.bodies[k % len(self.bodies)]
+        at = base.index(b"[") + 1
+        return base[:at] + str(1_000_000 + k).encode() + b"," + base[at:]
 
     def run(self) -> None:
         asyncio.run(self._run())
@@ -327,27 +339,28 @@ class AgenticLoad(threading.Thread):
             tasks: set[asyncio.Task[None]] = set()
 
             async def one(k: int) -> None:
-                body = self.bodies[k % len(self.bodies)]
+                body = self.body(k)
                 try:
-                    calls = [_one(stub, body, "/v1/completions")]
+                    calls: list[Any] = [_one(stub, body, "/v1/completions")]
                     if self.engine_urls:
                         url = self.engine_urls[k % len(self.engine_urls)] + "/v1/completions"
                         calls.append(http.post(url, data=body, headers={"content-type": "application/json"}))
                     results = await asyncio.gather(*calls)
                     for response in results[1:]:
-                        await response.read()  # type: ignore[attr-defined]
-                        response.release()  # type: ignore[attr-defined]
+                        assert response.status == 200, response.status
+                        await response.read()
+                        response.release()
                 except Exception:
                     self.failed += 1
 
-            started, k = time.perf_counter(), 0
+            started, sent = time.perf_counter(), 0
             while not self.stop.is_set():
-                task = asyncio.create_task(one(k))
+                task = asyncio.create_task(one(next(self.count)))
                 tasks.add(task)
                 task.add_done_callback(tasks.discard)
-                k += 1
-                self.sent = k
-                await asyncio.sleep(max(0.0, started + k / self.rate - time.perf_counter()))
+                sent += 1
+                self.sent = sent
+                await asyncio.sleep(max(0.0, started + sent / self.rate - time.perf_counter()))
             await asyncio.gather(*tasks, return_exceptions=True)
 
 
@@ -363,8 +376,7 @@ def blocks_stored(admin_url: str | None) -> float:
 
 
 def load_bodies(count: int, n_tokens: int = 100_000) -> list[bytes]:
-    """Distinct 100K-token completion bodies for ``AgenticLoad`` (each engine sees a prompt again
-    only after its cache has evicted it)."""
+    """100K-token completion bodies for ``AgenticLoad`` to vary."""
     rng = np.random.default_rng(7)
     return [orjson.dumps({"model": "mock-model", "prompt": rng.integers(0, 150_000, n_tokens).tolist(),
                           "max_tokens": 1}) for _ in range(count)]  # fmt: skip
@@ -405,7 +417,7 @@ def grpc_rows(args: argparse.Namespace) -> None:
         engines["trivial ext_proc"] = []
         rng = random.Random(1)
         names = list(addresses)
-        background = load_bodies(40) if args.load_rate > 0 else []
+        background = load_bodies(4) if args.load_rate > 0 else []
         loads = ["idle"] + ([f"load {args.load_rate:g} req/s"] if background else [])
         print("ms from sending the body message to its reply, client side; sequential requests")
         if background:
