@@ -65,22 +65,27 @@ async def _one(stub: pb_grpc.ExternalProcessorStub, body: bytes, path: str) -> f
     return elapsed
 
 
-async def _measure(address: str, bodies: Sequence[bytes], requests: int, path: str, warmup: int) -> list[float]:
+async def _measure(address: str, bodies: Sequence[bytes], requests: int, path: str, warmup: int,
+                   interval: float) -> list[float]:
     async with grpc.aio.insecure_channel(address, options=_OPTIONS) as channel:
         await asyncio.wait_for(channel.channel_ready(), 30)
         stub = pb_grpc.ExternalProcessorStub(channel)
         samples = []
+        started = time.perf_counter()
         for i in range(requests + warmup):
             elapsed = await asyncio.wait_for(_one(stub, bodies[i % len(bodies)], path), 30)
             if i >= warmup:
                 samples.append(elapsed)
+            if interval:
+                await asyncio.sleep(max(0.0, started + (i + 1) * interval - time.perf_counter()))
         return samples
 
 
 def measure_grpc(address: str, bodies: Sequence[bytes], requests: int, path: str = "/v1/completions",
-                 warmup: int = 10) -> list[float]:
-    """Body → reply latencies (seconds) of ``requests`` sequential requests cycling ``bodies``."""
-    return asyncio.run(_measure(address, bodies, requests, path, warmup))
+                 warmup: int = 10, interval: float = 0.0) -> list[float]:
+    """Body → reply latencies (seconds) of ``requests`` sequential requests cycling ``bodies``,
+    started at most one per ``interval`` seconds (0: back to back)."""
+    return asyncio.run(_measure(address, bodies, requests, path, warmup, interval))
 
 
 class _Trivial(pb_grpc.ExternalProcessorServicer):

@@ -6,7 +6,9 @@ sends requests (BUFFERED: headers, then the whole body in one message), next to 
 ext_proc that only moves the same request (``_grpc_extproc.py``): token-id prompts of 1K–200K
 tokens, each prompt sent again within the speculative TTL so the index holds its prefix (the
 lookup walks every block). ``--baseline-src DIR`` adds a row for another checkout's ``src`` (the
-code before a change), served the same way.
+code before a change), served the same way. ``--load-rate 3`` measures each size again under
+agentic load (``AgenticLoad``: 3 fresh 100K-token prompts a second to the engines, whose KV events
+the service ingests, and to the ext_proc as routing requests, while the timed requests run).
 
 ``--part inproc`` drives the ext_proc stream state machine the way Envoy does (headers, then the JSON body in 16 KiB
 chunks) and times the last call, 16 endpoints:
@@ -19,7 +21,7 @@ chunks) and times the last call, 16 endpoints:
   endpoint caches it); *warm*: the same system prompt and history with a new user turn, the shared
   prefix cached by some endpoints and its text pieces in the segment cache.
 
-    python benchmarks/bench_decision.py --part grpc [--requests 200] [--baseline-src /tmp/base/src]
+    python benchmarks/bench_decision.py --part grpc [--requests 200] [--baseline-src /tmp/base/src] [--load-rate 3]
     python benchmarks/bench_decision.py --part inproc [--block-size 64] [--requests 200] [--skip-tokens] [--skip-chat]
 """
 
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import os
 import random
 import shutil
@@ -37,6 +40,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import msgpack
 import numpy as np
@@ -296,6 +300,88 @@ async def _chat_run(loaded, router: Router, cold: list[bytes], warm_bodies: list
             await plugin.stop()
 
 
+class AgenticLoad(threading.Thread):
+    """Background traffic as an agentic workload loads the service: ``rate`` fresh 100K-token
+    prompts a second, each sent to one of the engines (``engine_urls``, round robin; the prefill it
+    schedules publishes its blocks, ~6,250 BlockStored blocks at block size 16, which the service
+    ingests) and, as a routing request, to the ext_proc at ``address`` concurrently with the timed
+    requests. No engines for the trivial ext_proc: it gets the routing requests only."""
+
+    #: Requests sent by every instance so far: each prompt is new to every engine (see ``body``).
+    count = itertools.count()
+
+    def __init__(self, address: str, engine_urls: list[str], rate: float, bodies: list[bytes]) -> None:
+        super().__init__(daemon=True)
+        self.address, self.engine_urls, self.rate, self.bodies = address, engine_urls, rate, bodies
+        self.stop = threading.Event()
+        self.sent = 0
+        self.failed = 0
+
+    def body(self, k: int) -> bytes:
+        """Request ``k``'s body: a base prompt with a first token of its own, so every block key
+        differs from every earlier request's (each prefill stores all of its blocks)."""
+        base = self.bodies[k % len(self.bodies)]
+        at = base.index(b"[") + 1
+        return base[:at] + str(1_000_000 + k).encode() + b"," + base[at:]
+
+    def run(self) -> None:
+        asyncio.run(self._run())
+
+    async def _run(self) -> None:
+        import aiohttp
+        import grpc
+        from _grpc_extproc import _OPTIONS, _one
+        from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
+
+        async with grpc.aio.insecure_channel(self.address, options=_OPTIONS) as channel, \
+                aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as http:  # fmt: skip
+            stub = pb_grpc.ExternalProcessorStub(channel)
+            tasks: set[asyncio.Task[None]] = set()
+
+            async def one(k: int) -> None:
+                body = self.body(k)
+                try:
+                    calls: list[Any] = [_one(stub, body, "/v1/completions")]
+                    if self.engine_urls:
+                        url = self.engine_urls[k % len(self.engine_urls)] + "/v1/completions"
+                        calls.append(http.post(url, data=body, headers={"content-type": "application/json"}))
+                    results = await asyncio.gather(*calls)
+                    for response in results[1:]:
+                        assert response.status == 200, response.status
+                        await response.read()
+                        response.release()
+                except Exception:
+                    self.failed += 1
+
+            started, sent = time.perf_counter(), 0
+            while not self.stop.is_set():
+                task = asyncio.create_task(one(next(self.count)))
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+                sent += 1
+                self.sent = sent
+                await asyncio.sleep(max(0.0, started + sent / self.rate - time.perf_counter()))
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def blocks_stored(admin_url: str | None) -> float:
+    """The blocks the service has admitted from BlockStored events (``llm_d_epp_kv_cache_index_admissions``)."""
+    if admin_url is None:
+        return 0.0
+    import httpx
+
+    text = httpx.get(admin_url + "/metrics", timeout=10).text
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("llm_d_epp_kv_cache_index_admissions"))  # fmt: skip
+
+
+def load_bodies(count: int, n_tokens: int = 100_000) -> list[bytes]:
+    """100K-token completion bodies for ``AgenticLoad`` to vary."""
+    rng = np.random.default_rng(7)
+    return [orjson.dumps({"model": "mock-model", "prompt": rng.integers(0, 150_000, n_tokens).tolist(),
+                          "max_tokens": 1}) for _ in range(count)]  # fmt: skip
+
+
 def grpc_rows(args: argparse.Namespace) -> None:
     """The shipped configuration over gRPC next to the trivial ext_proc (module docstring)."""
     import contextlib
@@ -307,6 +393,8 @@ def grpc_rows(args: argparse.Namespace) -> None:
 
     with contextlib.ExitStack() as stack:
         addresses: dict[str, str] = {}
+        engines: dict[str, list[str]] = {}
+        admin: dict[str, str | None] = {"trivial ext_proc": None}
         variants: list[tuple[str, str | None]] = [("ppc-extproc", None)]
         if args.baseline_src:
             variants.append(("before", args.baseline_src))
@@ -319,27 +407,59 @@ def grpc_rows(args: argparse.Namespace) -> None:
                 startup_timeout=180,
             ))  # fmt: skip
             addresses[name] = f"127.0.0.1:{cluster.grpc_ports[0]}"
+            engines[name] = cluster.engine_urls
+            admin[name] = cluster.service_admin_urls[0]
         port = free_port()
         trivial = subprocess.Popen([sys.executable, str(Path(__file__).parent / "_grpc_extproc.py"), "trivial", str(port)],
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
         stack.callback(lambda: (trivial.terminate(), trivial.wait(10)))
         addresses["trivial ext_proc"] = f"127.0.0.1:{port}"
+        engines["trivial ext_proc"] = []
         rng = random.Random(1)
         names = list(addresses)
+        background = load_bodies(4) if args.load_rate > 0 else []
+        loads = ["idle"] + ([f"load {args.load_rate:g} req/s"] if background else [])
         print("ms from sending the body message to its reply, client side; sequential requests")
-        print(f"{'tokens':>7}  {'body KB':>7}  " + "  ".join(f"{n + ' p50':>22} {'p99':>7}" for n in names)
+        if background:
+            print(f"load: {args.load_rate:g} req/s of fresh 100K-token prompts, each to one of the 16 engines (their "
+                  "KV events reach that service) and as a routing request to the ext_proc measured; timed "
+                  f"requests one per {args.load_interval_ms:g} ms")  # fmt: skip
+        print(f"{'tokens':>7}  {'body KB':>7}  {'':>8}  " + "  ".join(f"{n + ' p50':>22} {'p99':>7}" for n in names)
               + f"  {'ours − trivial p50':>18}")  # fmt: skip
         for n_tokens in args.grpc_sizes:
             prompts = [[rng.randrange(150_000) for _ in range(n_tokens)] for _ in range(4)]
             bodies = [orjson.dumps({"model": "mock-model", "prompt": p, "max_tokens": 16}) for p in prompts]
             requests = args.requests if n_tokens < 100_000 else max(40, args.requests // 2)
-            results: dict[str, list[float]] = {}
-            for _ in range(2):  # interleaved rounds: the shared machine's load drifts
-                for name, address in addresses.items():
-                    results.setdefault(name, []).extend(measure_grpc(address, bodies, requests // 2))
-            cells = [f"{statistics.median(results[n]) * 1e3:22.3f} {percentile(results[n], 99) * 1e3:7.3f}" for n in names]
-            extra = statistics.median(results["ppc-extproc"]) - statistics.median(results["trivial ext_proc"])
-            print(f"{n_tokens:>7}  {len(bodies[0]) / 1024:>7.0f}  " + "  ".join(cells) + f"  {extra * 1e3:+18.3f}")
+            for load in loads:
+                results: dict[str, list[float]] = {}
+                ingested: dict[str, float] = {}
+                for _ in range(2):  # interleaved rounds: the shared machine's load drifts
+                    for name, address in addresses.items():
+                        traffic, interval = None, 0.0
+                        if load != "idle":  # spread over seconds, so the timed requests meet the load
+                            traffic = AgenticLoad(address, engines[name], args.load_rate, background)
+                            before, since = blocks_stored(admin[name]), time.perf_counter()
+                            traffic.start()
+                            time.sleep(2.0)  # the load reaches its steady state first
+                            interval = args.load_interval_ms / 1e3
+                        try:
+                            results.setdefault(name, []).extend(measure_grpc(address, bodies, requests // 2,
+                                                                             interval=interval))
+                        finally:
+                            if traffic is not None:
+                                traffic.stop.set()
+                                traffic.join(60)
+                                assert traffic.failed == 0, f"{name}: {traffic.failed} background requests failed"
+                                rate = (blocks_stored(admin[name]) - before) / (time.perf_counter() - since)
+                                ingested[name] = max(ingested.get(name, 0.0), rate)
+                cells = [f"{statistics.median(results[n]) * 1e3:22.3f} {percentile(results[n], 99) * 1e3:7.3f}"
+                         for n in names]  # fmt: skip
+                extra = statistics.median(results["ppc-extproc"]) - statistics.median(results["trivial ext_proc"])
+                print(f"{n_tokens:>7}  {len(bodies[0]) / 1024:>7.0f}  {load.split(' ')[0]:>8}  " + "  ".join(cells)
+                      + f"  {extra * 1e3:+18.3f}", flush=True)  # fmt: skip
+                if ingested:
+                    print(f"{'':>27}blocks stored/s ingested: "
+                          + ", ".join(f"{n} {v:,.0f}" for n, v in ingested.items() if admin[n]))  # fmt: skip
 
 
 def main() -> None:
@@ -348,6 +468,10 @@ def main() -> None:
     parser.add_argument("--baseline-src", help="grpc part: also serve this checkout's src (e.g. before a change)")
     parser.add_argument("--grpc-sizes", type=lambda t: [int(x) for x in t.split(",")],
                         default=[1_000, 8_000, 32_000, 100_000, 200_000])  # fmt: skip
+    parser.add_argument("--load-rate", type=float, default=0.0,
+                        help="grpc part: also measure under agentic load, this many 100K-token requests/s (e.g. 3)")
+    parser.add_argument("--load-interval-ms", type=float, default=40.0,
+                        help="grpc part under load: one timed request started per this many ms")
     parser.add_argument("--block-size", type=int, default=64)
     parser.add_argument("--requests", type=int, default=200)
     parser.add_argument("--skip-tokens", action="store_true", help="only the chat rows")

@@ -23,6 +23,7 @@ from ppc_extproc.tokens.le32 import tokens_to_le32
 VECTORS = [v for v in load_vectors("llmd_hash_vectors.json")["hash_vectors"] if not v.get("extraPerBlock")]
 CHAINS = {"xxh64": (native.xxh64_chain, native.py_xxh64_chain), "cbor-fnv": (native.cbor_fnv_chain, native.py_cbor_fnv_chain)}
 ARRAYS = [native.json_uint32_array, native.py_json_uint32_array]
+ARRAY_IDS = ["native", "python"]
 
 
 
@@ -135,7 +136,7 @@ def test_uint32_arrays_parse_to_le32(values: list[int], spaces: str) -> None:
     b"[1.0]", b"[1e3]", b"[-1]", b"[01]", b"[4294967296]", b"[99999999999999999999]", b"[1,]", b"[,1]",
     b"[1 2]", b"[[1]]", b'["1"]', b"[true]", b"[1", b"[", b"x[1]", b"[1,,2]", b"[null]", b"[1\x0b]",
 ])  # fmt: skip
-@pytest.mark.parametrize("parse", ARRAYS, ids=["native", "python"])
+@pytest.mark.parametrize("parse", ARRAYS, ids=ARRAY_IDS)
 def test_anything_but_plain_uint32_arrays_is_refused(text: bytes, parse) -> None:  # type: ignore[no-untyped-def]
     assert parse(text, 0) is None
 
@@ -145,7 +146,7 @@ def test_anything_but_plain_uint32_arrays_is_refused(text: bytes, parse) -> None
     b"[1,,2]", b"[1\x0b]", b"[12,007,3]", b"[1234567,12345678.5]", b"[123456789012]", b"[5,1/2]", b"[5,1:2]",
     b"[5,\xfa1]", b"[5\xff,1]", b"[99,0000000001]", b"[4294967295,4294967296]",
 ])  # fmt: skip
-@pytest.mark.parametrize("parse", ARRAYS, ids=["native", "python"])
+@pytest.mark.parametrize("parse", ARRAYS, ids=ARRAY_IDS)
 def test_refusals_hold_where_eight_bytes_are_read_at_once(text: bytes, parse) -> None:  # type: ignore[no-untyped-def]
     # Padding after the array: the extension reads digits 8 bytes at a time when 8 bytes remain.
     assert parse(text + b' , "pad": "                "}', 0) is None
@@ -158,18 +159,55 @@ def test_refusals_hold_where_eight_bytes_are_read_at_once(text: bytes, parse) ->
        pad=st.sampled_from([b"", b"}", b' , "x": "0123456789abcdef"}']))
 def test_the_extension_refuses_and_accepts_exactly_what_the_fallback_does(inner: list[bytes], pad: bytes) -> None:
     text = b"[" + b"".join(inner) + b"]" + pad
-    assert native.json_uint32_array(text, 0) == native.py_json_uint32_array(text, 0)
+    expected = native.py_json_uint32_array(text, 0)
+    assert native.json_uint32_array(text, 0) == expected
+
+
+# Pieces that put numbers, separators and refusals at every offset of the 8-byte reads.
+_PIECES = [b"0", b"3", b"12", b"999999", b"12345678", b"123456789", b"4294967295", b"4294967296",
+           b"99999999999", b"00", b"01", b",", b", ", b" ,", b"\n", b"\t", b"\r", b"   ", b" " * 17, b" " * 64,
+           b".", b"e", b"-", b"a", b"[", b"\x00", b"\xb0"]
+
+
+@settings(max_examples=600, deadline=None)
+@given(lead=st.integers(0, 70), inner=st.lists(st.sampled_from(_PIECES), max_size=60),
+       offset=st.integers(0, 3), pad=st.sampled_from([b"", b"}", b' , "x": "0123456789abcdef"}']))
+def test_both_scans_agree_at_every_offset(lead: int, inner: list[bytes], offset: int, pad: bytes) -> None:
+    # A valid run of `lead` numbers first pushes what follows to every offset of the buffer.
+    text = b"x" * offset + b"[" + b",".join([b"7"] * lead) + (b"," if lead and inner else b"") + b"".join(inner) + b"]" + pad
+    expected = native.py_json_uint32_array(text, offset)
+    assert native.json_uint32_array(text, offset) == expected
+
+
+@settings(max_examples=200, deadline=None)
+@given(values=st.lists(st.integers(0, 2**32 - 1), min_size=1, max_size=400),
+       seps=st.lists(st.sampled_from([",", ", ", " ,", ",\n", " , ", ",  \t", "\r\n,"]), min_size=1, max_size=8),
+       cut=st.integers(0, 64))
+def test_valid_arrays_with_mixed_separators_parse_everywhere(values: list[int], seps: list[str], cut: int) -> None:
+    body = "[" + "".join(str(v) + (seps[i % len(seps)] if i + 1 < len(values) else "") for i, v in enumerate(values)) + "]"
+    text = (" " * cut + body).encode()
+    for parse in ARRAYS:  # the array ends at the buffer's last byte: no readable bytes after ']'
+        assert parse(text, cut) == (tokens_to_le32(values), len(text) - 1)
+
+
+@pytest.mark.parametrize("parse", ARRAYS, ids=ARRAY_IDS)
+@pytest.mark.parametrize("at", [0, 1, 15, 16, 31, 32, 62, 63, 64, 65, 127, 128])
+def test_a_refusal_at_every_offset(parse, at: int) -> None:  # type: ignore[no-untyped-def]
+    for bad in (b"1.5", b"01", b"1 2", b",,", b"4294967296", b"-1", b"1e2", b"x"):
+        filler = b"1," * (at // 2) + (b" " if at % 2 else b"")
+        assert parse(b"[" + filler + bad + b"]", 0) is None, (at, bad)
+        assert parse(b"[" + filler + b"5]", 0) == (tokens_to_le32([1] * (at // 2) + [5]), len(filler) + 2)
 
 
 @pytest.mark.parametrize("digits", range(1, 11))
-@pytest.mark.parametrize("parse", ARRAYS, ids=["native", "python"])
+@pytest.mark.parametrize("parse", ARRAYS, ids=ARRAY_IDS)
 def test_every_digit_count_parses(digits: int, parse) -> None:  # type: ignore[no-untyped-def]
     values = [int("9" * digits) if digits < 10 else 2**32 - 1, int("1" + "0" * (digits - 1)), 5]
     text = b"[" + b",".join(str(v).encode() for v in values) + b'], "model": "m"}'
     assert parse(text, 0) == (tokens_to_le32(values), text.index(b"]"))
 
 
-@pytest.mark.parametrize("parse", ARRAYS, ids=["native", "python"])
+@pytest.mark.parametrize("parse", ARRAYS, ids=ARRAY_IDS)
 def test_edges_of_the_uint32_range_and_empty_arrays(parse) -> None:  # type: ignore[no-untyped-def]
     assert parse(b"[ ]", 0) == (b"", 2)
     assert parse(b"[0, 4294967295]", 0) == (tokens_to_le32([0, 2**32 - 1]), 14)

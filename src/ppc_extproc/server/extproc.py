@@ -42,7 +42,8 @@ class ExternalProcessor(external_processor_pb2_grpc.ExternalProcessorServicer): 
         request_iterator: AsyncIterator[ProcessingRequest],
         context: grpc.aio.ServicerContext[ProcessingRequest, ProcessingResponse],
     ) -> AsyncIterator[ProcessingResponse]:
-        stream = ExtProcStream(self.router, self.options, self.metrics, self.recent_decisions.append, self.sampler)
+        stream = ExtProcStream(self.router, self.options, self.metrics, self.recent_decisions.append, self.sampler,
+                               defer_records=True)
         self.active += 1
         cancelled = True
         try:
@@ -50,6 +51,7 @@ class ExternalProcessor(external_processor_pb2_grpc.ExternalProcessorServicer): 
                 replies, close = await stream.handle(message)
                 for reply in replies:
                     yield reply
+                stream.run_deferred()  # the reply is on its way: record the decision now
                 if close:
                     break
             cancelled = False

@@ -88,6 +88,8 @@ class ExtProcStream:
         metrics: Metrics,
         recorder: Callable[[dict[str, Any]], None] | None = None,
         sampler: UsageSampler | None = None,
+        *,
+        defer_records: bool = False,
     ) -> None:
         self.router = router
         self.options = options
@@ -131,6 +133,9 @@ class ExtProcStream:
         self._ticket: Ticket | None = None
         self._response_bytes = 0
         self._sized = False
+        #: Records are left to ``run_deferred`` (the servicer calls it once the reply is sent).
+        self._defer_records = defer_records
+        self._deferred: Callable[[], None] | None = None
 
     # --- entry points ----------------------------------------------------------------------------
 
@@ -163,8 +168,19 @@ class ExtProcStream:
         self.metrics.anomalies.labels("empty_message").inc()
         return [], False
 
+    def run_deferred(self) -> None:
+        """Record what the last replies decided (metrics, recent decisions): work that does not
+        change a reply, done after it was sent when ``defer_records``."""
+        deferred, self._deferred = self._deferred, None
+        if deferred is not None:
+            try:
+                deferred()
+            except Exception:
+                log.exception("record_decision_failed", request_id=self.request_id)
+
     def close(self, *, cancelled: bool = False) -> None:
         """The stream ended (normally, by client disconnect or by an Envoy reset): release state."""
+        self.run_deferred()
         if cancelled and not self._completed and self.decision is not None:
             self.metrics.anomalies.labels("cancelled").inc()
         self._complete(cancelled=cancelled)
@@ -305,8 +321,16 @@ class ExtProcStream:
                 extra.append(("Content-Length", str(len(new_body))))
             replies = [messages.buffered_route_response(self.decision.destination, extra, new_body,
                                                         self.decision.result.remove_headers)]
-        record_decision(self.metrics, self.recorder, self.request_id, self.decision, self._series,
-                        len(self.body), started, parse_done)
+        decision, series, decided = self.decision, self._series, time.perf_counter()
+
+        def record() -> None:
+            record_decision(self.metrics, self.recorder, self.request_id, decision, series, len(self.body),
+                            started, parse_done, decided)
+
+        if self._defer_records:
+            self._deferred = record
+        else:
+            record()
         return replies
 
     def _fail(self, error: RequestError) -> list[ProcessingResponse]:

@@ -27,9 +27,11 @@ def record_decision(
     body_bytes: int,
     started: float,
     parse_done: float,
+    decided: float | None = None,
 ) -> None:
-    """A decision made at ``parse_done`` for a body whose assembly started at ``started``."""
-    elapsed = time.perf_counter() - started
+    """A decision for a body whose assembly started at ``started``, parsed at ``parse_done`` and
+    decided at ``decided`` (now when None: a caller recording after the reply passes it)."""
+    elapsed = (time.perf_counter() if decided is None else decided) - started
     timings = decision.timings
     stages = {
         "parse": parse_done - started,
