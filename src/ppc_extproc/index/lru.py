@@ -123,7 +123,7 @@ class TwoGenerationLRU(Generic[K, V]):
             start, n = 0, min(len(keys), len(values))
             while start < n:
                 old = self._old if self._old else None
-                start, _ = self._young.swap_many(keys, values, start, old, self._generation_size, salt, previous)  # type: ignore[attr-defined]
+                start, _ = self._young.swap_many(keys, values, start, old, self._generation_size, salt, previous)
                 if len(self._young) >= self._generation_size:
                     self._maybe_rotate()
             if self._retired:
