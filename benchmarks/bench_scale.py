@@ -167,10 +167,47 @@ class Measured:
 
 def idle_cores(pid: int, seconds: float) -> float:
     """Cores ``pid`` uses doing nothing (housekeeping, KV-event sockets): subtracted to give a
-    request's marginal cost."""
-    before, started = cpu_seconds(pid), time.perf_counter()
+    request's marginal cost. Summed over the threads' ``schedstat`` (ns): ``/proc/<pid>/stat``
+    counts 10 ms ticks, one tick in a 3 s window is 3.3 ms/s (17 ms per paced request)."""
+    before, started = sum(ns for ns, _ in thread_cpu_ns(pid).values()), time.perf_counter()
     time.sleep(seconds)
-    return (cpu_seconds(pid) - before) / (time.perf_counter() - started)
+    used = sum(ns for ns, _ in thread_cpu_ns(pid).values()) - before  # a thread gone since: not counted
+    return max(0.0, used / 1e9) / (time.perf_counter() - started)
+
+
+def thread_cpu_ns(pid: int) -> dict[tuple[int, str], tuple[int, int]]:
+    """Per-thread CPU time of ``pid`` (``/proc/<pid>/task/*/schedstat``: ns on CPU, time slices
+    run, i.e. wake-ups), keyed by (tid, comm)."""
+    out: dict[tuple[int, str], tuple[int, int]] = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            fields = (task / "schedstat").read_text().split()
+            comm = (task / "comm").read_text().strip()
+        except (OSError, ValueError, IndexError):
+            continue
+        out[(int(task.name), comm)] = (int(fields[0]), int(fields[2]))
+    return out
+
+
+def print_thread_cpu(pid: int, before: Mapping[tuple[int, str], tuple[int, int]], requests: int, wall_s: float,
+                     idle_before: Mapping[tuple[int, str], tuple[int, int]], idle_s: float) -> None:  # fmt: skip
+    """Service threads' CPU ms and wake-ups per request over the measured run, and ms/s over the
+    idle window before it; the main thread is the one whose tid is the pid."""
+    after = thread_cpu_ns(pid)
+    rows = []
+    for key, (ns, slices) in after.items():
+        ns0, slices0 = before.get(key, (0, 0))
+        used = (ns - ns0) / 1e6 / max(1, requests)
+        wakes = (slices - slices0) / max(1, requests)
+        idle_ns = ns0 - idle_before.get(key, (0, 0))[0]
+        rows.append((used, key, wakes, idle_ns / 1e6 / idle_s if idle_s > 0 else float("nan")))
+    rows.sort(reverse=True)
+    print(f"\nservice threads over {requests} requests ({wall_s:.1f} s): ms/req, wake-ups/req, ms/s idle before")
+    for used, (tid, comm), wakes, idle_ms in rows:
+        if used >= 0.05 or idle_ms >= 0.05:
+            label = "main" if tid == pid else comm
+            print(f"    {label:<18} tid {tid:<8} {used:8.2f} ms/req {wakes:8.0f} wake-ups/req   idle {idle_ms:6.2f} ms/s")
+    print()
 
 
 def measure(url: str, bodies: Sequence[bytes], concurrency: int, pids: Mapping[str, int],
@@ -307,6 +344,32 @@ def envoy_without_ext_proc(rendered: Path, engines: Sequence[str], out: Path) ->
     return out
 
 
+def start_py_spy(args: argparse.Namespace, pid: int, work: Path, workload: str) -> Any:
+    """``py-spy record`` on the service during one measured run (``--py-spy DIR``), or None."""
+    if not args.py_spy:
+        return None
+    import subprocess
+
+    out = Path(args.py_spy) / f"{workload.replace(' ', '_').replace('/', '-')}-{args.pace_ms:g}ms.txt"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    argv = ["py-spy", "record", "--threads", "--nonblocking", "-f", "raw", "-o", str(out),
+            "-p", str(pid), *args.py_spy_flags.split()]  # fmt: skip
+    return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def stop_py_spy(proc: Any) -> None:
+    if proc is None:
+        return
+    import signal
+
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(timeout=30)
+    except Exception:
+        proc.kill()
+        proc.wait()
+
+
 def _fmt(value: float, digits: int = 2) -> str:
     return "-" if value != value else f"{value:,.{digits}f}"
 
@@ -331,14 +394,20 @@ def part_streamed(args: argparse.Namespace, work: Path) -> None:
             url = cluster.listener_url + "/v1/completions"
             for w in workloads:
                 measure(url, w.bodies(99, count=w.sessions), w.concurrency, pids)  # warm: sessions cached
-                idle = idle_cores(pids["service"], 3.0)
+                idle_threads = thread_cpu_ns(pids["service"]) if args.threads else {}
+                idle = idle_cores(pids["service"], args.idle_window_s)
+                threads = thread_cpu_ns(pids["service"]) if args.threads else {}
+                spy = start_py_spy(args, pids["service"], work, w.name)
                 m = measure(url, w.bodies(1), w.concurrency, pids, cluster.service_admin_urls)
+                stop_py_spy(spy)
                 svc, env = m.ms_per_request("service"), m.ms_per_request("envoy")
                 marginal = svc - idle * m.wall_s / m.requests * 1e3
                 print(f"| ppc-extproc | {variant} | {w.name} | {m.requests} | {_fmt(svc)} ({_fmt(marginal)}) | {_fmt(env)} | "
                       f"{_fmt(svc + env)} | {_fmt(m.decision_p50 * 1e3, 3)} / {_fmt(m.decision_p99 * 1e3, 3)} | "
                       f"{m.rss['service'] / 2**20:.0f} / {m.rss['envoy'] / 2**20:.0f} | "
                       f"{m.requests / m.wall_s:.1f} | {m.errors} |", flush=True)
+                if args.threads:
+                    print_thread_cpu(pids["service"], threads, m.requests, m.wall_s, idle_threads, args.idle_window_s)
             if variant != args.variants[0] or cluster.envoy_config_path is None:
                 continue
             # Envoy's own cost for the same traffic: the same file without ext_proc, round robin.
@@ -569,6 +638,12 @@ def main() -> None:
                         help="streamed part: only agentic 100K/1K and chat 8K/64 (what --pace-ms 20 runs)")
     parser.add_argument("--pace-ms", type=float, default=2.0,
                         help="ms between a stream's SSE events (the engines' decode step); 20 = paced")  # fmt: skip
+    parser.add_argument("--threads", action="store_true",
+                        help="streamed part: the service's per-thread CPU (schedstat) per measured workload")
+    parser.add_argument("--idle-window-s", type=float, default=3.0,
+                        help="streamed part: seconds of idle CPU measured before each workload (minus idle)")
+    parser.add_argument("--py-spy", default="", help="streamed part: py-spy record the service into this dir")
+    parser.add_argument("--py-spy-flags", default="--gil -r 100", help="py-spy flags: rate, --gil or --idle")
     args = parser.parse_args()
     global BLOCK, NUM_BLOCKS
     BLOCK, NUM_BLOCKS = args.block_size, 8192 * 64 // args.block_size

@@ -387,6 +387,87 @@ fail:
     return NULL;
 }
 
+/* swap_many(keys, values, start, old, limit, salt, previous) -> (stop, found): from keys[start],
+ * key k = (keys[i] mod 2^64) ^ salt is set to values[i]; its previous value (this table's, else
+ * popped from old, else None) is appended to previous. Stops after the write that brings the table
+ * to limit keys (the caller rotates its generations there and goes on from stop). found: how many
+ * appended values are not None. The LRU's set_many in one call per rotation. */
+static PyObject *m_swap_many(U64Map *m, PyObject *const *args, Py_ssize_t nargs) {
+    if (!_PyArg_CheckPositional("swap_many", nargs, 7, 7) || ready(m) < 0) return NULL;
+    PyObject *keys_arg = args[0], *values_arg = args[1], *old_arg = args[3], *previous = args[6];
+    Py_ssize_t start = PyLong_AsSsize_t(args[2]);
+    Py_ssize_t limit = PyLong_AsSsize_t(args[4]);
+    uint64_t salt = PyLong_AsUnsignedLongLongMask(args[5]);
+    if (PyErr_Occurred()) return NULL;
+    if (!PyList_CheckExact(previous) || (old_arg != Py_None && !U64Map_Check(old_arg))) {
+        PyErr_SetString(PyExc_TypeError, "swap_many takes a U64Map (or None) as old and a list as previous");
+        return NULL;
+    }
+    U64Map *old = old_arg == Py_None ? NULL : (U64Map *)old_arg;
+    if (old != NULL && ready(old) < 0) return NULL;
+    PyObject *keys = PySequence_Fast(keys_arg, "swap_many takes a sequence of keys");
+    if (keys == NULL) return NULL;
+    PyObject *values = PySequence_Fast(values_arg, "swap_many takes a sequence of values");
+    if (values == NULL) {
+        Py_DECREF(keys);
+        return NULL;
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(keys);
+    if (PySequence_Fast_GET_SIZE(values) < n) n = PySequence_Fast_GET_SIZE(values); /* zip() */
+    Py_ssize_t i = start < 0 ? 0 : start, found = 0;
+    for (; i < n; i++) {
+        PyObject *key_obj = PySequence_Fast_GET_ITEM(keys, i);
+        uint64_t key;
+        if (!u64_key_fast(key_obj, &key)) {
+            if (!PyLong_Check(key_obj)) {
+                PyErr_Format(PyExc_TypeError, "swap_many keys are ints, not %.100s", Py_TYPE(key_obj)->tp_name);
+                goto fail;
+            }
+            key = PyLong_AsUnsignedLongLongMask(key_obj);
+            if (key == (uint64_t)-1 && PyErr_Occurred()) goto fail;
+        }
+        key ^= salt;
+        PyObject *before = u64map_find(m, key)->value; /* borrowed */
+        if (before != NULL) {
+            Py_INCREF(before);
+        } else if (old != NULL && old->used) {
+            U64Slot *s = u64map_find(old, key);
+            if (s->value != NULL) before = u64map_take(old, s); /* the reference old held */
+        }
+        if (before != NULL) found++;
+        int failed = PyList_Append(previous, before != NULL ? before : Py_None);
+        Py_XDECREF(before);
+        if (failed < 0 || u64map_set(m, key, PySequence_Fast_GET_ITEM(values, i)) < 0) goto fail;
+        if (m->used >= limit) {
+            i++;
+            break;
+        }
+    }
+    Py_DECREF(keys);
+    Py_DECREF(values);
+    return Py_BuildValue("(nn)", i, found);
+fail:
+    Py_DECREF(keys);
+    Py_DECREF(values);
+    return NULL;
+}
+
+/* drop_some(n) -> int: removes up to n keys (whichever popitem would return first), the number
+ * removed. The LRU's incremental release of an evicted generation without a tuple per key. */
+static PyObject *m_drop_some(U64Map *m, PyObject *arg) {
+    Py_ssize_t n = PyLong_AsSsize_t(arg);
+    if (n == -1 && PyErr_Occurred()) return NULL;
+    Py_ssize_t dropped = 0;
+    while (dropped < n && m->used > 0) {
+        size_t i = m->cursor & m->mask;
+        while (m->slots[i].value == NULL) i = (i + 1) & m->mask;
+        m->cursor = i;
+        Py_DECREF(u64map_take(m, &m->slots[i]));
+        dropped++;
+    }
+    return PyLong_FromSsize_t(dropped);
+}
+
 static PyObject *m_copy(U64Map *m, PyObject *unused) {
     (void)unused;
     U64Map *copy = (U64Map *)U64Map_Type.tp_alloc(&U64Map_Type, 0);
@@ -439,6 +520,9 @@ static PyMethodDef u64map_methods[] = {
     {"update", (PyCFunction)m_update, METH_O, "Set the keys of a mapping or of (key, value) pairs."},
     {"fill", (PyCFunction)(void (*)(void))m_fill, METH_FASTCALL, "fill(keys, value): every key set to value."},
     {"get_many", (PyCFunction)m_get_many, METH_O, "The value of each key, or None."},
+    {"swap_many", (PyCFunction)(void (*)(void))m_swap_many, METH_FASTCALL,
+     "swap_many(keys, values, start, old, limit, salt, previous) -> (stop, found)"},
+    {"drop_some", (PyCFunction)m_drop_some, METH_O, "drop_some(n): remove up to n keys; how many."},
     {"copy", (PyCFunction)m_copy, METH_NOARGS, "A shallow copy."},
     {"keys", (PyCFunction)m_keys, METH_NOARGS, "The keys, as a list."},
     {"values", (PyCFunction)m_values, METH_NOARGS, "The values, as a list."},

@@ -98,7 +98,7 @@ def _or(bits: int) -> Callable[[int | None], int]:
 LRU_KEYS = st.lists(st.one_of(st.integers(0, 150), st.integers(2**63, 2**63 + 5)), min_size=1, max_size=70, unique=True)
 LRU_OPS = st.lists(
     st.tuples(
-        st.sampled_from(["set", "set_many", "or", "get", "get_prefix", "and_not", "update_many", "pop", "replace", "peek"]),
+        st.sampled_from(["set", "set_many", "set_many_salted", "or", "get", "get_prefix", "and_not", "update_many", "pop", "replace", "peek"]),
         LRU_KEYS,
         st.integers(1, 7),
     ),
@@ -124,6 +124,9 @@ def test_the_lru_gives_the_same_results_on_tables_and_on_dicts(capacity: int, op
                 results.append([lru.set(k, bits) for k in keys])
             elif op == "set_many":
                 results.append(lru.set_many(keys, [bits] * len(keys)))
+            elif op == "set_many_salted":  # scoped engine keys: (key ^ salt) mod 2^64, negatives too
+                salted = [k - 75 for k in keys]
+                results.append(lru.set_many(salted, list(range(len(keys))), salt=(2**64 - 1) ^ bits))
             elif op == "or":
                 results.append(lru.or_bits(keys, _or(bits)))
             elif op == "get":
@@ -144,6 +147,56 @@ def test_the_lru_gives_the_same_results_on_tables_and_on_dicts(capacity: int, op
         assert _state(lrus[0]) == _state(lrus[1])
     copies = [[dict(t.items()) for t in lru.copy_items()] for lru in lrus]
     assert copies[0] == copies[1]
+
+
+SWAP_KEYS = st.lists(st.one_of(st.integers(-3, 40), st.integers(2**64 - 3, 2**64 + 3)), max_size=40)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.dictionaries(st.integers(0, 40), VALUES, max_size=20),
+    st.dictionaries(st.integers(0, 40), VALUES, max_size=20),
+    SWAP_KEYS,
+    st.integers(0, 45),
+    st.integers(0, 50),
+    st.sampled_from([0, 1, 2**64 - 1, 2**63 + 7]),
+    st.booleans(),
+)
+def test_swap_many_equals_a_loop_of_gets_pops_and_sets(
+    young_items: dict[int, int], old_items: dict[int, int], keys: list[int], start: int, limit: int, salt: int,
+    with_old: bool,
+) -> None:
+    """What the LRU's set_many did key by key: previous value (young's, else popped from old), the
+    write, a stop after the write that reaches ``limit``; keys taken mod 2^64 then XORed with salt."""
+    young, old = U64Map(young_items), U64Map(old_items)
+    model_young, model_old = dict(young_items), dict(old_items)
+    values = list(range(100, 100 + len(keys)))
+    previous: list[int | None] = []
+    stop, found = young.swap_many(keys, values, start, old if with_old else None, limit, salt, previous)
+    expected: list[int | None] = []
+    i = start
+    while i < len(keys):
+        key = (keys[i] % 2**64) ^ salt
+        before = model_young.get(key)
+        if before is None and with_old:
+            before = model_old.pop(key, None)
+        expected.append(before)
+        model_young[key] = values[i]
+        i += 1
+        if len(model_young) >= limit:
+            break
+    assert (stop, found) == (max(i, start), sum(v is not None for v in expected))
+    assert previous == expected
+    assert dict(young) == model_young and dict(old) == model_old
+
+
+@given(st.dictionaries(KEYS, VALUES, max_size=30), st.integers(0, 40))
+def test_drop_some_removes_what_popitem_would(items: dict[int, int], n: int) -> None:
+    table, twin = U64Map(items), U64Map(items)
+    assert table.drop_some(n) == min(n, len(items))
+    for _ in range(min(n, len(items))):
+        twin.popitem()
+    assert dict(table) == dict(twin)
 
 
 def test_the_lru_uses_the_table_when_the_extension_is_built() -> None:

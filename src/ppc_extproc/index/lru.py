@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Generic, Protocol, TypeVar
 
 from ppc_extproc import native
+from ppc_extproc.ids import MASK64
 from ppc_extproc.index.recency import restrict
 
 __all__ = ["TwoGenerationLRU"]
@@ -113,9 +114,23 @@ class TwoGenerationLRU(Generic[K, V]):
         if self._retired:
             self._release_some(1)
 
-    def set_many(self, keys: Sequence[K], values: Sequence[V]) -> list[V | None]:
-        """``set`` for several keys at once; returns each key's previous value (or None)."""
+    def set_many(self, keys: Sequence[K], values: Sequence[V], salt: int = 0) -> list[V | None]:
+        """``set`` for several keys at once; returns each key's previous value (or None).
+        ``salt`` (int keys only): each key is ``(key ^ salt) & MASK64``, the index's scoped engine
+        keys. On ``native.U64Map`` generations, one C call per generation rotation."""
         previous: list[V | None] = []
+        if hasattr(self._young, "swap_many"):
+            start, n = 0, min(len(keys), len(values))
+            while start < n:
+                old = self._old if self._old else None
+                start, _ = self._young.swap_many(keys, values, start, old, self._generation_size, salt, previous)
+                if len(self._young) >= self._generation_size:
+                    self._maybe_rotate()
+            if self._retired:
+                self._release_some(len(keys))
+            return previous
+        if salt:
+            keys = [(key ^ salt) & MASK64 for key in keys]  # type: ignore[operator,misc]
         append = previous.append
         for key, value in zip(keys, values):
             young = self._young
@@ -284,9 +299,14 @@ class TwoGenerationLRU(Generic[K, V]):
         return len(self._retired)
 
     def _release_some(self, written: int) -> None:
-        popitem = self._retired.popitem
-        for _ in range(min(len(self._retired), _RELEASE_PER_CALL + _RELEASE_PER_KEY * written)):
-            popitem()
+        budget = _RELEASE_PER_CALL + _RELEASE_PER_KEY * written
+        drop_some = getattr(self._retired, "drop_some", None)
+        if drop_some is not None:
+            drop_some(budget)  # the same items popitem would release, without a tuple each
+        else:
+            popitem = self._retired.popitem
+            for _ in range(min(len(self._retired), budget)):
+                popitem()
         if not self._retired:
             self._retired = self._table()  # an emptied table keeps its memory: let it go
 

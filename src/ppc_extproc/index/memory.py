@@ -141,8 +141,8 @@ class InMemoryIndex:
                     pairs = list(engine_to_request_mapping(engine_keys, request_keys))
                     mapped_engine_keys = [e for e, _ in pairs]
                     values = [r[0] if len(r) == 1 else r for _, r in pairs]
-                previous = self._engine.set_many([(e ^ salt) & MASK64 for e in mapped_engine_keys], values)
-                if any(before is not None for before in previous):
+                previous = self._engine.set_many(mapped_engine_keys, values, salt)
+                if previous.count(None) != len(previous):
                     peek = self._keys.peek
                     for engine_key, before in zip(mapped_engine_keys, previous):
                         if before is not None:

@@ -35,8 +35,9 @@ class TransportTuning:
     #: Longest poll wait. Timers (replay deadlines, reconnect retries) end a wait when they are
     #: due, so an idle thread wakes once per this interval (a safety net, not a resolution).
     poll_interval_seconds: float = 1.0
-    #: After a round in which fewer than ``coalesce_below`` sockets had input, pause this long
-    #: so the next round serves several messages per wake-up (adds at most this much latency).
+    #: After a round in which fewer than ``coalesce_below`` sockets had input, following a round
+    #: that had input too, pause this long so the next round serves several messages per
+    #: wake-up (adds at most this much latency; sparse messages are not paused for).
     coalesce_seconds: float = 0.0005
     coalesce_below: int = 4
     #: ZMQ reconnect interval of SUB sockets, doubling up to the maximum. llm-d waits up to 5 s;
