@@ -134,3 +134,32 @@ def test_a_hanging_store_costs_a_claim_timeout_then_nothing_and_claims_resume(va
             await b.stop()
 
     asyncio.run(run())
+
+
+def test_claims_survive_a_flushed_script_and_a_late_reply_is_never_the_next_claims_answer(
+    valkey_server: ValkeyServer,
+) -> None:
+    async def run(a: RedisSyncer, b: RedisSyncer) -> None:
+        await a.coordinate(*routed(list(range(30000, 30040)) + [1], ENDPOINTS[2]))
+        reader, writer = await asyncio.open_connection(valkey_server.host, valkey_server.port)
+        writer.write(b"*2\r\n$6\r\nSCRIPT\r\n$5\r\nFLUSH\r\n")
+        assert (await reader.readline()).startswith(b"+OK")
+        writer.close()
+        # NOSCRIPT on the connection the claims already use: answered by EVAL there
+        adopted = await b.coordinate(*routed(list(range(30000, 30040)) + [2], ENDPOINTS[0]))
+        assert adopted.targets == [ENDPOINTS[2]] and b.claims["adopted"] == 1
+        # a claim that times out leaves its reply on the wire: the next claim must not read it
+        b.claim_timeout = 0.02
+        valkey_server.pause()
+        try:
+            ctx, result = routed(list(range(31000, 31040)), ENDPOINTS[1])
+            assert (await b.coordinate(ctx, result)).targets == [ENDPOINTS[1]]
+            assert b.claims["timeout"] == 1
+        finally:
+            valkey_server.resume()
+        b.claim_timeout = 1.0
+        await a.coordinate(*routed(list(range(32000, 32040)) + [1], ENDPOINTS[2]))
+        again = await b.coordinate(*routed(list(range(32000, 32040)) + [2], ENDPOINTS[1]))
+        assert again.targets == [ENDPOINTS[2]]  # 32000's claim, not 31000's late answer (ENDPOINTS[1])
+
+    with_pair(valkey_server, run)

@@ -1,7 +1,7 @@
 """The Valkey/Redis side of ``redis-syncer``: prefix claims on the routing path, in-flight load by
 pub/sub in the background. redis-py (``redis.asyncio``) is imported only when a store is built.
 
-Claims (one ``EVALSHA`` per routing decision): the request's block keys at a few positions
+Claims (one ``EVALSHA`` per routing decision, on raw connections: ``cross_replica_claims``): the request's block keys at a few positions
 (``claim_positions``: 1, 2, 3, 4, 6, 8, 11, 16, … blocks, and the last), each a string key
 ``<prefix>:c:<key hex>`` naming the endpoint that some replica routed that prefix to, expiring after
 the claim TTL. The script, atomically: reads those keys; if an allowed endpoint other than the local
@@ -26,11 +26,11 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
 
 import structlog
 
 from ppc_extproc.ids import EndpointId, RequestKey
+from ppc_extproc.plugins.datalayer.cross_replica_claims import ClaimConnections
 from ppc_extproc.plugins.datalayer.cross_replica_pubsub import subscribe_messages
 
 __all__ = ["CLAIM_SCRIPT", "ClaimReply", "PeerLoad", "RedisStore", "claim_positions", "parse_address", "rendezvous"]
@@ -280,7 +280,9 @@ class RedisStore:
             socket_connect_timeout=timeout_seconds, max_connections=max_connections, health_check_interval=0,
             retry=Retry(NoBackoff(), 0),  # the caller retries, on its own schedule
         )  # fmt: skip
-        self._claim: Any = self.client.register_script(CLAIM_SCRIPT)
+        self._claims = ClaimConnections(host, port, password, db, CLAIM_SCRIPT, connect_timeout=timeout_seconds,
+                                        max_idle=max_connections)  # fmt: skip
+        self._claim_prefix = f"{prefix}:c:".encode()
         #: Set the hash of this replica's in-flight counts (``own_counts_key``) before use.
         self.counts_key = f"{prefix}:n:-"
         self.replicas_key = f"{prefix}:replicas"
@@ -302,17 +304,19 @@ class RedisStore:
         answer is counted in this replica's hash in the same step; ``cold``: no allowed endpoint
         holds a block, so an unclaimed prompt goes to the one of ``allowed`` (in preference order)
         with the fewest requests."""
-        reply = await self._claim(
-            keys=[*(self.claim_key(k) for k in keys), self.counts_key, self.replicas_key],
-            args=[ttl_ms, pick, known, len(allowed), *allowed, *depths, 1 if count else 0, counts_ttl_ms,
-                  1 if cold else 0],
-        )
+        prefix = self._claim_prefix
+        reply = await self._claims.evalsha(
+            [*(b"%s%016x" % (prefix, k) for k in keys), self.counts_key.encode(), self.replicas_key.encode()],
+            [b"%d" % ttl_ms, pick.encode(), b"%d" % known, b"%d" % len(allowed), *(ep.encode() for ep in allowed),
+             *(b"%d" % d for d in depths), b"1" if count else b"0", b"%d" % counts_ttl_ms, b"1" if cold else b"0"],
+        )  # fmt: skip
         totals = {EndpointId(_text(reply[i])): int(reply[i + 1]) for i in range(4, len(reply) - 1, 2)}
         return ClaimReply(_text(reply[0]), int(reply[1]), int(reply[2]) + int(reply[3]) / 1e6, totals)
 
     async def drop_idle_connections(self) -> None:
         """Close the pool's idle connections (reopened on next use): after the store was gone they
         are the old server's, and each would fail its next command once."""
+        self._claims.close_idle()
         await self.client.connection_pool.disconnect(inuse_connections=False)
 
     async def publish(self, payload: str, commands: Sequence[tuple[bytes, ...]] = ()) -> None:
@@ -338,6 +342,7 @@ class RedisStore:
         return isinstance(exc, (*self._redis_errors, TimeoutError))
 
     async def close(self) -> None:
+        self._claims.close_idle()
         try:
             await asyncio.wait_for(self.client.aclose(), self.timeout_seconds)
         except Exception:
