@@ -38,6 +38,7 @@ from ppc_extproc.framework import (
 from ppc_extproc.framework.params import Section
 from ppc_extproc.ids import EndpointId
 from ppc_extproc.plugins.registry import Services
+from ppc_extproc.scheduling.rendezvous import rendezvous, text_key
 from ppc_extproc.sessions import BindingTable, SessionBindings, StoreConfig
 
 __all__ = ["SessionAffinityConfig", "SessionAffinityCore", "SessionChoice", "SessionIdConfig", "SessionSource"]
@@ -256,6 +257,16 @@ class SessionAffinityCore:
             target = next((e for e in endpoints if e.id == choice.bound), None)
         choice.present = target is not None
         return target
+
+    def runner_up(self, ctx: SchedulingContext, bound: Endpoint, endpoints: Sequence[Endpoint]) -> EndpointId | None:
+        """With ``fewestBindings``, where the session goes if ``bound`` fails: the session id's
+        rendezvous-hash endpoint among the other candidates (the same on every replica, and
+        uniform over sessions, so a dead pod's sessions do not herd onto one survivor)."""
+        choice = ctx.get(self.choice_key)
+        if self.config.session_id.placement != "fewestBindings" or choice is None or not choice.session:
+            return None
+        others = [e.id for e in endpoints if e.id != bound.id]
+        return EndpointId(rendezvous(text_key(choice.session), others)) if others else None
 
     def placement_counts(self, ctx: SchedulingContext, endpoints: Sequence[Endpoint]) -> dict[EndpointId, int] | None:
         """Bindings per candidate, when a new (or moving) session should go where fewest are."""

@@ -14,10 +14,10 @@ import syncer_helpers
 from syncer_helpers import stopped, until
 
 from ppc_extproc.framework import Endpoint, SchedulingContext, SchedulingResult
-from ppc_extproc.plugins.datalayer.cross_replica_store import rendezvous
 from ppc_extproc.plugins.datalayer.redis_syncer import RedisSyncer
 from ppc_extproc.plugins.registry import Services
 from ppc_extproc.scheduling.inflight import InflightTracker
+from ppc_extproc.scheduling.rendezvous import rendezvous
 from ppc_extproc_lab.valkey import ValkeyServer
 
 pytestmark = pytest.mark.integration

@@ -15,10 +15,10 @@ from ppc_extproc.plugins.datalayer.cross_replica_store import (
     claim_positions,
     encode_load,
     parse_address,
-    rendezvous,
 )
 from ppc_extproc.plugins.datalayer.redis_syncer import RedisSyncer
 from ppc_extproc.scheduling.inflight import InflightTracker
+from ppc_extproc.scheduling.rendezvous import rendezvous
 from ppc_extproc_lab.localcluster.service_config import default_service_config, with_redis_syncer
 
 

@@ -154,6 +154,29 @@ def test_fewest_bindings_placement_spreads_new_sessions_evenly() -> None:
     assert served == {A: 10, B: 10, C: 10}
 
 
+def test_the_runner_up_is_spread_over_sessions_so_a_dead_pods_sessions_do_not_herd() -> None:
+    # Envoy's fallback (the second target) is where a session goes when its pod fails; with
+    # fewestBindings it is the session id's rendezvous choice among the others, on every request.
+    d = Endpoint("10.0.0.4", 8000, name="ns/pod-d-rank-0")
+    router = router_for(load(SESSION_SCORER.replace("- type: max-score-picker",
+                                                    "- type: max-score-picker\n  parameters: {maxNumOfEndpoints: 2}")
+                             % "fewestBindings"), [A, B, C, d])  # fmt: skip
+    bound_to_a: list[str] = []
+    for i in range(120):
+        decision = route(router, {"x-session-id": f"s{i}"}, f"r{i}")
+        finish(router, decision)
+        if decision.primary == A:
+            bound_to_a.append(f"s{i}")
+    assert len(bound_to_a) == 30
+    runners_up: dict[Endpoint, int] = {}
+    for session in bound_to_a:
+        first, again = (route(router, {"x-session-id": session}, f"{session}-{n}") for n in (1, 2))
+        assert first.primary == again.primary == A
+        assert first.targets[1] == again.targets[1]
+        runners_up[first.targets[1]] = runners_up.get(first.targets[1], 0) + 1
+    assert set(runners_up) == {B, C, d} and min(runners_up.values()) >= 4, runners_up
+
+
 def test_requests_without_a_session_id_are_not_bound() -> None:
     router = scorer_router([A, B])
     route(router, {})

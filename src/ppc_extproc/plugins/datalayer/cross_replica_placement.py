@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from ppc_extproc.framework import DataKey, Endpoint, SchedulingContext, SchedulingResult
 from ppc_extproc.ids import RequestKey
 from ppc_extproc.matchinfo import PrefixCacheMatchInfo
-from ppc_extproc.plugins.datalayer.cross_replica_store import rendezvous
+from ppc_extproc.scheduling.rendezvous import rendezvous
 
 __all__ = ["cold_home", "is_cold", "moved_to"]
 

@@ -20,12 +20,10 @@ died stops counting after that.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 
 import structlog
 
@@ -33,7 +31,7 @@ from ppc_extproc.ids import EndpointId, RequestKey
 from ppc_extproc.plugins.datalayer.cross_replica_claims import ClaimConnections
 from ppc_extproc.plugins.datalayer.cross_replica_pubsub import subscribe_messages
 
-__all__ = ["CLAIM_SCRIPT", "ClaimReply", "PeerLoad", "RedisStore", "claim_positions", "parse_address", "rendezvous"]
+__all__ = ["CLAIM_SCRIPT", "ClaimReply", "PeerLoad", "RedisStore", "claim_positions", "parse_address"]
 
 log = structlog.get_logger(__name__)
 
@@ -129,27 +127,6 @@ def claim_positions(blocks: int, limit: int = 24) -> list[int]:
     if blocks > 0:
         out.append(blocks)
     return out
-
-
-_MASK64 = (1 << 64) - 1
-
-
-@lru_cache(maxsize=4096)
-def _endpoint_seed(endpoint: str) -> int:
-    return int.from_bytes(hashlib.blake2b(endpoint.encode(), digest_size=8).digest(), "little")
-
-
-def _mix64(x: int) -> int:
-    """splitmix64's finaliser: every input bit moves every output bit."""
-    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
-    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
-    return x ^ (x >> 31)
-
-
-def rendezvous(key: int, endpoints: Sequence[str]) -> str:
-    """The endpoint of ``endpoints`` (non-empty) with the highest rendezvous weight for ``key``:
-    the same on every replica and process, and removing an endpoint moves only its own keys."""
-    return max(endpoints, key=lambda ep: (_mix64((key ^ _endpoint_seed(ep)) & _MASK64), ep))
 
 
 def parse_address(address: str) -> tuple[str, int, int | None]:

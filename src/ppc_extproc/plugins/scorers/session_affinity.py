@@ -18,7 +18,10 @@ Parameters  ``strategy`` [encoded_endpoint_header | session_id]; ``profileName``
             ``header`` or ``attribute`` (+ ``producer``), first non-empty wins],
             ``evictionTtlSeconds`` [300], ``evictionSweepSeconds`` [10] — llm-d's; and
             ppc-extproc's ``maxBindings`` [65536] (LRU bound), ``placement`` [none |
-            fewestBindings], ``sharedStore`` {``address`` redis://host:port, ``keyPrefix``
+            fewestBindings (and, while the bound endpoint is a candidate, its runner-up — Envoy's
+            fallback when it fails — scores 0.5: the session id's rendezvous-hash endpoint among
+            the others, so the sessions of a pod that dies spread evenly over the rest even when
+            every replica fails them over at once)], ``sharedStore`` {``address`` redis://host:port, ``keyPrefix``
             [ppc-extproc:sessions], ``timeoutMs`` [50], ``failureThreshold`` [3] failures in a row
             before the store is skipped for ``retrySeconds`` [1],
             ``maxPendingWrites`` [10000]}: bindings shared by replicas through Valkey/Redis
@@ -63,6 +66,8 @@ from ppc_extproc.plugins.registry import register
 __all__ = ["SessionAffinityScorer"]
 
 TYPE_NAME = "session-affinity-scorer"
+#: The bound endpoint's runner-up: above every other candidate, well below the bound one.
+RUNNER_UP_SCORE = 0.5
 
 
 @register(TYPE_NAME)
@@ -73,7 +78,11 @@ class SessionAffinityScorer(SessionAffinityPlugin, Scorer, AsyncDataProducer, Da
     def score(self, ctx: SchedulingContext, endpoints: Sequence[Endpoint]) -> dict[EndpointId, float]:
         target = self.core.choose(ctx, endpoints)
         if target is not None:
-            return {e.id: 1.0 if e.id == target.id else 0.0 for e in endpoints}
+            scores = {e.id: 1.0 if e.id == target.id else 0.0 for e in endpoints}
+            runner_up = self.core.runner_up(ctx, target, endpoints)
+            if runner_up is not None:
+                scores[runner_up] = RUNNER_UP_SCORE
+            return scores
         counts = self.core.placement_counts(ctx, endpoints)
         if not counts:
             return {e.id: 0.0 for e in endpoints}
