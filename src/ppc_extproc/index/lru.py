@@ -21,7 +21,7 @@ ints in [0, 2^64). Both give the same results (``tests/unit/test_lru.py``).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar, cast
 
 from ppc_extproc import native
 from ppc_extproc.ids import MASK64
@@ -54,6 +54,33 @@ class Table(Protocol[K, V]):
     def update(self, other: Iterable[tuple[K, V]], /) -> None: ...
 
 
+class NativeTable(Table[K, V], Protocol[K, V]):
+    """``native.U64Map``: a generation plus the bulk operations written in C for it."""
+
+    def get_many(self, keys: Sequence[K], /) -> list[V | None]: ...
+    def fill(self, keys: Sequence[K], value: V, /) -> None: ...
+    def swap_many(
+        self,
+        keys: Sequence[K],
+        values: Sequence[V],
+        start: int,
+        old: Table[K, V] | None,
+        limit: int,
+        salt: int,
+        previous: list[V | None],
+        /,
+    ) -> tuple[int, int]:
+        """Sets ``keys[start:]`` (each ``(key ^ salt) & MASK64``) to ``values``, appending each
+        key's previous value (this table's, else popped from ``old``, else None) to ``previous``,
+        and stops after the write that brings the table to ``limit`` keys; returns the index to
+        go on from and how many previous values were found."""
+        ...
+
+    def drop_some(self, n: int, /) -> int:
+        """Drops up to ``n`` items (those ``popitem`` would release); returns how many."""
+        ...
+
+
 def default_table() -> Callable[[], Table[Any, Any]]:
     """The generations' type: ``native.U64Map`` when the extension is built, else ``dict``."""
     return native.U64Map if native.U64Map is not None else dict
@@ -69,6 +96,8 @@ class TwoGenerationLRU(Generic[K, V]):
         self.capacity = capacity
         self._generation_size = capacity // 2
         self._table: Callable[[], Table[K, V]] = table or default_table()
+        #: Generations are ``native.U64Map`` (``NativeTable``): the bulk paths run in C.
+        self._native = native.U64Map is not None and self._table is native.U64Map
         self._young = self._table()
         self._old = self._table()
         #: The evicted generation, being released (empty: none).
@@ -119,11 +148,12 @@ class TwoGenerationLRU(Generic[K, V]):
         ``salt`` (int keys only): each key is ``(key ^ salt) & MASK64``, the index's scoped engine
         keys. On ``native.U64Map`` generations, one C call per generation rotation."""
         previous: list[V | None] = []
-        if hasattr(self._young, "swap_many"):
+        if self._native:
             start, n = 0, min(len(keys), len(values))
             while start < n:
                 old = self._old if self._old else None
-                start, _ = self._young.swap_many(keys, values, start, old, self._generation_size, salt, previous)
+                native_young = cast(NativeTable[K, V], self._young)
+                start, _ = native_young.swap_many(keys, values, start, old, self._generation_size, salt, previous)
                 if len(self._young) >= self._generation_size:
                     self._maybe_rotate()
             if self._retired:
@@ -183,7 +213,7 @@ class TwoGenerationLRU(Generic[K, V]):
         for lo, hi in self._slices(len(keys)):
             chunk = keys[lo:hi]
             young = self._young
-            current: list[V | None] = _get_many(young, chunk)
+            current: list[V | None] = self._get_many(young, chunk)
             self._promote_from_old(chunk, current)
             if any(value is not None for value in current):
                 # A prompt's keys hold few distinct masks: compute each new mask once, and touch
@@ -196,7 +226,7 @@ class TwoGenerationLRU(Generic[K, V]):
                 if changed:
                     native.remap(young, list(chunk), current, changed)
             else:  # every key is new: one C-level insert
-                _fill(young, chunk, merge(None))  # type: ignore[misc]  # V is the int mask here
+                self._fill(young, chunk, merge(None))  # type: ignore[arg-type]  # V is the int mask here
             self._after_write(hi - lo)
 
     def _slices(self, n: int) -> Iterator[tuple[int, int]]:
@@ -213,7 +243,7 @@ class TwoGenerationLRU(Generic[K, V]):
         old = self._old
         if not old:
             return
-        held = _get_many(old, keys)
+        held = self._get_many(old, keys)
         if any(value is not None for value in held):
             young = self._young
             for i, value in enumerate(held):
@@ -235,7 +265,7 @@ class TwoGenerationLRU(Generic[K, V]):
         for generation in (self._young, self._old):
             if not generation:
                 continue
-            current = _get_many(generation, keys)
+            current = self._get_many(generation, keys)
             changed: dict[V, V | None] = {}
             for value in set(current):
                 if value is not None and value & bits:  # type: ignore[operator]
@@ -300,9 +330,8 @@ class TwoGenerationLRU(Generic[K, V]):
 
     def _release_some(self, written: int) -> None:
         budget = _RELEASE_PER_CALL + _RELEASE_PER_KEY * written
-        drop_some = getattr(self._retired, "drop_some", None)
-        if drop_some is not None:
-            drop_some(budget)  # the same items popitem would release, without a tuple each
+        if self._native:  # the same items popitem would release, without a tuple each
+            cast(NativeTable[K, V], self._retired).drop_some(budget)
         else:
             popitem = self._retired.popitem
             for _ in range(min(len(self._retired), budget)):
@@ -310,19 +339,18 @@ class TwoGenerationLRU(Generic[K, V]):
         if not self._retired:
             self._retired = self._table()  # an emptied table keeps its memory: let it go
 
+    def _get_many(self, table: Table[K, V], keys: Sequence[K]) -> list[V | None]:
+        """The value of each key, or None (one C call on either table type)."""
+        if self._native:
+            return cast(NativeTable[K, V], table).get_many(keys)
+        return list(map(table.get, keys))
 
-def _get_many(table: Table[K, V], keys: Sequence[K]) -> list[V | None]:
-    """The value of each key, or None (one C call on either table type)."""
-    get_many = getattr(table, "get_many", None)
-    return get_many(keys) if get_many is not None else list(map(table.get, keys))
-
-
-def _fill(table: Table[K, V], keys: Sequence[K], value: V) -> None:
-    """Every key set to ``value``."""
-    if isinstance(table, dict):
-        table.update(dict.fromkeys(keys, value))
-    else:
-        table.fill(keys, value)  # type: ignore[attr-defined]
+    def _fill(self, table: Table[K, V], keys: Sequence[K], value: V) -> None:
+        """Every key set to ``value``."""
+        if self._native:
+            cast(NativeTable[K, V], table).fill(keys, value)
+        else:
+            cast(dict[K, V], table).update(dict.fromkeys(keys, value))
 
 
 def _merged(value: int | None, merge: Callable[[int | None], int]) -> int | None:

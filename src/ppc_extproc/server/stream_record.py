@@ -4,7 +4,6 @@ llm-d's request families (``llm-d/llm-d-router: pkg/epp/metrics/metrics.go``).""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -27,11 +26,11 @@ def record_decision(
     body_bytes: int,
     started: float,
     parse_done: float,
-    decided: float | None = None,
+    decided: float,
 ) -> None:
     """A decision for a body whose assembly started at ``started``, parsed at ``parse_done`` and
-    decided at ``decided`` (now when None: a caller recording after the reply passes it)."""
-    elapsed = (time.perf_counter() if decided is None else decided) - started
+    decided at ``decided`` (``perf_counter`` times; the record is written after the reply)."""
+    elapsed = decided - started
     timings = decision.timings
     stages = {
         "parse": parse_done - started,
