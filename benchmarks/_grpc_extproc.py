@@ -5,7 +5,9 @@ includes moving the body both ways through gRPC.
 
 The floor is a trivial grpc.aio ext_proc (``python benchmarks/_grpc_extproc.py trivial PORT``) that
 reads each message and answers the body with a fixed destination header: what any Python
-ext_proc pays to move the same request.
+ext_proc pays to move the same request. It sets the allocator's thresholds as ``serve`` does
+(``ppc_extproc.server.process.configure_malloc``) unless ``--glibc-malloc`` is given, and so does
+the measuring client (Envoy, the real client, brings its own allocator).
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ import grpc
 from envoy.config.core.v3.base_pb2 import HeaderMap, HeaderValue, HeaderValueOption
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
+
+from ppc_extproc.server.process import configure_malloc
 
 __all__ = ["measure_grpc", "serve_trivial"]
 
@@ -85,6 +89,7 @@ def measure_grpc(address: str, bodies: Sequence[bytes], requests: int, path: str
                  warmup: int = 10, interval: float = 0.0) -> list[float]:
     """Body → reply latencies (seconds) of ``requests`` sequential requests cycling ``bodies``,
     started at most one per ``interval`` seconds (0: back to back)."""
+    configure_malloc()
     return asyncio.run(_measure(address, bodies, requests, path, warmup, interval))
 
 
@@ -115,6 +120,8 @@ async def serve_trivial(port: int) -> None:
 
 
 if __name__ == "__main__" and sys.argv[1:2] == ["trivial"]:
+    if "--glibc-malloc" not in sys.argv:
+        configure_malloc()
     try:
         import uvloop  # the same event loop as `serve` picks by default
 

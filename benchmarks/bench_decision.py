@@ -394,7 +394,7 @@ def grpc_rows(args: argparse.Namespace) -> None:
     with contextlib.ExitStack() as stack:
         addresses: dict[str, str] = {}
         engines: dict[str, list[str]] = {}
-        admin: dict[str, str | None] = {"trivial ext_proc": None}
+        admin: dict[str, str | None] = {"trivial ext_proc": None, "trivial, glibc malloc": None}
         variants: list[tuple[str, str | None]] = [("ppc-extproc", None)]
         if args.baseline_src:
             variants.append(("before", args.baseline_src))
@@ -409,12 +409,13 @@ def grpc_rows(args: argparse.Namespace) -> None:
             addresses[name] = f"127.0.0.1:{cluster.grpc_ports[0]}"
             engines[name] = cluster.engine_urls
             admin[name] = cluster.service_admin_urls[0]
-        port = free_port()
-        trivial = subprocess.Popen([sys.executable, str(Path(__file__).parent / "_grpc_extproc.py"), "trivial", str(port)],
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-        stack.callback(lambda: (trivial.terminate(), trivial.wait(10)))
-        addresses["trivial ext_proc"] = f"127.0.0.1:{port}"
-        engines["trivial ext_proc"] = []
+        for name, flags in (("trivial ext_proc", []), ("trivial, glibc malloc", ["--glibc-malloc"])):
+            port = free_port()
+            trivial = subprocess.Popen([sys.executable, str(Path(__file__).parent / "_grpc_extproc.py"), "trivial",
+                                        str(port), *flags], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+            stack.callback(lambda p=trivial: (p.terminate(), p.wait(10)))  # type: ignore[misc]
+            addresses[name] = f"127.0.0.1:{port}"
+            engines[name] = []
         rng = random.Random(1)
         names = list(addresses)
         background = load_bodies(4) if args.load_rate > 0 else []

@@ -51,7 +51,7 @@ from ppc_extproc.events.transport import TransportTuning, ZmqTransport
 from ppc_extproc.events.wire import EventBatch
 from ppc_extproc.framework import Endpoint
 from ppc_extproc.index import InMemoryIndex
-from ppc_extproc.server.app import configure_gc
+from ppc_extproc.server.process import configure_gc
 from ppc_extproc_lab.mock_vllm.kv_events import MEDIUM_GPU, SPEC_KIND_FULL_ATTENTION, BlockStored, EventEncoder
 
 MODEL = "bench-model"

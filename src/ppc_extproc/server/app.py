@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import itertools
 import os
 import signal
@@ -42,10 +41,11 @@ from ppc_extproc.server.admin import MetricsAuth, build_admin_app, plugin_state_
 from ppc_extproc.server.extproc import ExternalProcessor
 from ppc_extproc.server.flow import build_admission
 from ppc_extproc.server.health import Background, Health, LeaderElection, ProbeHealthServicer
+from ppc_extproc.server.process import configure_gc, configure_malloc
 from ppc_extproc.server.stream import BodyMode, StreamOptions
 from ppc_extproc.server.tls import server_credentials
 
-__all__ = ["ServeOptions", "Service", "configure_gc", "serve"]
+__all__ = ["ServeOptions", "Service", "serve"]
 
 log = structlog.get_logger(__name__)
 
@@ -57,7 +57,6 @@ _MIN_TICK_SECONDS = 0.05
 _MAX_WAIT_SECONDS = 1.0
 #: The safety sweep of in-flight requests never finished.
 _INFLIGHT_SWEEP_SECONDS = 60.0
-_GC_GEN0_THRESHOLD = 50_000
 
 
 @dataclass
@@ -225,13 +224,6 @@ class Service:
         }
 
 
-def configure_gc() -> None:
-    """The KV-event path allocates many short-lived containers (decoded batches): collect the
-    young generation less often, and keep everything built at startup out of later collections."""
-    gc.set_threshold(_GC_GEN0_THRESHOLD, *gc.get_threshold()[1:])
-    gc.freeze()
-
-
 async def serve(
     options: ServeOptions,
     *,
@@ -248,6 +240,7 @@ async def serve(
     else:
         loaded = load_config(options.config_file, options.services)
     configure_gc()
+    configure_malloc()
     service = Service(options, loaded)
     loop = asyncio.get_running_loop()
     service._stop = (loop, stop)
