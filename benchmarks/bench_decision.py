@@ -395,6 +395,7 @@ def grpc_rows(args: argparse.Namespace) -> None:
         addresses: dict[str, str] = {}
         engines: dict[str, list[str]] = {}
         admin: dict[str, str | None] = {"trivial ext_proc": None, "trivial, glibc malloc": None}
+        pids: dict[str, int | None] = {}
         variants: list[tuple[str, str | None]] = [("ppc-extproc", None)]
         if args.baseline_src:
             variants.append(("before", args.baseline_src))
@@ -409,6 +410,7 @@ def grpc_rows(args: argparse.Namespace) -> None:
             addresses[name] = f"127.0.0.1:{cluster.grpc_ports[0]}"
             engines[name] = cluster.engine_urls
             admin[name] = cluster.service_admin_urls[0]
+            pids[name] = cluster.service_process.pid  # type: ignore[union-attr]
         for name, flags in (("trivial ext_proc", []), ("trivial, glibc malloc", ["--glibc-malloc"])):
             port = free_port()
             trivial = subprocess.Popen([sys.executable, str(Path(__file__).parent / "_grpc_extproc.py"), "trivial",
@@ -416,6 +418,7 @@ def grpc_rows(args: argparse.Namespace) -> None:
             stack.callback(lambda p=trivial: (p.terminate(), p.wait(10)))  # type: ignore[misc]
             addresses[name] = f"127.0.0.1:{port}"
             engines[name] = []
+            pids[name] = trivial.pid
         rng = random.Random(1)
         names = list(addresses)
         background = load_bodies(4) if args.load_rate > 0 else []
@@ -434,6 +437,7 @@ def grpc_rows(args: argparse.Namespace) -> None:
             for load in loads:
                 results: dict[str, list[float]] = {}
                 ingested: dict[str, float] = {}
+                faults: dict[str, int] = {}
                 for _ in range(2):  # interleaved rounds: the shared machine's load drifts
                     for name, address in addresses.items():
                         traffic, interval = None, 0.0
@@ -444,8 +448,10 @@ def grpc_rows(args: argparse.Namespace) -> None:
                             time.sleep(2.0)  # the load reaches its steady state first
                             interval = args.load_interval_ms / 1e3
                         try:
+                            faulted = minor_faults(pids[name])
                             results.setdefault(name, []).extend(measure_grpc(address, bodies, requests // 2,
                                                                              interval=interval))
+                            faults[name] = faults.get(name, 0) + minor_faults(pids[name]) - faulted
                         finally:
                             if traffic is not None:
                                 traffic.stop.set()
@@ -458,9 +464,20 @@ def grpc_rows(args: argparse.Namespace) -> None:
                 extra = statistics.median(results["ppc-extproc"]) - statistics.median(results["trivial ext_proc"])
                 print(f"{n_tokens:>7}  {len(bodies[0]) / 1024:>7.0f}  {load.split(' ')[0]:>8}  " + "  ".join(cells)
                       + f"  {extra * 1e3:+18.3f}", flush=True)  # fmt: skip
+                print(f"{'':>27}page faults per request (minor, whole process, warm-up included): "
+                      + ", ".join(f"{n} {v / len(results[n]):.1f}" for n, v in faults.items()))  # fmt: skip
                 if ingested:
                     print(f"{'':>27}blocks stored/s ingested: "
                           + ", ".join(f"{n} {v:,.0f}" for n, v in ingested.items() if admin[n]))  # fmt: skip
+
+
+def minor_faults(pid: int | None) -> int:
+    """Minor page faults of process ``pid`` so far (``/proc/<pid>/stat`` field 10): first touches
+    of fresh pages."""
+    if pid is None:
+        return 0
+    with open(f"/proc/{pid}/stat") as stat:
+        return int(stat.read().rsplit(")", 1)[1].split()[7])
 
 
 def main() -> None:
