@@ -431,14 +431,16 @@ def grpc_rows(args: argparse.Namespace) -> None:
         print(f"{'tokens':>7}  {'body KB':>7}  {'':>8}  " + "  ".join(f"{n + ' p50':>22} {'p99':>7}" for n in names)
               + f"  {'ours − trivial p50':>18}")  # fmt: skip
         for n_tokens in args.grpc_sizes:
-            prompts = [[rng.randrange(150_000) for _ in range(n_tokens)] for _ in range(4)]
-            bodies = [orjson.dumps({"model": "mock-model", "prompt": p, "max_tokens": 16}) for p in prompts]
             requests = args.requests if n_tokens < 100_000 else max(40, args.requests // 2)
+            repeated = grpc_bodies("repeated", n_tokens, 4, rng)
             for load in loads:
                 results: dict[str, list[float]] = {}
                 ingested: dict[str, float] = {}
                 faults: dict[str, int] = {}
                 for _ in range(2):  # interleaved rounds: the shared machine's load drifts
+                    # Every service gets the same bodies; "fresh" and "new-tail" ones once each.
+                    bodies = (repeated if args.prompts == "repeated"
+                              else grpc_bodies(args.prompts, n_tokens, requests // 2 + 10, rng))  # fmt: skip
                     for name, address in addresses.items():
                         traffic, interval = None, 0.0
                         if load != "idle":  # spread over seconds, so the timed requests meet the load
@@ -462,13 +464,29 @@ def grpc_rows(args: argparse.Namespace) -> None:
                 cells = [f"{statistics.median(results[n]) * 1e3:22.3f} {percentile(results[n], 99) * 1e3:7.3f}"
                          for n in names]  # fmt: skip
                 extra = statistics.median(results["ppc-extproc"]) - statistics.median(results["trivial ext_proc"])
-                print(f"{n_tokens:>7}  {len(bodies[0]) / 1024:>7.0f}  {load.split(' ')[0]:>8}  " + "  ".join(cells)
+                print(f"{n_tokens:>7}  {len(repeated[0]) / 1024:>7.0f}  {load.split(' ')[0]:>8}  " + "  ".join(cells)
                       + f"  {extra * 1e3:+18.3f}", flush=True)  # fmt: skip
                 print(f"{'':>27}page faults per request (minor, whole process, warm-up included): "
                       + ", ".join(f"{n} {v / len(results[n]):.1f}" for n, v in faults.items()))  # fmt: skip
                 if ingested:
                     print(f"{'':>27}blocks stored/s ingested: "
                           + ", ".join(f"{n} {v:,.0f}" for n, v in ingested.items() if admin[n]))  # fmt: skip
+
+
+def grpc_bodies(kind: str, n_tokens: int, count: int, rng: random.Random) -> list[bytes]:
+    """``count`` completion bodies of ``n_tokens`` token ids: "repeated" (sent in turn, each again
+    and again), "fresh" (nothing shared) or "new-tail" (one shared prefix, then 1,024 tokens of
+    their own: the next turns of agentic sessions)."""
+    np_rng = np.random.default_rng(rng.randrange(2**32))
+
+    def body(tokens: np.ndarray) -> bytes:  # type: ignore[type-arg]
+        return orjson.dumps({"model": "mock-model", "prompt": tokens, "max_tokens": 16}, option=orjson.OPT_SERIALIZE_NUMPY)
+
+    if kind == "new-tail":
+        tail = min(1024, n_tokens)
+        prefix = np_rng.integers(0, 150_000, n_tokens - tail, dtype=np.int64)
+        return [body(np.concatenate([prefix, np_rng.integers(0, 150_000, tail, dtype=np.int64)])) for _ in range(count)]
+    return [body(np_rng.integers(0, 150_000, n_tokens, dtype=np.int64)) for _ in range(count)]
 
 
 def minor_faults(pid: int | None) -> int:
@@ -486,6 +504,9 @@ def main() -> None:
     parser.add_argument("--baseline-src", help="grpc part: also serve this checkout's src (e.g. before a change)")
     parser.add_argument("--grpc-sizes", type=lambda t: [int(x) for x in t.split(",")],
                         default=[1_000, 8_000, 32_000, 100_000, 200_000])  # fmt: skip
+    parser.add_argument("--prompts", choices=("repeated", "fresh", "new-tail"), default="repeated",
+                        help="grpc part: 4 prompts in turn, a new prompt every request, or one long prefix with a "
+                             "new 1,024-token tail every request")  # fmt: skip
     parser.add_argument("--load-rate", type=float, default=0.0,
                         help="grpc part: also measure under agentic load, this many 100K-token requests/s (e.g. 3)")
     parser.add_argument("--load-interval-ms", type=float, default=40.0,

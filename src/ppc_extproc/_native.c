@@ -603,10 +603,35 @@ fail:
     return NULL;
 }
 
+/* ---- common prefix of two buffers --------------------------------------------------------- */
+
+/* common_prefix(a, a_start, b, b_start) -> n: how many bytes a[a_start:] and b[b_start:] have in
+ * common from their start (memcmp a page at a time, then byte by byte in the page that differs). */
+static PyObject *common_prefix(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer a, b;
+    Py_ssize_t a_start, b_start;
+    if (!PyArg_ParseTuple(args, "y*ny*n", &a, &a_start, &b, &b_start)) return NULL;
+    Py_ssize_t n = 0;
+    if (a_start >= 0 && b_start >= 0 && a_start <= a.len && b_start <= b.len) {
+        const unsigned char *p = (const unsigned char *)a.buf + a_start, *q = (const unsigned char *)b.buf + b_start;
+        Py_ssize_t limit = a.len - a_start < b.len - b_start ? a.len - a_start : b.len - b_start;
+        Py_BEGIN_ALLOW_THREADS
+        while (n + 4096 <= limit && memcmp(p + n, q + n, 4096) == 0) n += 4096;
+        while (n < limit && p[n] == q[n]) n++;
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&a);
+    PyBuffer_Release(&b);
+    return PyLong_FromSsize_t(n);
+}
+
 static PyMethodDef methods[] = {
     {"remap", remap, METH_VARARGS,
      "target[key] = mapping[value] (del when None) for each key whose value the mapping holds."},
     {"runs", runs, METH_O, "[(value, count), ...] of consecutive equal values of a list."},
+    {"common_prefix", common_prefix, METH_VARARGS,
+     "How many bytes a[a_start:] and b[b_start:] have in common from their start."},
     {"dict_prefix", dict_prefix, METH_VARARGS,
      "(values, done) of the leading run of keys present in young or old (old hits move to young)."},
     {"json_uint32_array", json_uint32_array, METH_VARARGS,

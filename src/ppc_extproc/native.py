@@ -18,6 +18,8 @@ the same results.
   is None) for each key whose value ``mapping`` holds; how many keys were touched. A prompt's
   keys hold few distinct index masks: the caller computes each new mask once.
 * ``runs(values)``: ``[(value, count), ...]`` of consecutive equal values.
+* ``common_prefix(a, a_start, b, b_start)``: how many bytes ``a[a_start:]`` and ``b[b_start:]``
+  have in common from their start (0 for a start outside its buffer).
 * ``U64Map``: a hash table from ints in [0, 2^64) stored inline to objects, the subset of a
   dict the index's LRU uses (``_u64map.c``); ``dict_prefix`` and ``remap`` take it in place of
   dicts. None without the extension (the LRU then uses dicts).
@@ -42,10 +44,12 @@ __all__ = [
     "NATIVE",
     "U64Map",
     "cbor_fnv_chain",
+    "common_prefix",
     "dict_prefix",
     "json_uint32_array",
     "msgpack_uint32_array",
     "py_cbor_fnv_chain",
+    "py_common_prefix",
     "py_dict_prefix",
     "py_json_uint32_array",
     "py_msgpack_uint32_array",
@@ -231,6 +235,20 @@ def py_runs(values: list[Any]) -> list[tuple[Any, int]]:
     return out
 
 
+def py_common_prefix(a: bytes | bytearray | memoryview, a_start: int, b: bytes | bytearray | memoryview, b_start: int) -> int:
+    """Pure-Python ``common_prefix``: equal 4 KiB pages compared as slices, then bytes."""
+    x, y = memoryview(a).cast("B"), memoryview(b).cast("B")
+    if not (0 <= a_start <= len(x) and 0 <= b_start <= len(y)):
+        return 0
+    x, y = x[a_start:], y[b_start:]
+    limit, n = min(len(x), len(y)), 0
+    while n + 4096 <= limit and x[n : n + 4096] == y[n : n + 4096]:
+        n += 4096
+    while n < limit and x[n] == y[n]:
+        n += 1
+    return n
+
+
 def _check(tokens_le32: bytes | bytearray | memoryview, block_size: int, n_blocks: int) -> None:
     if block_size <= 0 or n_blocks < 0 or n_blocks > memoryview(tokens_le32).nbytes // (4 * block_size):
         raise ValueError("n_blocks full blocks of block_size tokens exceed the buffer")
@@ -242,6 +260,7 @@ msgpack_uint32_array: Callable[[bytes | bytearray | memoryview], bytes | None]
 xxh64_chain: Chain
 cbor_fnv_chain: Chain
 remap: Callable[[Any, list[Any], list[Any], dict[Any, Any]], int]
+common_prefix: Callable[[bytes | bytearray | memoryview, int, bytes | bytearray | memoryview, int], int]
 runs: Callable[[list[Any]], list[tuple[Any, int]]]
 dict_prefix: Callable[[Any, Any, list[Any], int], tuple[list[Any], bool]]
 #: ``_native.U64Map`` (a dict-like table over uint64 keys), or None without the extension.
@@ -256,6 +275,7 @@ except ImportError:
     json_uint32_array, xxh64_chain, cbor_fnv_chain = py_json_uint32_array, py_xxh64_chain, py_cbor_fnv_chain
     msgpack_uint32_array = py_msgpack_uint32_array
     dict_prefix, runs, remap = py_dict_prefix, py_runs, py_remap
+    common_prefix = py_common_prefix
     U64Map = None
 else:
     NATIVE = True
@@ -264,4 +284,5 @@ else:
     xxh64_chain = _native.xxh64_chain
     cbor_fnv_chain = _native.cbor_fnv_chain
     dict_prefix, runs, remap = _native.dict_prefix, _native.runs, _native.remap
+    common_prefix = _native.common_prefix
     U64Map = _native.U64Map

@@ -148,3 +148,43 @@ def test_recent_key_lists_are_bounded() -> None:
     processor.keys([10**6 + 1, *range(big)], "m", recent=True)
     # Two lists over half the key budget: everything older than the newest is dropped.
     assert len(processor._recent) == 1 and processor._recent_keys == big + 1
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    algorithm=st.sampled_from(["xxh64", "cbor-fnv"]),
+    block_size=st.sampled_from([1, 4, 16]),
+    prompts=st.lists(
+        st.tuples(st.integers(0, 80), st.lists(st.integers(0, 2**32 - 1), max_size=40)), min_size=1, max_size=6
+    ),
+    as_bytes=st.booleans(),
+)
+def test_recent_prompts_give_the_keys_of_a_fresh_hash(
+    algorithm: str, block_size: int, prompts: list[tuple[int, list[int]]], as_bytes: bool
+) -> None:
+    """Each prompt keeps a prefix of the one before and adds its own tail (a conversation's turns,
+    a retry, an edit): the keys with ``recent`` equal those hashed from scratch."""
+    recent = TokenProcessor(TokenProcessorConfig(block_size, "", algorithm))
+    fresh = TokenProcessor(TokenProcessorConfig(block_size, "", algorithm))
+    tokens: list[int] = list(range(64))
+    for keep, tail in prompts:
+        tokens = tokens[:keep] + tail
+        given_tokens = tokens_to_le32(tokens) if as_bytes else tokens
+        assert recent.keys(given_tokens, "m", recent=True) == fresh.keys(tokens, "m")
+
+
+def test_blocks_shared_with_the_recent_prompt_are_not_hashed_again() -> None:
+    processor = TokenProcessor(TokenProcessorConfig(16, "", "xxh64"))
+    hashed: list[int] = []
+    chain = processor._hasher.chain
+
+    def counting_chain(parent, tokens, block_size, n_blocks, extras, reuse=None):  # type: ignore[no-untyped-def]
+        hashed.append(n_blocks)
+        return chain(parent, tokens, block_size, n_blocks, extras, reuse)
+
+    processor._hasher.chain = counting_chain  # type: ignore[method-assign]
+    prompt = list(range(1600))  # 100 blocks
+    processor.keys(prompt, "m", recent=True)
+    processor.keys([*prompt, *range(5000, 5032)], "m", recent=True)  # the next turn: 2 blocks more
+    processor.keys([*prompt[:800], 1, *prompt[801:]], "m", recent=True)  # an edit in block 50
+    assert hashed == [100, 2, 50]

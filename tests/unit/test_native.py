@@ -306,3 +306,31 @@ def test_the_msgpack_extension_refuses_and_accepts_exactly_what_the_fallback_doe
     assert got == native.py_msgpack_uint32_array(packed)
     if got is not None:  # an accepted buffer is msgpack holding those very ids
         assert msgspec.msgpack.decode(packed, type=list[int]) == list(struct.unpack(f"<{len(got) // 4}I", got))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    shared=st.binary(max_size=9000),
+    a_tail=st.binary(max_size=20),
+    b_tail=st.binary(max_size=20),
+    a_lead=st.binary(max_size=5),
+    b_lead=st.binary(max_size=5),
+    shift=st.integers(-2, 2),
+)
+def test_common_prefix_versions_agree(
+    shared: bytes, a_tail: bytes, b_tail: bytes, a_lead: bytes, b_lead: bytes, shift: int
+) -> None:
+    a, b = a_lead + shared + a_tail, b_lead + shared + b_tail
+    a_start, b_start = len(a_lead) + shift, len(b_lead)
+    expected = native.py_common_prefix(a, a_start, b, b_start)
+    assert native.common_prefix(a, a_start, b, b_start) == expected
+    if shift == 0:
+        assert expected >= len(shared)
+    if 0 <= a_start <= len(a):  # the definition, byte by byte
+        x, y = a[a_start:], b[b_start:]
+        n = 0
+        while n < min(len(x), len(y)) and x[n] == y[n]:
+            n += 1
+        assert expected == n
+    else:
+        assert expected == 0

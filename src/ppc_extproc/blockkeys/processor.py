@@ -6,6 +6,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 
+from ppc_extproc import native
 from ppc_extproc.blockkeys.config import TokenProcessorConfig
 from ppc_extproc.blockkeys.hashing import BlockExtras, Hasher, hasher_for
 from ppc_extproc.ids import RequestKey
@@ -14,8 +15,8 @@ from ppc_extproc.tokens.le32 import tokens_to_le32
 __all__ = ["TokenProcessor"]
 
 _ROOT_CACHE_LIMIT = 4096
-#: Bounds of the recent prompts' key lists kept for ``keys(..., recent=True)``: lists, and keys
-#: in all (≈ 40 B each, ints the index mostly holds anyway).
+#: Bounds of the recent prompts kept for ``keys(..., recent=True)``: prompts, and keys in all
+#: (≈ 40 B each, ints the index mostly holds anyway, plus 4 × block size bytes of tokens).
 _RECENT_LISTS = 256
 _RECENT_KEYS = 131_072
 
@@ -34,8 +35,9 @@ class TokenProcessor:
         self._init_hash = self._hasher.init_hash(self.config.hash_seed)
         self._roots: dict[str, int] = {}
         self._roots_lock = threading.Lock()
-        #: (root, first block's token bytes) → the latest key list of a prompt starting so.
-        self._recent: OrderedDict[tuple[int, bytes], list[int]] = OrderedDict()
+        #: (root, first block's token bytes) → the latest prompt starting so: its token bytes
+        #: and key list.
+        self._recent: OrderedDict[tuple[int, bytes], tuple[bytes, list[int]]] = OrderedDict()
         self._recent_keys = 0
         self._recent_lock = threading.Lock()
 
@@ -69,10 +71,11 @@ class TokenProcessor:
     ) -> list[RequestKey]:
         """Request keys of every full block of ``tokens``; ``parent`` 0 starts from the model's root.
 
-        ``recent`` (the request path): keys shared with the latest prompt that began with the same
-        block are that prompt's int objects, so the index's dict probes match them by identity
-        (the index stores the objects its first writer gave: the speculative seeding of that
-        prompt) instead of comparing against a stored key that is not in the CPU cache."""
+        ``recent`` (the request path): the leading blocks whose tokens equal those of the latest
+        prompt that began with the same block are not hashed again. Their keys are that prompt's
+        int objects, so the index's probes match them by identity (the index stores the objects
+        its first writer gave: the speculative seeding of that prompt) instead of comparing
+        against a stored key that is not in the CPU cache."""
         data = memoryview(tokens) if isinstance(tokens, (bytes, bytearray, memoryview)) else tokens_to_le32(tokens)
         n_blocks = len(data) // (4 * self.block_size)
         if n_blocks == 0:
@@ -83,12 +86,25 @@ class TokenProcessor:
         head = (start, bytes(data[: 4 * self.block_size]))
         with self._recent_lock:
             previous = self._recent.get(head)
-        keys = self._hasher.chain(start, data, self.block_size, n_blocks, None, previous)
+        if previous is None:
+            keys = self._hasher.chain(start, data, self.block_size, n_blocks, None, None)
+        else:
+            # The blocks whose tokens equal the previous prompt's have its keys: hash from the
+            # first block that differs, on the last shared key.
+            previous_tokens, previous_keys = previous
+            shared = min(native.common_prefix(data, 0, previous_tokens, 0) // (4 * self.block_size),
+                         n_blocks, len(previous_keys))  # fmt: skip
+            keys = previous_keys[:shared]
+            if shared < n_blocks:
+                parent_key = previous_keys[shared - 1] if shared else start
+                rest = data[4 * self.block_size * shared :]
+                keys += self._hasher.chain(parent_key, rest, self.block_size, n_blocks - shared, None, None)
+        kept = tokens if type(tokens) is bytes else bytes(data)
         with self._recent_lock:
             old = self._recent.pop(head, None)
-            self._recent_keys += len(keys) - (len(old) if old is not None else 0)
-            self._recent[head] = keys
+            self._recent_keys += len(keys) - (len(old[1]) if old is not None else 0)
+            self._recent[head] = (kept, keys)
             while len(self._recent) > _RECENT_LISTS or (self._recent_keys > _RECENT_KEYS and len(self._recent) > 1):
-                _, dropped = self._recent.popitem(last=False)
+                _, (_, dropped) = self._recent.popitem(last=False)
                 self._recent_keys -= len(dropped)
         return keys  # type: ignore[return-value]

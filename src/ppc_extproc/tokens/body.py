@@ -38,11 +38,11 @@ import numpy as np
 import orjson
 import simdjson
 
-from ppc_extproc import native
 from ppc_extproc.errors import BadRequestError
 from ppc_extproc.tokens.le32 import tokens_to_le32
 from ppc_extproc.tokens.paths import TokenField, token_field_for_path
 from ppc_extproc.tokens.prompt import MultimodalFeature, TokenizedPrompt
+from ppc_extproc.tokens.recent_arrays import RECENT_ARRAYS
 
 __all__ = [
     "ParsedBody",
@@ -339,7 +339,7 @@ def sentinel_parse(body: bytes, field: TokenField, model_override: str | None = 
     if match is None:
         return None
     start = match.end() - 1
-    found = native.json_uint32_array(body, start)
+    found = RECENT_ARRAYS.read(body, start)
     if found is None:
         return None
     tokens, end = found
