@@ -4,8 +4,10 @@
 16) and 16 live mock engines (``LocalCluster`` without Envoy) in their own processes, driven over a real gRPC channel as the shipped ``envoy.yaml``
 sends requests (BUFFERED: headers, then the whole body in one message), next to a trivial grpc.aio
 ext_proc that only moves the same request (``_grpc_extproc.py``): token-id prompts of 1K–200K
-tokens, each prompt sent again within the speculative TTL so the index holds its prefix (the
-lookup walks every block). ``--baseline-src DIR`` adds a row for another checkout's ``src`` (the
+tokens. ``--prompts repeated`` (the default) sends 4 prompts in turn, each again within the
+speculative TTL so the index holds its prefix (the lookup walks every block); ``new-tail`` one long
+prefix with a new 1,024-token tail every request (an agentic session's next turns); ``fresh`` a new
+prompt every request. Each process's page faults per request are printed. ``--baseline-src DIR`` adds a row for another checkout's ``src`` (the
 code before a change), served the same way. ``--load-rate 3`` measures each size again under
 agentic load (``AgenticLoad``: 3 fresh 100K-token prompts a second to the engines, whose KV events
 the service ingests, and to the ext_proc as routing requests, while the timed requests run).
@@ -22,6 +24,7 @@ chunks) and times the last call, 16 endpoints:
   prefix cached by some endpoints and its text pieces in the segment cache.
 
     python benchmarks/bench_decision.py --part grpc [--requests 200] [--baseline-src /tmp/base/src] [--load-rate 3]
+                                        [--prompts repeated|new-tail|fresh]
     python benchmarks/bench_decision.py --part inproc [--block-size 64] [--requests 200] [--skip-tokens] [--skip-chat]
 """
 

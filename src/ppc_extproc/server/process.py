@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import gc
 import os
 import sys
@@ -42,11 +41,8 @@ def configure_malloc() -> bool:
     next request. Skipped off glibc, and when the environment sets the thresholds itself."""
     if not sys.platform.startswith("linux") or any(name in os.environ for name in _GLIBC_TUNABLES):
         return False
-    libc_name = ctypes.util.find_library("c")
-    if libc_name is None:
-        return False
     try:
-        libc = ctypes.CDLL(libc_name)
+        libc = ctypes.CDLL(None)  # the process's own symbols, the C library's among them
         mallopt = libc.mallopt
         libc.gnu_get_libc_version  # noqa: B018  # glibc only: musl has no mallopt thresholds
     except (OSError, AttributeError):
