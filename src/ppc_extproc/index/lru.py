@@ -215,7 +215,7 @@ class TwoGenerationLRU(Generic[K, V]):
             young = self._young
             current: list[V | None] = self._get_many(young, chunk)
             self._promote_from_old(chunk, current)
-            if any(value is not None for value in current):
+            if current.count(None) != len(current):  # some key is held (a C-level scan)
                 # A prompt's keys hold few distinct masks: compute each new mask once, and touch
                 # the dict only for keys whose mask changes (none when the prefix already has it).
                 changed: dict[V | None, V] = {}
@@ -244,7 +244,7 @@ class TwoGenerationLRU(Generic[K, V]):
         if not old:
             return
         held = self._get_many(old, keys)
-        if any(value is not None for value in held):
+        if held.count(None) != len(held):
             young = self._young
             for i, value in enumerate(held):
                 if value is not None and values[i] is None:
