@@ -62,14 +62,10 @@ class RecentTokenArrays:
         head = body[pos : pos + _HEAD_BYTES]
         with self._lock:
             recent = self._arrays.get(head)
-            if recent is not None:
-                self._arrays.move_to_end(head)
         found = self._reuse(recent, body, pos) if recent is not None else None
         if found is None:
             found = native.json_uint32_array(body, pos)
-            if found is not None:
-                self._keep(head, _Array(body, pos, found[1], found[0]))
-        elif recent is not None and recent.body is not body:
+        if found is not None:  # this body becomes the newest entry of its head
             self._keep(head, _Array(body, pos, found[1], found[0]))
         return found
 
