@@ -35,8 +35,8 @@ class TransportTuning:
     #: Longest poll wait. Timers (replay deadlines, reconnect retries) end a wait when they are
     #: due, so an idle thread wakes once per this interval (a safety net, not a resolution).
     poll_interval_seconds: float = 1.0
-    #: After a round in which fewer than ``coalesce_below`` sockets had input, following a round
-    #: that had input too, pause this long so the next round serves several messages per
+    #: After a round in which fewer than ``coalesce_below`` sockets had input that was already
+    #: waiting (a steady stream), pause this long so the next round serves several messages per
     #: wake-up (adds at most this much latency; sparse messages are not paused for).
     coalesce_seconds: float = 0.0005
     coalesce_below: int = 4
@@ -48,6 +48,16 @@ class TransportTuning:
     #: ZMTP heartbeats: a silent dead peer is noticed (and reconnected) after the timeout.
     heartbeat_interval_seconds: float = 5.0
     heartbeat_timeout_seconds: float = 15.0
+    def pause_after(self, active: int, waited: float) -> float:
+        """How long to pause after a round that served ``active`` sockets, ``waited`` seconds
+        after the round before it ended. Only a round whose input came within a pause of the
+        last one is part of a steady stream worth gathering; a message after a quiet spell (a
+        decode step's block, one per stream every few hundred ms) is served alone, since a
+        pause would only add a second wake-up to it."""
+        if 0 < active < self.coalesce_below and waited < self.coalesce_seconds:
+            return self.coalesce_seconds
+        return 0.0
+
     #: Receive high-water mark of replay DEALER sockets (vLLM 0.33's ROUTER: 2 × (buffer + 1)).
     replay_hwm: int = 100_000
     #: Frames above this size make libzmq drop the connection (the decoder refuses 64 MiB anyway).

@@ -15,6 +15,7 @@ Timers (replay deadlines, socket retries) are not polled at a fixed rate: whoeve
 from __future__ import annotations
 
 import selectors
+import time
 from collections.abc import Callable
 from typing import cast
 
@@ -42,6 +43,8 @@ class Reactor:
         self.rounds = 0
         #: The earliest time (monotonic) a timer of the owner is due; 0.0: at once.
         self.next_timer = 0.0
+        #: Seconds the last round waited for input (0.0 when input was already there).
+        self.waited = 0.0
 
     def __len__(self) -> int:
         return len(self.handlers)
@@ -73,7 +76,14 @@ class Reactor:
         some), then run the handler of every socket with input; returns how many had input."""
         ready = self._ready
         self.rounds += 1
-        for key, _ in self._selector.select(0 if ready else timeout):
+        if ready:
+            self.waited = 0.0
+            events = self._selector.select(0)
+        else:
+            started = time.monotonic()
+            events = self._selector.select(timeout)
+            self.waited = time.monotonic() - started
+        for key, _ in events:
             ready[key.data] = None
         if not ready:
             return 0

@@ -267,26 +267,19 @@ class ZmqTransport:
             self._teardown()
 
     def _loop(self) -> None:
-        interval = self.tuning.poll_interval_seconds
-        coalesce = self.tuning.coalesce_seconds
-        coalesce_below = self.tuning.coalesce_below if coalesce > 0 else 0
+        tuning = self.tuning
+        interval = tuning.poll_interval_seconds
         reactor = self._reactor
         self._on_wake()
-        previous = 0
         while not self._stopping.is_set():
             try:
                 # Until the next timer is due: an idle thread sleeps in the selector.
                 timer = max(0.0, reactor.next_timer - time.monotonic())
                 wait = 0.01 if self._barriers else min(interval, timer)
                 active = reactor.run_once(wait)
-                if 0 < active < coalesce_below and previous:
-                    # Few sources had input, and the round before had some too (a steady stream):
-                    # let more arrive before the next round, so each wake-up (select, ZMQ_EVENTS,
-                    # one failed recv) serves several messages. A message after a quiet spell (a
-                    # decode step's block, one per stream every few hundred ms) is served alone:
-                    # the pause would only add a second wake-up to it.
-                    time.sleep(coalesce)
-                previous = active
+                pause = tuning.pause_after(active, reactor.waited)
+                if pause:
+                    time.sleep(pause)  # more messages per wake-up (select, ZMQ_EVENTS, a failed recv)
                 now = time.monotonic()
                 if now >= reactor.next_timer:
                     reactor.next_timer = now + interval  # each tick below lowers it to its next timer

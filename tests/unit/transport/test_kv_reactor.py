@@ -1,0 +1,93 @@
+"""The ingestion loop's reactor on real ZMQ sockets, and when the loop pauses to gather messages."""
+
+from __future__ import annotations
+
+import select
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+import zmq
+
+from ppc_extproc.events.transport.policy import TransportTuning
+from ppc_extproc.events.transport.reactor import Reactor
+
+
+@pytest.fixture
+def pair() -> Iterator[tuple[zmq.Socket[bytes], zmq.Socket[bytes]]]:
+    ctx = zmq.Context()
+    push, pull = ctx.socket(zmq.PUSH), ctx.socket(zmq.PULL)
+    try:
+        port = pull.bind_to_random_port("tcp://127.0.0.1")
+        push.connect(f"tcp://127.0.0.1:{port}")
+        yield push, pull
+    finally:
+        push.close(0)
+        pull.close(0)
+        ctx.term()
+
+
+def _reactor(pull: zmq.Socket[bytes], received: list[bytes]) -> Reactor:
+    def drain() -> bool:
+        while True:
+            try:
+                received.append(pull.recv(zmq.NOBLOCK))
+            except zmq.Again:
+                return False
+
+    reactor = Reactor()
+    reactor.add(pull, drain)
+    return reactor
+
+
+def _run_until(reactor: Reactor, received: list[bytes], count: int, timeout: float = 10.0) -> int:
+    deadline = time.monotonic() + timeout
+    active = 0
+    while len(received) < count:
+        assert time.monotonic() < deadline, f"only {len(received)} of {count} messages arrived"
+        active = reactor.run_once(0.5)
+    return active
+
+
+def test_a_round_that_found_input_waiting_records_no_wait(pair: tuple[zmq.Socket[bytes], zmq.Socket[bytes]]) -> None:
+    push, pull = pair
+    received: list[bytes] = []
+    reactor = _reactor(pull, received)
+    push.send(b"a")
+    _run_until(reactor, received, 1)
+    push.send(b"b")
+    # Wait until the socket's notification descriptor is signalled (select on it, which does not
+    # consume the signal as reading ZMQ_EVENTS would), so the round finds the input waiting.
+    readable, _, _ = select.select([pull.getsockopt(zmq.FD)], [], [], 10)
+    assert readable
+    reactor.run_once(0.5)
+    assert received == [b"a", b"b"]
+    assert reactor.waited < 0.05
+
+
+def test_a_message_after_a_quiet_spell_records_the_wait(pair: tuple[zmq.Socket[bytes], zmq.Socket[bytes]]) -> None:
+    push, pull = pair
+    received: list[bytes] = []
+    reactor = _reactor(pull, received)
+    push.send(b"first")
+    _run_until(reactor, received, 1)
+    sent = threading.Event()
+    sender = threading.Thread(target=lambda: (time.sleep(0.05), push.send(b"late"), sent.set()))
+    sender.start()
+    try:
+        _run_until(reactor, received, 2)
+    finally:
+        sender.join(10)
+    assert sent.is_set()
+    assert reactor.waited >= 0.02  # the select slept until the message came (50 ms after the first)
+
+
+def test_the_loop_pauses_only_inside_a_steady_stream() -> None:
+    tuning = TransportTuning(coalesce_seconds=0.0005, coalesce_below=4)
+    assert tuning.pause_after(1, 0.0) == 0.0005  # input was already waiting: gather more
+    assert tuning.pause_after(3, 0.0001) == 0.0005
+    assert tuning.pause_after(1, 0.3) == 0.0  # a decode step's block after a quiet spell
+    assert tuning.pause_after(4, 0.0) == 0.0  # enough sockets had input: no need to gather
+    assert tuning.pause_after(0, 0.0) == 0.0  # nothing came (a timer round)
+    assert TransportTuning(coalesce_seconds=0.0).pause_after(1, 0.0) == 0.0  # coalescing off
