@@ -61,10 +61,16 @@ class SchedulingProfile:
             done = time.perf_counter()
             ctx.plugin_time(SCORER, scorer.type_name, scorer.name, done - now)
             now = done
-            clamped = {ep: min(1.0, max(0.0, raw.get(ep, 0.0))) for ep in totals}
+            # One pass: clamp to [0, 1] (NaN counts as 0) and add the weighted score.
+            clamped: dict[EndpointId, float] = {}
+            weight, score_of = weighted.weight, raw.get
+            for ep in totals:
+                score = score_of(ep, 0.0)
+                if not 0.0 <= score <= 1.0:
+                    score = 1.0 if score > 1.0 else 0.0
+                clamped[ep] = score
+                totals[ep] += weight * score
             result.scores[scorer.name] = clamped
-            for ep, score in clamped.items():
-                totals[ep] += weighted.weight * score
         t2 = time.perf_counter()
         result.targets = self.picker.pick(ctx, [(e, totals[e.id]) for e in endpoints])
         t3 = time.perf_counter()
