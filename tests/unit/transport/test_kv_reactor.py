@@ -28,6 +28,14 @@ def pair() -> Iterator[tuple[zmq.Socket[bytes], zmq.Socket[bytes]]]:
         ctx.term()
 
 
+def _reactor_after_one_message(push: zmq.Socket[bytes], pull: zmq.Socket[bytes], received: list[bytes]) -> Reactor:
+    """A reactor on ``pull`` whose handler appends to ``received``, having served one message."""
+    reactor = _reactor(pull, received)
+    push.send(b"first")
+    _run_until(reactor, received, 1)
+    return reactor
+
+
 def _reactor(pull: zmq.Socket[bytes], received: list[bytes]) -> Reactor:
     def drain() -> bool:
         while True:
@@ -53,25 +61,21 @@ def _run_until(reactor: Reactor, received: list[bytes], count: int, timeout: flo
 def test_a_round_that_found_input_waiting_records_no_wait(pair: tuple[zmq.Socket[bytes], zmq.Socket[bytes]]) -> None:
     push, pull = pair
     received: list[bytes] = []
-    reactor = _reactor(pull, received)
-    push.send(b"a")
-    _run_until(reactor, received, 1)
+    reactor = _reactor_after_one_message(push, pull, received)
     push.send(b"b")
     # Wait until the socket's notification descriptor is signalled (select on it, which does not
     # consume the signal as reading ZMQ_EVENTS would), so the round finds the input waiting.
     readable, _, _ = select.select([pull.getsockopt(zmq.FD)], [], [], 10)
     assert readable
     reactor.run_once(0.5)
-    assert received == [b"a", b"b"]
+    assert received == [b"first", b"b"]
     assert reactor.waited < 0.05
 
 
 def test_a_message_after_a_quiet_spell_records_the_wait(pair: tuple[zmq.Socket[bytes], zmq.Socket[bytes]]) -> None:
     push, pull = pair
     received: list[bytes] = []
-    reactor = _reactor(pull, received)
-    push.send(b"first")
-    _run_until(reactor, received, 1)
+    reactor = _reactor_after_one_message(push, pull, received)
     sent = threading.Event()
     sender = threading.Thread(target=lambda: (time.sleep(0.05), push.send(b"late"), sent.set()))
     sender.start()

@@ -48,16 +48,6 @@ class TransportTuning:
     #: ZMTP heartbeats: a silent dead peer is noticed (and reconnected) after the timeout.
     heartbeat_interval_seconds: float = 5.0
     heartbeat_timeout_seconds: float = 15.0
-    def pause_after(self, active: int, waited: float) -> float:
-        """How long to pause after a round that served ``active`` sockets, ``waited`` seconds
-        after the round before it ended. Only a round whose input came within a pause of the
-        last one is part of a steady stream worth gathering; a message after a quiet spell (a
-        decode step's block, one per stream every few hundred ms) is served alone, since a
-        pause would only add a second wake-up to it."""
-        if 0 < active < self.coalesce_below and waited < self.coalesce_seconds:
-            return self.coalesce_seconds
-        return 0.0
-
     #: Receive high-water mark of replay DEALER sockets (vLLM 0.33's ROUTER: 2 × (buffer + 1)).
     replay_hwm: int = 100_000
     #: Frames above this size make libzmq drop the connection (the decoder refuses 64 MiB anyway).
@@ -67,3 +57,13 @@ class TransportTuning:
     max_central_sources: int = 4096
     #: A repeated warning (same event and endpoint) is logged at most once per interval.
     log_interval_seconds: float = 10.0
+
+    def pause_after(self, active: int, waited: float) -> float:
+        """How long to pause after a round that served ``active`` sockets and waited ``waited``
+        seconds for its input. Only a round whose input was already there (it waited less than a
+        pause) is part of a steady stream worth gathering; a message after a quiet spell (a
+        decode step's block, one per stream every few hundred ms) is served alone, since a pause
+        would only add a second wake-up to it."""
+        if 0 < active < self.coalesce_below and waited < self.coalesce_seconds:
+            return self.coalesce_seconds
+        return 0.0
