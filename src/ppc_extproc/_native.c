@@ -475,39 +475,54 @@ fail:
     return NULL;
 }
 
+/* One key of the prefix walk on U64Maps: 1 and *value (borrowed, held by young) when present
+ * (a key found in old moves to young), 0 at an absent key, -1 on error. */
+static inline int prefix_step(U64Map *young, U64Map *old, PyObject *key_obj, PyObject **value) {
+    uint64_t key;
+    if (u64_key(key_obj, &key) < 0) return -1;
+    U64Slot *s = u64map_find(young, key);
+    if (s->value != NULL) {
+        *value = s->value;
+        return 1;
+    }
+    if (old->used == 0) return 0;
+    s = u64map_find(old, key);
+    if (s->value == NULL) return 0;
+    PyObject *taken = u64map_take(old, s); /* the reference old held */
+    int failed = u64map_set(young, key, taken) < 0;
+    Py_DECREF(taken); /* young took its own reference */
+    if (failed) return -1;
+    *value = taken;
+    return 1;
+}
+
+static int check_maps(U64Map *young, U64Map *old) {
+    if (young->slots == NULL || old->slots == NULL) {
+        PyErr_SetString(PyExc_ValueError, "dict_prefix: a cleared U64Map");
+        return -1;
+    }
+    return 0;
+}
+
 /* dict_prefix on U64Maps: no Python object is read but the key ints. The values list is sized
  * for every key up front and cut to the run found. */
 static PyObject *map_prefix(U64Map *young, U64Map *old, PyObject *keys, Py_ssize_t limit) {
-    if (young->slots == NULL || old->slots == NULL) {
-        PyErr_SetString(PyExc_ValueError, "dict_prefix: a cleared U64Map");
-        return NULL;
-    }
+    if (check_maps(young, old) < 0) return NULL;
     Py_ssize_t n = PyList_GET_SIZE(keys), found = 0;
     PyObject *values = PyList_New(n);
     if (values == NULL) return NULL;
     int done = 1;
     for (Py_ssize_t i = 0; i < U64MAP_PREFETCH_AHEAD && i < n; i++) u64map_prefetch(young, PyList_GET_ITEM(keys, i));
     for (; found < n; found++) {
-        uint64_t key;
         if (found + U64MAP_PREFETCH_AHEAD < n) u64map_prefetch(young, PyList_GET_ITEM(keys, found + U64MAP_PREFETCH_AHEAD));
-        if (u64_key(PyList_GET_ITEM(keys, found), &key) < 0) goto fail;
-        U64Slot *s = u64map_find(young, key);
-        PyObject *value = s->value;
-        if (value != NULL) {
-            Py_INCREF(value);
-            PyList_SET_ITEM(values, found, value);
-            continue;
-        }
-        if (old->used == 0) break;
-        s = u64map_find(old, key);
-        if (s->value == NULL) break;
-        value = u64map_take(old, s); /* the reference old held */
-        if (u64map_set(young, key, value) < 0) {
-            Py_DECREF(value);
-            goto fail;
-        }
-        PyList_SET_ITEM(values, found, value); /* young took its own reference */
-        if (young->used >= limit) {
+        Py_ssize_t before = young->used;
+        PyObject *value;
+        int present = prefix_step(young, old, PyList_GET_ITEM(keys, found), &value);
+        if (present < 0) goto fail;
+        if (!present) break;
+        Py_INCREF(value);
+        PyList_SET_ITEM(values, found, value);
+        if (young->used > before && young->used >= limit) {
             found++;
             done = 0; /* even after the last key: the caller rotates */
             break;
@@ -518,6 +533,75 @@ static PyObject *map_prefix(U64Map *young, U64Map *old, PyObject *keys, Py_ssize
 fail:
     Py_SET_SIZE(values, found); /* the rest of the list was never filled */
     Py_DECREF(values);
+    return NULL;
+}
+
+/* prefix_runs(young, old, keys, start, limit) -> (runs, end, done): the walk of dict_prefix from
+ * keys[start], run-length encoded as [(value, count), ...] of consecutive equal values, and the
+ * index after the last key walked. U64Maps only. No list of a value per key is built: a long
+ * prompt's lookup touches its keys and the slots, nothing else. */
+static PyObject *prefix_runs(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *young_obj, *old_obj, *keys;
+    Py_ssize_t start, limit;
+    if (!PyArg_ParseTuple(args, "O!O!O!nn", &U64Map_Type, &young_obj, &U64Map_Type, &old_obj, &PyList_Type, &keys,
+                          &start, &limit))
+        return NULL;
+    U64Map *young = (U64Map *)young_obj, *old = (U64Map *)old_obj;
+    if (check_maps(young, old) < 0) return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(keys), i = start < 0 ? 0 : start, run_start = i;
+    PyObject *out = PyList_New(0), *current = NULL; /* current: the open run's value (owned) */
+    if (out == NULL) return NULL;
+    int done = 1;
+    for (Py_ssize_t j = i; j < i + U64MAP_PREFETCH_AHEAD && j < n; j++) u64map_prefetch(young, PyList_GET_ITEM(keys, j));
+    for (Py_ssize_t j = i + U64MAP_PREFETCH_AHEAD; j < i + 2 * U64MAP_PREFETCH_AHEAD && j < n; j++)
+        __builtin_prefetch(PyList_GET_ITEM(keys, j));
+    for (; i < n; i++) {
+        /* The key ints of a prompt sent earlier are scattered over the heap: ask for the int
+         * twice as far ahead as its slot, which needs the int's value. */
+        if (i + 2 * U64MAP_PREFETCH_AHEAD < n) __builtin_prefetch(PyList_GET_ITEM(keys, i + 2 * U64MAP_PREFETCH_AHEAD));
+        if (i + U64MAP_PREFETCH_AHEAD < n) u64map_prefetch(young, PyList_GET_ITEM(keys, i + U64MAP_PREFETCH_AHEAD));
+        Py_ssize_t before = young->used;
+        PyObject *value;
+        int present = prefix_step(young, old, PyList_GET_ITEM(keys, i), &value);
+        if (present < 0) goto fail;
+        if (!present) break;
+        if (current != NULL && value != current) {
+            int same = PyObject_RichCompareBool(value, current, Py_EQ);
+            if (same < 0) goto fail;
+            if (!same) {
+                PyObject *run = Py_BuildValue("(On)", current, i - run_start);
+                if (run == NULL || PyList_Append(out, run) < 0) {
+                    Py_XDECREF(run);
+                    goto fail;
+                }
+                Py_DECREF(run);
+                Py_CLEAR(current);
+            }
+        }
+        if (current == NULL) {
+            current = Py_NewRef(value);
+            run_start = i;
+        }
+        if (young->used > before && young->used >= limit) {
+            i++;
+            done = 0; /* even after the last key: the caller rotates */
+            break;
+        }
+    }
+    if (current != NULL) {
+        PyObject *run = Py_BuildValue("(On)", current, i - run_start);
+        if (run == NULL || PyList_Append(out, run) < 0) {
+            Py_XDECREF(run);
+            goto fail;
+        }
+        Py_DECREF(run);
+        Py_CLEAR(current);
+    }
+    return Py_BuildValue("(NnO)", out, i, done ? Py_True : Py_False);
+fail:
+    Py_XDECREF(current);
+    Py_DECREF(out);
     return NULL;
 }
 
@@ -616,10 +700,14 @@ static PyObject *common_prefix(PyObject *self, PyObject *args) {
     if (a_start >= 0 && b_start >= 0 && a_start <= a.len && b_start <= b.len) {
         const unsigned char *p = (const unsigned char *)a.buf + a_start, *q = (const unsigned char *)b.buf + b_start;
         Py_ssize_t limit = a.len - a_start < b.len - b_start ? a.len - a_start : b.len - b_start;
-        Py_BEGIN_ALLOW_THREADS
-        while (n + 4096 <= limit && memcmp(p + n, q + n, 4096) == 0) n += 4096;
-        while (n < limit && p[n] == q[n]) n++;
-        Py_END_ALLOW_THREADS
+        if (p == q) { /* one buffer against itself: a repeated prompt's tokens are the recent ones */
+            n = limit;
+        } else {
+            Py_BEGIN_ALLOW_THREADS
+            while (n + 4096 <= limit && memcmp(p + n, q + n, 4096) == 0) n += 4096;
+            while (n < limit && p[n] == q[n]) n++;
+            Py_END_ALLOW_THREADS
+        }
     }
     PyBuffer_Release(&a);
     PyBuffer_Release(&b);
@@ -630,6 +718,8 @@ static PyMethodDef methods[] = {
     {"remap", remap, METH_VARARGS,
      "target[key] = mapping[value] (del when None) for each key whose value the mapping holds."},
     {"runs", runs, METH_O, "[(value, count), ...] of consecutive equal values of a list."},
+    {"prefix_runs", prefix_runs, METH_VARARGS,
+     "dict_prefix's walk on U64Maps from keys[start], as (value, count) runs: (runs, end, done)."},
     {"common_prefix", common_prefix, METH_VARARGS,
      "How many bytes a[a_start:] and b[b_start:] have in common from their start."},
     {"dict_prefix", dict_prefix, METH_VARARGS,

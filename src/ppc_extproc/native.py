@@ -18,6 +18,9 @@ the same results.
   is None) for each key whose value ``mapping`` holds; how many keys were touched. A prompt's
   keys hold few distinct index masks: the caller computes each new mask once.
 * ``runs(values)``: ``[(value, count), ...]`` of consecutive equal values.
+* ``prefix_runs(young, old, keys, start, limit)``: ``(runs, end, done)``: ``dict_prefix``'s walk
+  from ``keys[start]`` as ``runs`` of its values, and the index after the last key walked, in one
+  pass that builds no list of a value per key (U64Maps only; ``py_prefix_runs`` takes dicts too).
 * ``common_prefix(a, a_start, b, b_start)``: how many bytes ``a[a_start:]`` and ``b[b_start:]``
   have in common from their start (0 for a start outside its buffer).
 * ``U64Map``: a hash table from ints in [0, 2^64) stored inline to objects, the subset of a
@@ -48,11 +51,13 @@ __all__ = [
     "dict_prefix",
     "json_uint32_array",
     "msgpack_uint32_array",
+    "prefix_runs",
     "py_cbor_fnv_chain",
     "py_common_prefix",
     "py_dict_prefix",
     "py_json_uint32_array",
     "py_msgpack_uint32_array",
+    "py_prefix_runs",
     "py_remap",
     "py_runs",
     "py_xxh64_chain",
@@ -224,6 +229,12 @@ def py_remap(target: dict[Any, Any], keys: list[Any], values: list[Any], mapping
     return touched
 
 
+def py_prefix_runs(young: Any, old: Any, keys: list[Any], start: int, limit: int) -> tuple[list[tuple[Any, int]], int, bool]:
+    """``prefix_runs`` as ``dict_prefix`` then ``runs`` (dicts or U64Maps)."""
+    values, done = dict_prefix(young, old, keys[start:], limit)
+    return runs(values), start + len(values), done
+
+
 def py_runs(values: list[Any]) -> list[tuple[Any, int]]:
     """Pure-Python ``runs``."""
     out: list[tuple[Any, int]] = []
@@ -263,6 +274,7 @@ remap: Callable[[Any, list[Any], list[Any], dict[Any, Any]], int]
 common_prefix: Callable[[bytes | bytearray | memoryview, int, bytes | bytearray | memoryview, int], int]
 runs: Callable[[list[Any]], list[tuple[Any, int]]]
 dict_prefix: Callable[[Any, Any, list[Any], int], tuple[list[Any], bool]]
+prefix_runs: Callable[[Any, Any, list[Any], int, int], tuple[list[tuple[Any, int]], int, bool]]
 #: ``_native.U64Map`` (a dict-like table over uint64 keys), or None without the extension.
 U64Map: Callable[[], Any] | None
 
@@ -275,6 +287,7 @@ except ImportError:
     json_uint32_array, xxh64_chain, cbor_fnv_chain = py_json_uint32_array, py_xxh64_chain, py_cbor_fnv_chain
     msgpack_uint32_array = py_msgpack_uint32_array
     dict_prefix, runs, remap = py_dict_prefix, py_runs, py_remap
+    prefix_runs = py_prefix_runs
     common_prefix = py_common_prefix
     U64Map = None
 else:
@@ -284,5 +297,6 @@ else:
     xxh64_chain = _native.xxh64_chain
     cbor_fnv_chain = _native.cbor_fnv_chain
     dict_prefix, runs, remap = _native.dict_prefix, _native.runs, _native.remap
+    prefix_runs = _native.prefix_runs
     common_prefix = _native.common_prefix
     U64Map = _native.U64Map

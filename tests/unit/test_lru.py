@@ -7,6 +7,7 @@ from collections.abc import Callable
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ppc_extproc import native
 from ppc_extproc.index.lru import TwoGenerationLRU
 
 keys = st.lists(st.integers(0, 120), min_size=1, max_size=70, unique=True)  # both paths: < and > 32 keys
@@ -47,6 +48,31 @@ def test_bulk_operations_equal_single_key_operations(capacity: int, sequence) ->
         _one_by_one(single, op, ks, bits)
         assert {**_state(bulk)[1], **_state(bulk)[0]} == {**_state(single)[1], **_state(single)[0]}
         assert len(bulk) <= capacity
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(2, 90), ops, st.lists(st.integers(0, 120), max_size=70), st.booleans())
+def test_prefix_runs_equal_the_runs_of_the_prefix(capacity: int, sequence, probe: list[int], dicts: bool) -> None:
+    # get_prefix_runs reads and touches exactly what get_prefix does, rotations included.
+    table = dict if dicts else None
+    runs: TwoGenerationLRU[int, int] = TwoGenerationLRU(capacity, table)
+    values: TwoGenerationLRU[int, int] = TwoGenerationLRU(capacity, table)
+    for lru in (runs, values):
+        for op, ks, bits in sequence:
+            lru.set_many(ks, [bits % 3] * len(ks)) if op != "get" else lru.get_prefix(ks)
+    found = values.get_prefix(probe)
+    assert runs.get_prefix_runs(probe) == native.py_runs(found)
+    assert _state(runs) == _state(values) and runs.evicted == values.evicted
+
+
+def test_a_run_that_spans_a_rotation_stays_one_run() -> None:
+    for table in (None, dict):
+        lru: TwoGenerationLRU[int, int] = TwoGenerationLRU(8, table)
+        lru.set_many([0, 1, 2, 3], [7] * 4)  # young full: rotated to old
+        lru.set_many([4, 5, 6], [7] * 3)
+        # Promoting 0 fills young, which rotates before 4, 5 and 6 are walked.
+        assert lru.get_prefix_runs([0, 4, 5, 6, 9]) == [(7, 4)]
+        assert lru.evicted == 3  # 1, 2 and 3 went with the old generation
 
 
 def test_a_key_touched_within_half_the_capacity_survives() -> None:

@@ -11,7 +11,7 @@ import cbor2
 import msgspec
 import pytest
 import xxhash
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from vectors import load_vectors, token_range
 
@@ -235,6 +235,39 @@ def test_dict_prefix_versions_agree(young: dict, old: dict, keys: list, limit: i
     assert done == (len(y) < limit or len(y) == len(young))  # not done: a promotion reached the limit
 
 
+#: Mask values; a 2**70 drawn may be a distinct int object (equal masks need not be identical).
+_MASKS = st.sampled_from([1, 2, 2**70]).map(lambda v: int(str(v)))
+
+
+def _u64map(items: dict) -> object:
+    table = native.U64Map()
+    for k, v in items.items():
+        table[k] = v
+    return table
+
+
+@pytest.mark.skipif(native.U64Map is None, reason="no extension")
+@settings(max_examples=300, deadline=None)
+@given(
+    young=st.dictionaries(st.integers(0, 30), _MASKS, max_size=15),
+    old=st.dictionaries(st.integers(0, 30), _MASKS, max_size=15),
+    keys=st.lists(st.integers(0, 30), max_size=20, unique=True),
+    start=st.integers(0, 22),
+    limit=st.integers(1, 40),
+)
+@example(young={1: int(str(2**70)), 2: int(str(2**70))}, old={}, keys=[1, 2], start=0, limit=10)
+def test_prefix_runs_versions_agree(young: dict, old: dict, keys: list, start: int, limit: int) -> None:
+    # The C walk on U64Maps against dict_prefix + runs on dicts: the same runs, end and promotions.
+    old = {k: v for k, v in old.items() if k not in young}
+    y, o = dict(young), dict(old)
+    expected = native.py_prefix_runs(y, o, list(keys), start, limit)
+    ny, no = _u64map(young), _u64map(old)
+    assert native.prefix_runs(ny, no, [*keys], start, limit) == expected
+    assert (dict(ny.items()), dict(no.items())) == (y, o)
+    runs, end, _ = expected
+    assert sum(n for _, n in runs) == max(0, end - start)
+
+
 @given(values=st.lists(st.sampled_from([1, 2, 3, 2**70]), max_size=40))
 def test_runs_versions_agree(values: list) -> None:
     encoded = native.runs(values)
@@ -326,6 +359,7 @@ def test_common_prefix_versions_agree(
     assert native.common_prefix(a, a_start, b, b_start) == expected
     if shift == 0:
         assert expected >= len(shared)
+    assert native.common_prefix(a, a_start, a, a_start) == native.py_common_prefix(a, a_start, a, a_start)
     if 0 <= a_start <= len(a):  # the definition, byte by byte
         x, y = a[a_start:], b[b_start:]
         n = 0

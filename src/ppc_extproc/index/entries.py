@@ -56,6 +56,9 @@ class MaskInfo:
     tiers: frozenset[tuple[EndpointId, str]]
     #: True when every weight is exactly 1.0 (scores then stay exact integers)
     unit_weights: bool
+    #: Every bit of the endpoints in the mask, their entries outside it too (a prefix walk keeps
+    #: only these endpoints once it has passed this mask)
+    endpoints_mask: int = 0
 
 
 class EntryRegistry:
@@ -140,7 +143,8 @@ class EntryRegistry:
                 if w > weights.get(entry.endpoint, -1.0):
                     weights[entry.endpoint] = w
                 tiers.add((entry.endpoint, entry.tier_label))
-            info = MaskInfo(weights, frozenset(tiers), all(w == 1.0 for w in weights.values()))
+            info = MaskInfo(weights, frozenset(tiers), all(w == 1.0 for w in weights.values()),
+                            self.endpoints_mask(weights))
             if len(self._mask_info) >= _MASK_INFO_CACHE_LIMIT:
                 self._mask_info.clear()
             self._mask_info[mask] = info

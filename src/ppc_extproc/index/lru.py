@@ -127,6 +127,20 @@ class TwoGenerationLRU(Generic[K, V]):
             values.extend(more)
         return values
 
+    def get_prefix_runs(self, keys: Sequence[K]) -> list[tuple[V, int]]:
+        """``native.runs(self.get_prefix(keys))`` with the same effect on recency, in one pass
+        that builds no list of a value per key (``native.prefix_runs``)."""
+        pending = keys if isinstance(keys, list) else list(keys)
+        walk = native.prefix_runs if self._native else native.py_prefix_runs
+        found, end, done = walk(self._young, self._old, pending, 0, self._generation_size)
+        while not done:  # young filled up: rotate where get_prefix does, then go on
+            self._maybe_rotate()
+            more, end, done = walk(self._young, self._old, pending, end, self._generation_size)
+            if found and more and found[-1][0] == more[0][0]:  # one run across the rotation
+                found[-1] = (found[-1][0], found[-1][1] + more.pop(0)[1])
+            found.extend(more)
+        return found
+
     def peek(self, key: K) -> V | None:
         """Value of ``key`` without touching its recency."""
         value = self._young.get(key)

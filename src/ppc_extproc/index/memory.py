@@ -21,7 +21,6 @@ from dataclasses import dataclass
 
 import xxhash
 
-from ppc_extproc import native
 from ppc_extproc.ids import MASK64, EndpointId, EngineKey, RequestKey
 from ppc_extproc.index import recency
 from ppc_extproc.index.entries import EntryRegistry, MaskInfo, PodEntry
@@ -262,7 +261,7 @@ class InMemoryIndex:
             count = 0
             # Equal raw masks stay equal under the narrowed filter (it keeps whole endpoints of
             # the mask), so the walk goes run by run.
-            for raw, n in native.runs(self._keys.get_prefix(request_keys)):
+            for raw, n in self._keys.get_prefix_runs(request_keys):
                 mask = raw & filt
                 if not mask:
                     break
@@ -272,7 +271,7 @@ class InMemoryIndex:
                 if count:
                     runs.append(PrefixRun(registry.info(current), count))
                 # An endpoint missing here can never extend its prefix again: narrow the filter.
-                filt &= registry.endpoints_mask(registry.info(mask).weights)
+                filt &= registry.info(mask).endpoints_mask
                 current, count = mask, n
             if count:
                 runs.append(PrefixRun(registry.info(current), count))

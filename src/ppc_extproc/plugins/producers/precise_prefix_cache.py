@@ -337,15 +337,22 @@ class PrecisePrefixCacheProducer(
         block = self.processor.block_size
         prompt_tokens = [len(p) // 4 for p in tokenized.prompts]
         engine_blocks = self.stats.block_sizes
+        # One object for every endpoint that holds nothing: match infos are read, never written.
+        no_match = PrefixCacheMatchInfo(0, total_blocks, block, 0, {}, None if mm_blocks is None else 0)
+        single = len(per_prompt) == 1
         for endpoint in candidates:
             score = scores.get(endpoint)
             if score is None:
-                info = PrefixCacheMatchInfo(0, total_blocks, block, 0, {}, None if mm_blocks is None else 0)
+                info = no_match
             else:
                 engine_block = engine_blocks.get(endpoint) or self._polled_block_size(endpoint)
-                cached = tuple(
-                    engine_cached_tokens(s.blocks if (s := prompt.get(endpoint)) else 0, block, n, engine_block)
-                    for prompt, n in zip(per_prompt, prompt_tokens)
+                cached = (
+                    (engine_cached_tokens(score.blocks, block, prompt_tokens[0], engine_block),)
+                    if single
+                    else tuple(
+                        engine_cached_tokens(s.blocks if (s := prompt.get(endpoint)) else 0, block, n, engine_block)
+                        for prompt, n in zip(per_prompt, prompt_tokens)
+                    )
                 )
                 info = PrefixCacheMatchInfo(
                     match_blocks=int(score.weighted),
