@@ -188,3 +188,15 @@ def test_blocks_shared_with_the_recent_prompt_are_not_hashed_again() -> None:
     processor.keys([*prompt, *range(5000, 5032)], "m", recent=True)  # the next turn: 2 blocks more
     processor.keys([*prompt[:800], 1, *prompt[801:]], "m", recent=True)  # an edit in block 50
     assert hashed == [100, 2, 50]
+
+
+def test_a_prompt_sent_again_gets_the_list_it_got_before() -> None:
+    processor = TokenProcessor(TokenProcessorConfig(16, "", "xxh64"))
+    tokens = tokens_to_le32(list(range(1600)))
+    first = processor.keys(tokens, "m", recent=True)
+    again = processor.keys(tokens, "m", recent=True)  # the very bytes: the recent token arrays' reuse
+    copy = processor.keys(bytes(bytearray(tokens)), "m", recent=True)  # equal bytes, another buffer
+    assert again is first and copy is first
+    assert first == processor.keys(tokens, "m")
+    longer = processor.keys(tokens + tokens_to_le32(list(range(16))), "m", recent=True)
+    assert longer is not first and longer[:100] == first and len(longer) == 101 and len(first) == 100

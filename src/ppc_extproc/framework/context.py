@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, TypeVar, cast
 
 from ppc_extproc.framework.datakeys import DataKey
@@ -31,6 +32,7 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+_NO_VALUES: Mapping[EndpointId, object] = MappingProxyType({})
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,8 +82,9 @@ class SchedulingContext:
     candidates: list[Endpoint]
     #: data key text → value: per-request data (``get``/``put``), producers' and plugins' own
     data: dict[str, object] = field(default_factory=dict)
-    #: endpoint id → data key text → value (``endpoint_value``/``put_endpoint_value``)
-    endpoint_data: dict[EndpointId, dict[str, object]] = field(default_factory=dict)
+    #: data key text → endpoint id → value (``endpoint_value``/``endpoint_values``): kept by key,
+    #: so a plugin reads or writes a producer's value for every endpoint with one lookup
+    endpoint_data: dict[str, dict[EndpointId, object]] = field(default_factory=dict)
     #: True for a dry run (debug scoring): no speculative seeding, no in-flight accounting.
     dry_run: bool = False
     #: stage → seconds, recorded by plugins that want their stages measured (keys, lookup)
@@ -106,11 +109,23 @@ class SchedulingContext:
 
     def endpoint_value(self, endpoint: EndpointId, key: DataKey[T]) -> T | None:
         """``endpoint``'s value under ``key`` for this request, or None."""
-        values = self.endpoint_data.get(endpoint)
-        return None if values is None else cast("T | None", values.get(key.text))
+        values = self.endpoint_data.get(key.text)
+        return None if values is None else cast("T | None", values.get(endpoint))
+
+    def endpoint_values(self, key: DataKey[T]) -> Mapping[EndpointId, T]:
+        """Every endpoint's value under ``key`` (an endpoint without one is absent). Read-only."""
+        return cast("Mapping[EndpointId, T]", self.endpoint_data.get(key.text, _NO_VALUES))
 
     def put_endpoint_value(self, endpoint: EndpointId, key: DataKey[T], value: T) -> None:
-        self.endpoint_data.setdefault(endpoint, {})[key.text] = value
+        self.endpoint_data.setdefault(key.text, {})[endpoint] = value
+
+    def put_endpoint_values(self, key: DataKey[T], values: dict[EndpointId, T]) -> None:
+        """``put_endpoint_value`` for several endpoints; ``values`` is kept, not copied."""
+        column = self.endpoint_data.get(key.text)
+        if column is None:
+            self.endpoint_data[key.text] = cast("dict[EndpointId, object]", values)
+        else:
+            column.update(values)
 
     @property
     def prompt_tokens(self) -> int:
@@ -122,7 +137,7 @@ class SchedulingContext:
         """The named producer's match info for ``endpoint``, or (no key) the best any producer wrote."""
         if key is not None:
             return self.endpoint_value(endpoint, key)
-        return best_match_info(self.endpoint_data.get(endpoint, {}).values())
+        return best_match_info(column[endpoint] for column in self.endpoint_data.values() if endpoint in column)
 
     def uncached_tokens(self, endpoint: EndpointId, key: DataKey[PrefixCacheMatchInfo] | None = None) -> int:
         """Prompt tokens ``endpoint`` would have to prefill: the prompt minus its cached prefix."""

@@ -340,6 +340,7 @@ class PrecisePrefixCacheProducer(
         # One object for every endpoint that holds nothing: match infos are read, never written.
         no_match = PrefixCacheMatchInfo(0, total_blocks, block, 0, {}, None if mm_blocks is None else 0)
         single = len(per_prompt) == 1
+        infos: dict[EndpointId, PrefixCacheMatchInfo] = {}
         for endpoint in candidates:
             score = scores.get(endpoint)
             if score is None:
@@ -363,7 +364,8 @@ class PrecisePrefixCacheProducer(
                     mm_match_blocks=None if mm_blocks is None else sum(1 for b in mm_blocks if b < score.blocks),
                     cached_tokens_per_prompt=cached,
                 )
-            ctx.put_endpoint_value(endpoint, self.match_key, info)
+            infos[endpoint] = info
+        ctx.put_endpoint_values(self.match_key, infos)
         ctx.timings["lookup"] = ctx.timings.get("lookup", 0.0) + time.perf_counter() - keyed
 
     def _polled_block_size(self, endpoint: str) -> int | None:

@@ -95,8 +95,9 @@ class NoHitLRUScorer(Scorer, DataConsumer, PreRequest):
         return (Consumes(PREFIX_CACHE_MATCH_INFO, self.reads),)
 
     def is_cold(self, ctx: SchedulingContext, endpoints: Sequence[Endpoint]) -> bool:
+        info_of = ctx.endpoint_values(self.match_key).get
         for endpoint in endpoints:
-            info = ctx.endpoint_value(endpoint.id, self.match_key)
+            info = info_of(endpoint.id)
             if info is not None and info.match_blocks > 0:
                 return False
         return True

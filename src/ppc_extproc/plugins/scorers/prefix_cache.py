@@ -101,11 +101,6 @@ class PrefixCacheScorer(Scorer, DataConsumer):
         return (Consumes(PREFIX_CACHE_MATCH_INFO, self.reads),)
 
     def score(self, ctx: SchedulingContext, endpoints: Sequence[Endpoint]) -> dict[EndpointId, float]:
-        return {
-            e.id: prefix_score(
-                ctx.endpoint_value(e.id, self.match_key),
-                self.match_length_weight,
-                self.match_length_scale_tokens,
-            )
-            for e in endpoints
-        }
+        info_of = ctx.endpoint_values(self.match_key).get
+        weight, scale = self.match_length_weight, self.match_length_scale_tokens
+        return {e.id: prefix_score(info_of(e.id), weight, scale) for e in endpoints}
