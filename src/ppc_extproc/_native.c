@@ -475,6 +475,14 @@ fail:
     return NULL;
 }
 
+/* Appends the run (value, count) to the list out: 0, or -1 with an exception. */
+static int append_run(PyObject *out, PyObject *value, Py_ssize_t count) {
+    PyObject *run = Py_BuildValue("(On)", value, count);
+    int failed = run == NULL || PyList_Append(out, run) < 0;
+    Py_XDECREF(run);
+    return failed ? -1 : 0;
+}
+
 /* One key of the prefix walk on U64Maps: 1 and *value (borrowed, held by young) when present
  * (a key found in old moves to young), 0 at an absent key, -1 on error. */
 static inline int prefix_step(U64Map *young, U64Map *old, PyObject *key_obj, PyObject **value) {
@@ -570,12 +578,7 @@ static PyObject *prefix_runs(PyObject *self, PyObject *args) {
             int same = PyObject_RichCompareBool(value, current, Py_EQ);
             if (same < 0) goto fail;
             if (!same) {
-                PyObject *run = Py_BuildValue("(On)", current, i - run_start);
-                if (run == NULL || PyList_Append(out, run) < 0) {
-                    Py_XDECREF(run);
-                    goto fail;
-                }
-                Py_DECREF(run);
+                if (append_run(out, current, i - run_start) < 0) goto fail;
                 Py_CLEAR(current);
             }
         }
@@ -590,12 +593,7 @@ static PyObject *prefix_runs(PyObject *self, PyObject *args) {
         }
     }
     if (current != NULL) {
-        PyObject *run = Py_BuildValue("(On)", current, i - run_start);
-        if (run == NULL || PyList_Append(out, run) < 0) {
-            Py_XDECREF(run);
-            goto fail;
-        }
-        Py_DECREF(run);
+        if (append_run(out, current, i - run_start) < 0) goto fail;
         Py_CLEAR(current);
     }
     return Py_BuildValue("(NnO)", out, i, done ? Py_True : Py_False);
@@ -673,12 +671,7 @@ static PyObject *runs(PyObject *self, PyObject *arg) {
             if (same < 0) goto fail;
             if (same) continue;
         }
-        PyObject *run = Py_BuildValue("(On)", PyList_GET_ITEM(arg, start), i - start);
-        if (run == NULL || PyList_Append(out, run) < 0) {
-            Py_XDECREF(run);
-            goto fail;
-        }
-        Py_DECREF(run);
+        if (append_run(out, PyList_GET_ITEM(arg, start), i - start) < 0) goto fail;
         start = i;
     }
     return out;
