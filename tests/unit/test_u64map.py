@@ -98,7 +98,7 @@ def _or(bits: int) -> Callable[[int | None], int]:
 LRU_KEYS = st.lists(st.one_of(st.integers(0, 150), st.integers(2**63, 2**63 + 5)), min_size=1, max_size=70, unique=True)
 LRU_OPS = st.lists(
     st.tuples(
-        st.sampled_from(["set", "set_many", "set_many_salted", "or", "get", "get_prefix", "and_not", "update_many", "pop", "replace", "peek"]),
+        st.sampled_from(["set", "set_many", "set_many_salted", "or", "get", "get_prefix_runs", "and_not", "update_many", "pop", "replace", "peek"]),
         LRU_KEYS,
         st.integers(1, 7),
     ),
@@ -131,8 +131,8 @@ def test_the_lru_gives_the_same_results_on_tables_and_on_dicts(capacity: int, op
                 results.append(lru.or_bits(keys, _or(bits)))
             elif op == "get":
                 results.append([lru.get(k) for k in keys])
-            elif op == "get_prefix":
-                results.append(lru.get_prefix(keys))
+            elif op == "get_prefix_runs":
+                results.append(lru.get_prefix_runs(keys))
             elif op == "and_not":
                 results.append(lru.and_not_bits(keys, bits))
             elif op == "update_many":

@@ -58,7 +58,7 @@ class MaskInfo:
     unit_weights: bool
     #: Every bit of the endpoints in the mask, their entries outside it too (a prefix walk keeps
     #: only these endpoints once it has passed this mask)
-    endpoints_mask: int = 0
+    endpoints_mask: int
 
 
 class EntryRegistry:

@@ -115,25 +115,15 @@ class TwoGenerationLRU(Generic[K, V]):
                 self._maybe_rotate()
         return value
 
-    def get_prefix(self, keys: Iterable[K]) -> list[V]:
-        """Values of the leading run of present keys (stops at the first absent one), each marked
-        recently used. The bulk form of ``get`` for a prompt's chain of block keys (one C call
-        per generation rotation: ``native.dict_prefix``)."""
-        pending = keys if isinstance(keys, list) else list(keys)
-        values, done = native.dict_prefix(self._young, self._old, pending, self._generation_size)
-        while not done:  # young filled up: rotate exactly where single gets would, then go on
-            self._maybe_rotate()
-            more, done = native.dict_prefix(self._young, self._old, pending[len(values) :], self._generation_size)
-            values.extend(more)
-        return values
-
     def get_prefix_runs(self, keys: Sequence[K]) -> list[tuple[V, int]]:
-        """``native.runs(self.get_prefix(keys))`` with the same effect on recency, in one pass
-        that builds no list of a value per key (``native.prefix_runs``)."""
+        """Values of the leading run of present keys (stops at the first absent one) as
+        ``(value, count)`` runs, each key marked recently used: the bulk form of ``get`` for a
+        prompt's chain of block keys. One C call per generation rotation
+        (``native.prefix_runs``), and no list of a value per key."""
         pending = keys if isinstance(keys, list) else list(keys)
         walk = native.prefix_runs if self._native else native.py_prefix_runs
         found, end, done = walk(self._young, self._old, pending, 0, self._generation_size)
-        while not done:  # young filled up: rotate where get_prefix does, then go on
+        while not done:  # young filled up: rotate exactly where single gets would, then go on
             self._maybe_rotate()
             more, end, done = walk(self._young, self._old, pending, end, self._generation_size)
             if found and more and found[-1][0] == more[0][0]:  # one run across the rotation
