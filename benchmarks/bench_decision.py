@@ -367,6 +367,22 @@ class AgenticLoad(threading.Thread):
             await asyncio.gather(*tasks, return_exceptions=True)
 
 
+def ingestion_settles(admin_url: str | None, timeout_s: float = 60.0) -> float:
+    """Seconds until the service's admitted blocks stop rising (two reads 0.2 s apart agree): the
+    KV events already published are ingested. ``timeout_s`` bounds the wait."""
+    if admin_url is None:
+        return 0.0
+    started = time.perf_counter()
+    last = blocks_stored(admin_url)
+    while time.perf_counter() - started < timeout_s:
+        time.sleep(0.2)
+        now = blocks_stored(admin_url)
+        if now == last:
+            break
+        last = now
+    return time.perf_counter() - started
+
+
 def blocks_stored(admin_url: str | None) -> float:
     """The blocks the service has admitted from BlockStored events (``llm_d_epp_kv_cache_index_admissions``)."""
     if admin_url is None:
@@ -439,6 +455,7 @@ def grpc_rows(args: argparse.Namespace) -> None:
             for load in loads:
                 results: dict[str, list[float]] = {}
                 ingested: dict[str, float] = {}
+                settled: dict[str, float] = {}
                 faults: dict[str, int] = {}
                 for _ in range(2):  # interleaved rounds: the shared machine's load drifts
                     # Every service gets the same bodies; "fresh" and "new-tail" ones once each.
@@ -464,6 +481,9 @@ def grpc_rows(args: argparse.Namespace) -> None:
                                 assert traffic.failed == 0, f"{name}: {traffic.failed} background requests failed"
                                 rate = (blocks_stored(admin[name]) - before) / (time.perf_counter() - since)
                                 ingested[name] = max(ingested.get(name, 0.0), rate)
+                                # The next phase is idle only once the service has ingested the
+                                # load's KV events: its backlog would share the GIL with it.
+                                settled[name] = max(settled.get(name, 0.0), ingestion_settles(admin[name]))
                 cells = [f"{statistics.median(results[n]) * 1e3:22.3f} {percentile(results[n], 99) * 1e3:7.3f}"
                          for n in names]  # fmt: skip
                 extra = statistics.median(results["ppc-extproc"]) - statistics.median(results["trivial ext_proc"])
@@ -473,7 +493,9 @@ def grpc_rows(args: argparse.Namespace) -> None:
                       + ", ".join(f"{n} {v / len(results[n]):.1f}" for n, v in faults.items()))  # fmt: skip
                 if ingested:
                     print(f"{'':>27}blocks stored/s ingested: "
-                          + ", ".join(f"{n} {v:,.0f}" for n, v in ingested.items() if admin[n]))  # fmt: skip
+                          + ", ".join(f"{n} {v:,.0f}" for n, v in ingested.items() if admin[n])
+                          + "; backlog ingested after the load stopped, in s (longest of 2): "
+                          + ", ".join(f"{n} {v:.1f}" for n, v in settled.items() if admin[n]))  # fmt: skip
 
 
 def grpc_bodies(kind: str, n_tokens: int, count: int, rng: random.Random) -> list[bytes]:
