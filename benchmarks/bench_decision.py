@@ -10,7 +10,9 @@ prefix with a new 1,024-token tail every request (an agentic session's next turn
 prompt every request. Each process's page faults per request are printed. ``--baseline-src DIR`` adds a row for another checkout's ``src`` (the
 code before a change), served the same way. ``--load-rate 3`` measures each size again under
 agentic load (``AgenticLoad``: 3 fresh 100K-token prompts a second to the engines, whose KV events
-the service ingests, and to the ext_proc as routing requests, while the timed requests run).
+the service ingests, and to the ext_proc as routing requests, while the timed requests run); after
+each load phase it waits until the service's admitted blocks stop rising, so the next idle phase
+has no KV events left to ingest.
 
 ``--part inproc`` drives the ext_proc stream state machine the way Envoy does (headers, then the JSON body in 16 KiB
 chunks) and times the last call, 16 endpoints:
