@@ -47,8 +47,14 @@ def test_defaults() -> None:
     assert config.token_processor.hash_algorithm == "xxh64"
     assert config.indexer.pod_cache_size == 10
     assert config.kv_events.topic_filter == "kv@" and config.kv_events.discover_pods
+    assert config.kv_events.batch_window_seconds == 0.25
     assert not config.speculative_indexing
     assert config.credit_decode_engine and config.decode_credit_ttl_seconds == 120.0
+
+
+def test_batch_window_takes_a_duration_and_zero_turns_it_off() -> None:
+    assert parse({"kvEventsConfig": {"batchWindow": "200ms"}}).kv_events.batch_window_seconds == 0.2
+    assert parse({"kvEventsConfig": {"batchWindow": "0s"}}).kv_events.batch_window_seconds == 0.0
 
 
 def test_decode_credit_parameters() -> None:
@@ -77,6 +83,9 @@ def test_empty_hash_algorithm_means_llmd_default() -> None:
         ({"indexerConfig": {"kvBlockIndexConfig": {"redisConfig": {"address": "x"}}}}, "plugins[0].parameters.indexerConfig.kvBlockIndexConfig.redisConfig", "not supported"),
         ({"indexerConfig": {"kvBlockIndexConfig": {"inMemoryConfig": {"size": "big"}}}}, "plugins[0].parameters.indexerConfig.kvBlockIndexConfig.inMemoryConfig.size", "expected an integer, got str"),
         ({"kvEventsConfig": {"engineType": "trt"}}, "plugins[0].parameters.kvEventsConfig.engineType", "must be one of"),
+        ({"kvEventsConfig": {"batchWindow": "2s"}}, "plugins[0].parameters.kvEventsConfig.batchWindow", "between 0s and 1s, got 2s"),
+        ({"kvEventsConfig": {"batchWindow": -0.1}}, "plugins[0].parameters.kvEventsConfig.batchWindow", "between 0s and 1s"),
+        ({"kvEventsConfig": {"batchWindow": "soon"}}, "plugins[0].parameters.kvEventsConfig.batchWindow", "soon"),
         ({"kvEventsConfig": {"podDiscoveryConfig": {"socketPort": 70000}}}, "plugins[0].parameters.kvEventsConfig.podDiscoveryConfig.socketPort", "at most 65535"),
         ({"speculativeTTL": "2 seconds"}, "plugins[0].parameters.speculativeTTL", "invalid duration"),
         ({"creditDecodeEngine": "no"}, "plugins[0].parameters.creditDecodeEngine", "expected true or false"),

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["ENGINE_TYPES", "CurveConfig", "KVEventsConfig", "PodDiscoveryConfig"]
+__all__ = ["ENGINE_TYPES", "MAX_BATCH_WINDOW_SECONDS", "CurveConfig", "KVEventsConfig", "PodDiscoveryConfig"]
 
 ENGINE_TYPES = ("vllm", "sglang")
+#: Longest ``batch_window_seconds`` accepted.
+MAX_BATCH_WINDOW_SECONDS = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,3 +58,9 @@ class KVEventsConfig:
     #: Central mode: allow a bind beyond loopback without ``curve`` (anyone reaching the port can
     #: then publish as any pool endpoint).
     allow_unauthenticated_publishers: bool = False
+    #: After the ingestion thread applied what had arrived, it reads again no sooner than this:
+    #: messages arriving meanwhile (decode steps of many streams, one block each) are applied
+    #: in one wake-up instead of one each. The index then lags the engines by at most this
+    #: much; a backlog, a replay or a ``wait_idle`` caller is never paused for. 0: apply each
+    #: message as it arrives.
+    batch_window_seconds: float = 0.25

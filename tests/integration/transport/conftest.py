@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -42,6 +43,7 @@ def make_transport(applier: EventApplier) -> Iterator[Callable[..., ZmqTransport
         engine_type: str = "vllm",
         topic_filter: str = "kv@",
         tuning: TransportTuning = FAST,
+        batch_window: float | None = None,
     ) -> ZmqTransport:
         config = KVEventsConfig(
             zmq_endpoint=central,
@@ -51,6 +53,8 @@ def make_transport(applier: EventApplier) -> Iterator[Callable[..., ZmqTransport
             pod_discovery=PodDiscoveryConfig(socket_port=socket_port, replay_socket_port=replay_port),
             queue_size=queue_size,
         )
+        if batch_window is not None:
+            config = replace(config, batch_window_seconds=batch_window)
         transport = ZmqTransport(config, applier, applier.stats, tuning)
         transport.start()
         made.append(transport)

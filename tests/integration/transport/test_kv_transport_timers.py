@@ -10,6 +10,7 @@ from typing import Any
 
 import zmq
 from kv_transport_helpers import FAST, Publisher, ReplayRouter, free_port, wait_until
+from kv_transport_wire import chain
 
 from ppc_extproc.events.apply import EventApplier
 from ppc_extproc.events.transport import ReplayPolicy
@@ -68,3 +69,34 @@ def test_an_idle_thread_sleeps_in_the_selector(
     # Nothing arrives and no timer is due: the old fixed 50 ms poll woke 20 times in this window.
     assert woke <= 2, (woke, time.monotonic() - started)
     pub.close()
+
+
+def test_sparse_messages_of_many_engines_share_wake_ups_within_the_batch_window(
+    zctx: zmq.Context[Any], applier: EventApplier, make_transport: Any
+) -> None:
+    """Decode steps of many streams arrive one block each, a few ms apart: with a batch window the
+    thread serves them in a few rounds instead of one each, and still applies every one."""
+    port = free_port("127.0.6.10")
+    pubs = [Publisher(zctx, f"127.0.6.{10 + i}", port) for i in range(4)]
+    transport = make_transport(socket_port=port, tuning=TIMERS_ONLY, batch_window=0.25)
+    for pub in pubs:
+        transport.add_endpoint(pub.endpoint)
+    for pub in pubs:
+        pub.wait_subscribed()
+    assert transport.wait_idle(5)
+    rounds = transport.diagnostics()["rounds"]
+    for n in range(40):  # 40 messages over ~0.2 s: traffic pacing, not a wait
+        payload, _ = chain(1000 + n, 1, 16 * n + 1)
+        pubs[n % 4].send(payload)
+        time.sleep(0.005)
+
+    def applied() -> int:
+        return sum(_count(applier, pub.endpoint_id, "batches") for pub in pubs)
+
+    wait_until(lambda: applied() == 40, timeout=10, what="every message applied", context=applied)
+    woke = transport.diagnostics()["rounds"] - rounds
+    # One round per message without the window (40); with it, a round per 0.25 s and the ends of
+    # the pauses.
+    assert woke <= 8, woke
+    for pub in pubs:
+        pub.close()

@@ -95,3 +95,15 @@ def test_the_loop_pauses_only_inside_a_steady_stream() -> None:
     assert tuning.pause_after(4, 0.0) == 0.0  # enough sockets had input: no need to gather
     assert tuning.pause_after(0, 0.0) == 0.0  # nothing came (a timer round)
     assert TransportTuning(coalesce_seconds=0.0).pause_after(1, 0.0) == 0.0  # coalescing off
+
+
+def test_a_batch_window_pauses_while_messages_come_closer_than_the_window() -> None:
+    tuning = TransportTuning(coalesce_seconds=0.0005, coalesce_below=4)
+    assert tuning.pause_after(1, 0.03, window=0.05) == 0.05  # a block 30 ms after the last
+    assert tuning.pause_after(16, 0.0, window=0.05) == 0.05  # input that came during the pause
+    assert tuning.pause_after(1, 0.3, window=0.05) == 0.0  # after a quiet spell: served alone
+    assert tuning.pause_after(0, 0.0, window=0.05) == 0.0  # a timer round: nothing to gather for
+    # A socket left undrained, a replay or a wait_idle caller: read on at once, window or not.
+    assert tuning.pause_after(1, 0.0, window=0.05, backlog=True) == 0.0
+    assert tuning.pause_after(1, 0.0, backlog=True) == 0.0
+    assert tuning.pause_after(1, 0.0, window=0.0) == 0.0005  # no window: the steady-stream rule

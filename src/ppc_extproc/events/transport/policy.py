@@ -58,12 +58,24 @@ class TransportTuning:
     #: A repeated warning (same event and endpoint) is logged at most once per interval.
     log_interval_seconds: float = 10.0
 
-    def pause_after(self, active: int, waited: float) -> float:
+    def pause_after(self, active: int, waited: float, *, window: float = 0.0, backlog: bool = False) -> float:
         """How long to pause after a round that served ``active`` sockets and waited ``waited``
-        seconds for its input. Only a round whose input was already there (it waited less than a
-        pause) is part of a steady stream worth gathering; a message after a quiet spell (a
-        decode step's block, one per stream every few hundred ms) is served alone, since a pause
-        would only add a second wake-up to it."""
-        if 0 < active < self.coalesce_below and waited < self.coalesce_seconds:
+        seconds for its input, before reading again, so that what arrives meanwhile is served in
+        the same wake-up. Each wake-up after a quiet spell costs ~0.3 ms of CPU on cold caches,
+        whatever it then applies (``benchmarks/bench_cold_wake.py``).
+
+        * ``backlog`` (a socket left undrained, a replay running, a caller waiting for the thread
+          to go idle): not at all.
+        * ``window`` (``kvEventsConfig.batchWindow``) when set, after a round whose input came
+          within a window of the previous one (messages denser than the window: the decode steps
+          of many streams, one block each). A message after a longer quiet spell is served
+          alone: a pause would only add a second wake-up to it.
+        * otherwise ``coalesce_seconds``, by the same rule, while fewer than ``coalesce_below``
+          sockets had input."""
+        if not active or backlog:
+            return 0.0
+        if window > 0:
+            return window if waited < window else 0.0
+        if active < self.coalesce_below and waited < self.coalesce_seconds:
             return self.coalesce_seconds
         return 0.0

@@ -58,6 +58,11 @@ class Reactor:
             self._priority.add(sock)
         self._ready[sock] = None  # input may predate the registration
 
+    @property
+    def pending(self) -> bool:
+        """Some socket may still have input (its handler stopped at the budget)."""
+        return bool(self._ready)
+
     def timer_at(self, when: float) -> None:
         """A timer is due at ``when`` (monotonic): the loop's next wait ends by then."""
         if when < self.next_timer:

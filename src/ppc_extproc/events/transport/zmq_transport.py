@@ -5,7 +5,8 @@ through a command queue plus an inproc PAIR wake-up (``add_endpoint``, ``remove_
 ``wait_idle``, ``stop``). The request path never waits on it: it only reads the (thread-safe)
 index. Each round waits on the sockets' notification descriptors (``Reactor``), drains each
 socket with input for at most ``drain_budget`` messages (one busy publisher cannot starve the
-others), and timers (replay deadlines, socket retries) run when the earliest is due (an idle
+others), then waits ``batch_window_seconds`` before the next read when nothing is left (so the
+sparse messages of many decoding streams share wake-ups), and timers (replay deadlines, socket retries) run when the earliest is due (an idle
 thread sleeps in the selector, waking at most once per ``poll_interval_seconds``). Events of one
 source are decoded and applied in sequence order, inline: a second queue and thread would only
 add hand-offs under the GIL. Queues are bounded by the SUB receive high-water mark per
@@ -269,6 +270,7 @@ class ZmqTransport:
     def _loop(self) -> None:
         tuning = self.tuning
         interval = tuning.poll_interval_seconds
+        window = self.config.batch_window_seconds
         reactor = self._reactor
         self._on_wake()
         while not self._stopping.is_set():
@@ -277,9 +279,12 @@ class ZmqTransport:
                 timer = max(0.0, reactor.next_timer - time.monotonic())
                 wait = 0.01 if self._barriers else min(interval, timer)
                 active = reactor.run_once(wait)
-                pause = tuning.pause_after(active, reactor.waited)
-                if pause:
-                    time.sleep(pause)  # more messages per wake-up (select, ZMQ_EVENTS, a failed recv)
+                if active:
+                    replays = self._ingest.replays
+                    backlog = bool(self._barriers) or reactor.pending or (replays is not None and replays.busy)
+                    pause = tuning.pause_after(active, reactor.waited, window=window, backlog=backlog)
+                    if pause:
+                        self._stopping.wait(pause)  # more messages per wake-up
                 now = time.monotonic()
                 if now >= reactor.next_timer:
                     reactor.next_timer = now + interval  # each tick below lowers it to its next timer

@@ -12,7 +12,13 @@ from dataclasses import dataclass, field
 from ppc_extproc.blockkeys import TokenProcessorConfig
 from ppc_extproc.blockkeys.config import HASH_ALGORITHMS
 from ppc_extproc.errors import ConfigError
-from ppc_extproc.events.config import ENGINE_TYPES, CurveConfig, KVEventsConfig, PodDiscoveryConfig
+from ppc_extproc.events.config import (
+    ENGINE_TYPES,
+    MAX_BATCH_WINDOW_SECONDS,
+    CurveConfig,
+    KVEventsConfig,
+    PodDiscoveryConfig,
+)
 from ppc_extproc.framework.params import Section
 from ppc_extproc.index.config import IndexerConfig
 from ppc_extproc.index.entries import DEFAULT_TIER_WEIGHTS
@@ -120,6 +126,9 @@ def _kv_events(s: Section) -> KVEventsConfig:
             if not value:
                 raise ConfigError(c.child_path(key), "is required with curveConfig")
         c.finish()
+    batch_window = s.duration("batchWindow", "250ms")
+    if not 0 <= batch_window <= MAX_BATCH_WINDOW_SECONDS:
+        raise ConfigError(s.child_path("batchWindow"), f"must be between 0s and 1s, got {batch_window:g}s")
     config = KVEventsConfig(
         zmq_endpoint=s.string("zmqEndpoint", ""),
         topic_filter=s.string("topicFilter", "kv@"),
@@ -130,6 +139,7 @@ def _kv_events(s: Section) -> KVEventsConfig:
         queue_size=s.integer("queueSize", 10000, minimum=1),
         curve=curve,
         allow_unauthenticated_publishers=s.boolean("allowUnauthenticatedPublishers", False),
+        batch_window_seconds=batch_window,
     )
     s.finish()
     return config
