@@ -107,3 +107,41 @@ def test_a_batch_window_pauses_while_messages_come_closer_than_the_window() -> N
     assert tuning.pause_after(1, 0.0, window=0.05, backlog=True) == 0.0
     assert tuning.pause_after(1, 0.0, backlog=True) == 0.0
     assert tuning.pause_after(1, 0.0, window=0.0) == 0.0005  # no window: the steady-stream rule
+
+
+def test_a_pause_ends_when_a_priority_socket_signals_and_leaves_other_input_for_the_next_round(
+    pair: tuple[zmq.Socket[bytes], zmq.Socket[bytes]],
+) -> None:
+    push, pull = pair
+    received: list[bytes] = []
+    reactor = _reactor_after_one_message(push, pull, received)
+    ctx = zmq.Context.instance()
+    wake_rx, wake_tx = ctx.socket(zmq.PAIR), ctx.socket(zmq.PAIR)
+    try:
+        wake_rx.bind("inproc://reactor-pause-test")
+        wake_tx.connect("inproc://reactor-pause-test")
+        commands: list[bytes] = []
+
+        def on_wake() -> bool:
+            while True:
+                try:
+                    commands.append(wake_rx.recv(zmq.NOBLOCK))
+                except zmq.Again:
+                    return False
+
+        reactor.add(wake_rx, on_wake, priority=True)
+        reactor.run_once(0.0)  # the registration round: nothing there yet
+        # Data alone does not end a pause (it would wait its 0.2 s out) and is not lost.
+        push.send(b"second")
+        assert reactor.pause(0.2) is False
+        # A command does: a pause of 30 s returns at once with it.
+        wake_tx.send(b"add")
+        assert reactor.pause(30.0) is True
+        reactor.run_once(0.0)
+        assert commands == [b"add"]
+        _run_until(reactor, received, 2)
+        assert received == [b"first", b"second"]
+    finally:
+        reactor.close()
+        wake_rx.close(0)
+        wake_tx.close(0)

@@ -421,6 +421,18 @@ def test_a_disconnect_suspends_the_entries_until_the_stream_goes_on() -> None:
     assert h.count("suspensions") == 1
 
 
+def test_a_message_of_the_lost_connection_read_after_the_disconnect_does_not_lift_the_suspension() -> None:
+    h = Harness(replay=False)
+    h.ingest.connected(h.src)
+    h.live(0, stored(1, 100))
+    h.ingest.disconnected(h.src)
+    h.live(1, stored(2, 200))  # queued before the connection dropped, read after (the batch window)
+    assert suspended(h) and h.holds(200)
+    h.ingest.connected(h.src)
+    h.live(2, stored(3, 300))
+    assert not suspended(h) and h.holds(300)
+
+
 def test_a_restart_after_a_disconnect_clears_and_lifts_the_suspension() -> None:
     h = Harness(replay=False)
     h.ingest.connected(h.src)

@@ -34,8 +34,9 @@ counter from 0 per engine, a replay ROUTER keeping recent batches):
 * from the moment an established subscriber disconnects, the endpoint's entries are *suspended*:
   kept, but not matched (``IngestStats.suspended``), until a message proves them — the verify
   replay succeeds, or a live message is applied (the same publisher going on, or a restart that
-  cleared the endpoint first). A restarted engine therefore never gets traffic on entries its
-  predecessor left, however late its subscriber reconnects.
+  cleared the endpoint first). A message of the lost connection read after the disconnect proves
+  nothing. A restarted engine therefore never gets traffic on entries its predecessor left,
+  however late its subscriber reconnects.
 
 Runs on the ingestion thread only (the applier is not thread-safe).
 """
@@ -401,7 +402,10 @@ class Ingestor(SequenceChecks):
             return
         model = src.model if topic == src.topic and src.topic_ok else self._model(src, topic)
         self.applier.apply_batch(endpoint, model, batch)
-        if state.suspended:
+        if state.suspended and (replayed or state.connected):
+            # A live message applied while disconnected came over the lost connection (read
+            # after the disconnect was handled, e.g. within the batch window): it proves nothing
+            # about the publisher there is now.
             self.stats.suspend(state, False)
         self.stats.count(endpoint, "batches")
         state.lag_seconds = time.time() - batch.ts

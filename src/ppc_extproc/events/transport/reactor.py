@@ -29,11 +29,14 @@ Handler = Callable[[], bool]
 
 
 class Reactor:
-    """Sockets with one handler each. Priority sockets (connection monitors) are handled before
-    the others of the same round, so a reconnect is known before the new connection's messages."""
+    """Sockets with one handler each. Priority sockets (connection monitors, the owner's command
+    wake-up) are handled before the others of the same round, so a reconnect is known before the
+    new connection's messages, and they end a ``pause`` at once."""
 
     def __init__(self) -> None:
         self._selector = selectors.DefaultSelector()
+        #: The priority sockets alone: what ends a ``pause`` early.
+        self._urgent = selectors.DefaultSelector()
         self.handlers: dict[Socket, Handler] = {}
         self._fds: dict[Socket, int] = {}
         self._priority: set[Socket] = set()
@@ -56,6 +59,7 @@ class Reactor:
         self.handlers[sock] = handler
         if priority:
             self._priority.add(sock)
+            self._urgent.register(fd, selectors.EVENT_READ, sock)
         self._ready[sock] = None  # input may predate the registration
 
     @property
@@ -72,8 +76,11 @@ class Reactor:
         """Forget ``sock`` (call before closing it)."""
         if self.handlers.pop(sock, None) is None:
             return
-        self._selector.unregister(self._fds.pop(sock))
-        self._priority.discard(sock)
+        fd = self._fds.pop(sock)
+        self._selector.unregister(fd)
+        if sock in self._priority:
+            self._urgent.unregister(fd)
+            self._priority.discard(sock)
         self._ready.pop(sock, None)
 
     def run_once(self, timeout: float) -> int:
@@ -110,8 +117,18 @@ class Reactor:
                 ready.pop(sock, None)
         return handled
 
+    def pause(self, seconds: float) -> bool:
+        """Let input gather for up to ``seconds``, ending early when a priority socket signals;
+        True when one did. Other sockets' input waits: their notifications stay pending (ZMQ_FD
+        is only reset by reading ``ZMQ_EVENTS``), so the next round finds it."""
+        events = self._urgent.select(seconds)
+        for key, _ in events:
+            self._ready[key.data] = None
+        return bool(events)
+
     def close(self) -> None:
         self._selector.close()
+        self._urgent.close()
         self.handlers.clear()
         self._fds.clear()
         self._ready.clear()

@@ -5,8 +5,9 @@ through a command queue plus an inproc PAIR wake-up (``add_endpoint``, ``remove_
 ``wait_idle``, ``stop``). The request path never waits on it: it only reads the (thread-safe)
 index. Each round waits on the sockets' notification descriptors (``Reactor``), drains each
 socket with input for at most ``drain_budget`` messages (one busy publisher cannot starve the
-others), then waits ``batch_window_seconds`` before the next read when nothing is left (so the
-sparse messages of many decoding streams share wake-ups), and timers (replay deadlines, socket retries) run when the earliest is due (an idle
+others), then, while messages come closer together than ``batch_window_seconds``, lets the next
+ones gather for that long (the sparse messages of many decoding streams then share wake-ups; a
+command or a connection event ends the pause at once), and timers (replay deadlines, socket retries) run when the earliest is due (an idle
 thread sleeps in the selector, waking at most once per ``poll_interval_seconds``). Events of one
 source are decoded and applied in sequence order, inline: a second queue and thread would only
 add hand-offs under the GIL. Queues are bounded by the SUB receive high-water mark per
@@ -254,7 +255,7 @@ class ZmqTransport:
         )
         if self.central:
             self._subscribers.open_central()
-        self._reactor.add(self._wake_rx, self._on_wake)
+        self._reactor.add(self._wake_rx, self._on_wake, priority=True)
         log.info(
             "kv_transport_started",
             mode="central" if self.central else "per_endpoint",
@@ -284,7 +285,7 @@ class ZmqTransport:
                     backlog = bool(self._barriers) or reactor.pending or (replays is not None and replays.busy)
                     pause = tuning.pause_after(active, reactor.waited, window=window, backlog=backlog)
                     if pause:
-                        self._stopping.wait(pause)  # more messages per wake-up
+                        reactor.pause(pause)  # more messages per wake-up; commands and monitors end it
                 now = time.monotonic()
                 if now >= reactor.next_timer:
                     reactor.next_timer = now + interval  # each tick below lowers it to its next timer
