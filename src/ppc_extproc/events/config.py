@@ -58,9 +58,9 @@ class KVEventsConfig:
     #: Central mode: allow a bind beyond loopback without ``curve`` (anyone reaching the port can
     #: then publish as any pool endpoint).
     allow_unauthenticated_publishers: bool = False
-    #: After the ingestion thread applied what had arrived, it reads again no sooner than this:
-    #: messages arriving meanwhile (decode steps of many streams, one block each) are applied
-    #: in one wake-up instead of one each. The index then lags the engines by at most this
-    #: much; a backlog, a replay or a ``wait_idle`` caller is never paused for. 0: apply each
+    #: While messages arrive closer together than this, the ingestion thread lets the next ones
+    #: gather for this long before it reads again, so the decode-step messages of many streams
+    #: (one block each) share a wake-up. The index then trails the engines by at most this much;
+    #: a backlog, a replay, a command or a connection event is never kept waiting. 0: apply each
     #: message as it arrives.
     batch_window_seconds: float = 0.25

@@ -5,7 +5,7 @@ from __future__ import annotations
 import select
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 import zmq
@@ -36,16 +36,22 @@ def _reactor_after_one_message(push: zmq.Socket[bytes], pull: zmq.Socket[bytes],
     return reactor
 
 
-def _reactor(pull: zmq.Socket[bytes], received: list[bytes]) -> Reactor:
+def _drain_into(sock: zmq.Socket[bytes], received: list[bytes]) -> Callable[[], bool]:
+    """A handler reading everything ``sock`` has into ``received``."""
+
     def drain() -> bool:
         while True:
             try:
-                received.append(pull.recv(zmq.NOBLOCK))
+                received.append(sock.recv(zmq.NOBLOCK))
             except zmq.Again:
                 return False
 
+    return drain
+
+
+def _reactor(pull: zmq.Socket[bytes], received: list[bytes]) -> Reactor:
     reactor = Reactor()
-    reactor.add(pull, drain)
+    reactor.add(pull, _drain_into(pull, received))
     return reactor
 
 
@@ -121,15 +127,7 @@ def test_a_pause_ends_when_a_priority_socket_signals_and_leaves_other_input_for_
         wake_rx.bind("inproc://reactor-pause-test")
         wake_tx.connect("inproc://reactor-pause-test")
         commands: list[bytes] = []
-
-        def on_wake() -> bool:
-            while True:
-                try:
-                    commands.append(wake_rx.recv(zmq.NOBLOCK))
-                except zmq.Again:
-                    return False
-
-        reactor.add(wake_rx, on_wake, priority=True)
+        reactor.add(wake_rx, _drain_into(wake_rx, commands), priority=True)
         reactor.run_once(0.0)  # the registration round: nothing there yet
         # Data alone does not end a pause (it would wait its 0.2 s out) and is not lost.
         push.send(b"second")

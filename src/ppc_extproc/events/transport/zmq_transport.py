@@ -7,12 +7,13 @@ index. Each round waits on the sockets' notification descriptors (``Reactor``), 
 socket with input for at most ``drain_budget`` messages (one busy publisher cannot starve the
 others), then, while messages come closer together than ``batch_window_seconds``, lets the next
 ones gather for that long (the sparse messages of many decoding streams then share wake-ups; a
-command or a connection event ends the pause at once), and timers (replay deadlines, socket retries) run when the earliest is due (an idle
-thread sleeps in the selector, waking at most once per ``poll_interval_seconds``). Events of one
-source are decoded and applied in sequence order, inline: a second queue and thread would only
-add hand-offs under the GIL. Queues are bounded by the SUB receive high-water mark per
-connection (``queue_size``; overflow shows up as a sequence gap) and, during a replay, by the
-hold of that source (``queue_size``; overflow ⇒ resync by replay).
+command or a connection event ends the pause at once). Timers (replay deadlines, socket retries)
+run when the earliest is due (an idle thread sleeps in the selector, waking at most once per
+``poll_interval_seconds``). Events of one source are decoded and applied in sequence order,
+inline: a second queue and thread would only add hand-offs under the GIL. Queues are bounded by
+the SUB receive high-water mark per connection (``queue_size``; overflow shows up as a sequence
+gap) and, during a replay, by the hold of that source (``queue_size``; overflow ⇒ resync by
+replay).
 
 Modes: central (``zmq_endpoint`` set: one bound SUB, the source is the topic's pod id, which
 must be an endpoint of the pool: ``add_endpoint``/``remove_endpoint`` maintain that set) and
