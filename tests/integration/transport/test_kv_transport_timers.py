@@ -95,8 +95,9 @@ def test_sparse_messages_of_many_engines_share_wake_ups_within_the_batch_window(
 
     wait_until(lambda: applied() == 40, timeout=10, what="every message applied", context=applied)
     woke = transport.diagnostics()["rounds"] - rounds
-    # One round per message without the window (40); with it, a round per 0.25 s and the ends of
-    # the pauses.
-    assert woke <= 8, woke
+    # One round per message without the window (40); with it, two for the first messages, then a
+    # round per 0.25 s of sending (≈ 0.2 s idle, longer when a busy machine stretches the sleeps)
+    # and the one that waits for more.
+    assert woke <= 12, woke
     for pub in pubs:
         pub.close()
