@@ -282,6 +282,8 @@ class ZmqTransport:
                 wait = 0.01 if self._barriers else min(interval, timer)
                 active = reactor.run_once(wait)
                 if active:
+                    # Not ``_busy()``: sources hold messages only while a replay runs or waits,
+                    # and scanning every source after each round would cost the event path.
                     replays = self._ingest.replays
                     backlog = bool(self._barriers) or reactor.pending or (replays is not None and replays.busy)
                     pause = tuning.pause_after(active, reactor.waited, window=window, backlog=backlog)

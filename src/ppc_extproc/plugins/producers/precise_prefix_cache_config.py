@@ -128,7 +128,7 @@ def _kv_events(s: Section) -> KVEventsConfig:
         c.finish()
     batch_window = s.duration("batchWindow", "250ms")
     if not 0 <= batch_window <= MAX_BATCH_WINDOW_SECONDS:
-        raise ConfigError(s.child_path("batchWindow"), f"must be between 0s and 1s, got {batch_window:g}s")
+        raise ConfigError(s.child_path("batchWindow"), f"must be between 0s and {MAX_BATCH_WINDOW_SECONDS:g}s, got {batch_window:g}s")
     config = KVEventsConfig(
         zmq_endpoint=s.string("zmqEndpoint", ""),
         topic_filter=s.string("topicFilter", "kv@"),
