@@ -3,7 +3,7 @@
 Run by hand (not a test)::
 
     PYTHONPATH=src python benchmarks/bench_ingest_sockets.py [--publishers 16] [--messages 40000]
-        [--rate 50000] [--seconds 10] [--transport-only] [--coalesce-ms 0.5] [--no-pin]
+        [--rate 50000] [--seconds 10] [--transport-only] [--coalesce-ms 0.5] [--batch-window-ms 250] [--no-pin]
 
 A child process runs ``--publishers`` vLLM-like publishers (XPUB on 127.0.9.N, one port, like pods)
 sending map-era (vLLM 0.26) batches: one BlockStored of 1–8 blocks × 16 tokens, chained to the
@@ -365,7 +365,8 @@ def run(
             client = (server_public, client_public, client_secret)
         if central:
             config = KVEventsConfig(
-                zmq_endpoint=address, discover_pods=False, queue_size=10_000_000, curve=curve_config
+                zmq_endpoint=address, discover_pods=False, queue_size=10_000_000, curve=curve_config,
+                batch_window_seconds=args.batch_window_s,
             )
         transport = ZmqTransport(config, applier, stats, tuning) if central else None
         if transport is not None:
@@ -379,7 +380,10 @@ def run(
         proc.start()
         port = parent.recv()
         if transport is None:
-            config = KVEventsConfig(pod_discovery=PodDiscoveryConfig(socket_port=port), queue_size=10_000_000)
+            config = KVEventsConfig(
+                pod_discovery=PodDiscoveryConfig(socket_port=port), queue_size=10_000_000,
+                batch_window_seconds=args.batch_window_s,
+            )
             transport = ZmqTransport(config, applier, stats, tuning)
             transport.start()
             for i in range(args.publishers):
@@ -412,6 +416,12 @@ def main() -> None:
         help="TransportTuning.coalesce_seconds in ms (default: the transport's)",
     )
     ap.add_argument(
+        "--batch-window-ms",
+        type=float,
+        default=None,
+        help="kvEventsConfig.batchWindow in ms (default: the service's, 250)",
+    )
+    ap.add_argument(
         "--transport-only",
         action="store_true",
         help="no-op decode and apply: measures the sockets and the transport alone",
@@ -428,6 +438,8 @@ def main() -> None:
         help="do not pin this process to CPU 0 and the publishers to the last CPU",
     )
     args = ap.parse_args()
+    default_window = KVEventsConfig().batch_window_seconds
+    args.batch_window_s = default_window if args.batch_window_ms is None else args.batch_window_ms / 1000
     pin = not args.no_pin and hasattr(os, "sched_setaffinity") and (os.cpu_count() or 1) > 1
     if pin:
         os.sched_setaffinity(0, {0})  # before any thread starts: ZMQ's I/O thread stays here too
@@ -449,7 +461,8 @@ def main() -> None:
         tuning = dataclasses.replace(tuning, coalesce_seconds=args.coalesce_ms / 1000)
     print(
         f"transport tuning: coalesce {tuning.coalesce_seconds * 1e3:g} ms below "
-        f"{tuning.coalesce_below} ready sockets, drain budget {tuning.drain_budget}"
+        f"{tuning.coalesce_below} ready sockets, drain budget {tuning.drain_budget}; batch window "
+        f"{args.batch_window_s * 1e3:g} ms below {tuning.dense_messages_per_window} messages per window"
     )
     if not args.curve:
         run(args, applier, stats, tuning, core_us, "")

@@ -61,6 +61,7 @@ class KVEventsConfig:
     #: While messages arrive closer together than this, the ingestion thread lets the next ones
     #: gather for this long before it reads again, so the decode-step messages of many streams
     #: (one block each) share a wake-up. The index then trails the engines by at most this much;
-    #: a backlog, a replay, a command or a connection event is never kept waiting. 0: apply each
-    #: message as it arrives.
+    #: a backlog, a replay, a command or a connection event is never kept waiting, and a stream
+    #: denser than ``TransportTuning.dense_messages_per_window`` is read as it comes. 0: apply
+    #: each message as it arrives.
     batch_window_seconds: float = 0.25

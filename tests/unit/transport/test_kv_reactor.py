@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 import pytest
 import zmq
 
-from ppc_extproc.events.transport.policy import TransportTuning
+from ppc_extproc.events.transport.policy import StreamDensity, TransportTuning
 from ppc_extproc.events.transport.reactor import Reactor
 
 
@@ -113,6 +113,30 @@ def test_a_batch_window_pauses_while_messages_come_closer_than_the_window() -> N
     assert tuning.pause_after(1, 0.0, window=0.05, backlog=True) == 0.0
     assert tuning.pause_after(1, 0.0, backlog=True) == 0.0
     assert tuning.pause_after(1, 0.0, window=0.0) == 0.0005  # no window: the steady-stream rule
+
+
+def test_a_trickle_measured_over_a_window_is_sparse_and_a_dense_stream_is_not() -> None:
+    density = StreamDensity(window=0.25, dense=128)
+    assert not density.update(100.0, 0)  # the first round: nothing measured yet
+    assert not density.update(100.1, 2)  # within the window: the decision stands
+    assert density.update(100.26, 4)  # 4 messages in a window: a trickle
+    assert density.update(100.52, 10)
+    assert not density.update(100.78, 10 + 140)  # 140 in a window: dense, read as it comes
+    assert not density.update(100.9, 10 + 140 + 1)  # a gap inside the window does not flip it
+    assert density.update(101.04, 10 + 140 + 2)  # the stream thinned out again
+
+
+def test_the_window_that_ends_a_quiet_spell_does_not_make_the_stream_sparse() -> None:
+    """A burst after silence is read as it comes until a window has measured it: a pause at its
+    start would queue the whole burst."""
+    density = StreamDensity(window=0.25, dense=128)
+    assert not density.update(100.0, 0)
+    assert density.update(100.3, 3)
+    assert not density.update(110.0, 4)  # the first message after 10 s of silence
+    assert not density.update(110.1, 500)  # the burst that follows
+    assert not density.update(110.25, 2000)  # measured dense
+    # A window stretched by a long round still compares per window (30 in 0.45 s is sparse):
+    assert density.update(110.7, 2030)
 
 
 def test_a_pause_ends_when_a_priority_socket_signals_and_leaves_other_input_for_the_next_round(

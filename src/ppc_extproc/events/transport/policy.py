@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["ReplayPolicy", "TransportTuning"]
+__all__ = ["ReplayPolicy", "StreamDensity", "TransportTuning"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +40,10 @@ class TransportTuning:
     #: wake-up (adds at most this much latency; sparse messages are not paused for).
     coalesce_seconds: float = 0.0005
     coalesce_below: int = 4
+    #: A batch window applies only while fewer messages than this arrive per window. A denser
+    #: stream is read as it comes: each wake-up finds many messages anyway, and a pause would
+    #: only queue them (latency, and the receive high-water mark at high rates).
+    dense_messages_per_window: int = 128
     #: ZMQ reconnect interval of SUB sockets, doubling up to the maximum. llm-d waits up to 5 s;
     #: a restarted engine is routable again only once its subscriber reconnects, so keep it short
     #: (a refused TCP connect twice a second per dead engine costs nothing).
@@ -69,7 +73,8 @@ class TransportTuning:
         * ``window`` (``kvEventsConfig.batchWindow``) when set, after a round whose input came
           within a window of the previous one (messages denser than the window: the decode steps
           of many streams, one block each). A message after a longer quiet spell is served
-          alone: a pause would only add a second wake-up to it.
+          alone: a pause would only add a second wake-up to it. The caller passes 0 while the
+          stream is dense (``StreamDensity``).
         * otherwise ``coalesce_seconds``, by the same rule, while fewer than ``coalesce_below``
           sockets had input."""
         if not active or backlog:
@@ -79,3 +84,28 @@ class TransportTuning:
         if active < self.coalesce_below and waited < self.coalesce_seconds:
             return self.coalesce_seconds
         return 0.0
+
+
+@dataclass(slots=True)
+class StreamDensity:
+    """Whether the messages read over the last ``window`` seconds were fewer than ``dense`` per
+    window: a trickle that a batch window should gather. Decided once per window, so a dense
+    stream's short gaps do not flip it. A window that ended a quiet spell (two windows or more
+    without a decision) says nothing of the stream that follows: that stream is read as it comes
+    until a window has measured it, so a burst after a quiet spell is never queued."""
+
+    window: float
+    dense: int
+    #: The last decision.
+    sparse: bool = False
+    _since: float = 0.0
+    _read_then: int = 0
+
+    def update(self, now: float, read: int) -> bool:
+        """``read``: messages read so far in total; returns ``sparse``."""
+        elapsed = now - self._since
+        if elapsed >= self.window:
+            count = read - self._read_then
+            self.sparse = elapsed < 2 * self.window and count * self.window < self.dense * elapsed
+            self._since, self._read_then = now, read
+        return self.sparse

@@ -88,6 +88,8 @@ class Subscribers:
         self._central_topics: dict[bytes, Source] = {}
         #: Central mode: the pool's endpoint ids, the only pod ids accepted from topics.
         self._pool: set[str] = set()
+        #: Messages read from the SUB sockets so far (the loop's ``StreamDensity``).
+        self.read = 0
 
     def busy(self) -> bool:
         """Some source holds messages for after its replay."""
@@ -301,6 +303,7 @@ class Subscribers:
                     self._warn.warning("kv_" + message, endpoint)
                     continue
                 count(endpoint, "messages")
+                self.read += 1
                 live(src, *message)
             except Exception:  # the loop boundary: log, count, continue
                 count(endpoint, "internal_errors")
@@ -339,6 +342,7 @@ class Subscribers:
                 if src is None:
                     continue
                 count(src.endpoint, "messages")
+                self.read += 1
                 live(src, *message)
             except Exception:  # the loop boundary: log, count, continue
                 count(UNATTRIBUTED, "internal_errors")

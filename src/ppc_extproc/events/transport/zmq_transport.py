@@ -5,9 +5,10 @@ through a command queue plus an inproc PAIR wake-up (``add_endpoint``, ``remove_
 ``wait_idle``, ``stop``). The request path never waits on it: it only reads the (thread-safe)
 index. Each round waits on the sockets' notification descriptors (``Reactor``), drains each
 socket with input for at most ``drain_budget`` messages (one busy publisher cannot starve the
-others), then, while messages come closer together than ``batch_window_seconds``, lets the next
-ones gather for that long (the sparse messages of many decoding streams then share wake-ups; a
-command or a connection event ends the pause at once). Timers (replay deadlines, socket retries)
+others), then, while messages come closer together than ``batch_window_seconds`` but fewer than
+``dense_messages_per_window`` per window, lets the next ones gather for that long (the sparse
+messages of many decoding streams then share wake-ups; a command or a connection event ends the
+pause at once; a denser stream is read as it comes). Timers (replay deadlines, socket retries)
 run when the earliest is due (an idle thread sleeps in the selector, waking at most once per
 ``poll_interval_seconds``). Events of one source are decoded and applied in sequence order,
 inline: a second queue and thread would only add hand-offs under the GIL. Queues are bounded by
@@ -42,7 +43,7 @@ from ppc_extproc.events.config import KVEventsConfig
 from ppc_extproc.events.stats import IngestStats, SourceState
 from ppc_extproc.events.transport.curve import CurveKeys, central_curve_keys
 from ppc_extproc.events.transport.ingest import Ingestor
-from ppc_extproc.events.transport.policy import TransportTuning
+from ppc_extproc.events.transport.policy import StreamDensity, TransportTuning
 from ppc_extproc.events.transport.ratelimit import RateLimitedLog
 from ppc_extproc.events.transport.reactor import Reactor
 from ppc_extproc.events.transport.replay import ReplayManager
@@ -103,6 +104,8 @@ class ZmqTransport:
             warn=self._warn,
         )
         self._reactor = Reactor()
+        #: Batch-window pauses taken (diagnostics).
+        self.pauses = 0
         self._subscribers: Subscribers | None = None
         self._barriers: list[threading.Event] = []
         self._curve: CurveKeys | None = None
@@ -187,12 +190,14 @@ class ZmqTransport:
         return [copy.copy(state) for state in list(self.stats.sources.values())]
 
     def diagnostics(self) -> dict[str, object]:
-        """Loop facts for the debug API and benchmarks: thread id, rounds run, sockets polled."""
+        """Loop facts for the debug API and benchmarks: thread id, rounds run, batch-window pauses
+        taken, sockets polled."""
         thread = self._thread
         return {
             "running": self.running,
             "thread_id": thread.native_id if thread is not None else None,
             "rounds": self._reactor.rounds,
+            "pauses": self.pauses,
             "sockets": len(self._reactor),
         }
 
@@ -273,7 +278,10 @@ class ZmqTransport:
         tuning = self.tuning
         interval = tuning.poll_interval_seconds
         window = self.config.batch_window_seconds
+        density = StreamDensity(window, tuning.dense_messages_per_window)
         reactor = self._reactor
+        subscribers = self._subscribers
+        assert subscribers is not None
         self._on_wake()
         while not self._stopping.is_set():
             try:
@@ -286,8 +294,10 @@ class ZmqTransport:
                     # and scanning every source after each round would cost the event path.
                     replays = self._ingest.replays
                     backlog = bool(self._barriers) or reactor.pending or (replays is not None and replays.busy)
-                    pause = tuning.pause_after(active, reactor.waited, window=window, backlog=backlog)
+                    sparse = window > 0 and density.update(time.monotonic(), subscribers.read)
+                    pause = tuning.pause_after(active, reactor.waited, window=window if sparse else 0.0, backlog=backlog)
                     if pause:
+                        self.pauses += sparse
                         reactor.pause(pause)  # more messages per wake-up; commands and monitors end it
                 now = time.monotonic()
                 if now >= reactor.next_timer:
