@@ -318,6 +318,7 @@ def phase2(parent: Any, transport: ZmqTransport, applier: TimedApplier, rate: fl
     time.sleep(1.0)  # warm-up at the target rate
     applier.record = True
     rounds1 = cast(int, transport.diagnostics()["rounds"])
+    pauses1 = cast(int, transport.diagnostics()["pauses"])
     cpu1, t1, threads1 = time.process_time(), time.perf_counter(), thread_cpu()
     _, paced_msgs, paced_blocks = parent.recv()
     transport.wait_idle(10)
@@ -325,13 +326,14 @@ def phase2(parent: Any, transport: ZmqTransport, applier: TimedApplier, rate: fl
     cpu2, t2, threads2 = time.process_time(), time.perf_counter(), thread_cpu()
     tid = cast(int, transport.diagnostics()["thread_id"])
     rounds = cast(int, transport.diagnostics()["rounds"]) - rounds1
+    pauses = cast(int, transport.diagnostics()["pauses"]) - pauses1
     lat = sorted(applier.latencies)
     print(
         f"phase 2 (paced {rate:,.0f} blocks/s for {seconds:.0f} s after a 1 s warm-up): "
         f"{paced_msgs} batches, {paced_blocks} blocks; {len(lat)} measured; publish-to-visible "
         f"p50 {pct(lat, 50) * 1e3:.2f} ms, p99 {pct(lat, 99) * 1e3:.2f} ms, "
         f"max {lat[-1] * 1e3:.2f} ms; CPU {100 * (cpu2 - cpu1) / (t2 - t1):.0f}% "
-        f"({split(threads1, threads2, tid)}); {len(lat) / max(rounds, 1):.1f} batches per round"
+        f"({split(threads1, threads2, tid)}); {len(lat) / max(rounds, 1):.1f} batches per round, {pauses} batch-window pauses"
     )
     return pct(lat, 99)
 
