@@ -71,20 +71,28 @@ def test_an_idle_thread_sleeps_in_the_selector(
     pub.close()
 
 
+def _four_publishers(
+    zctx: zmq.Context[Any], make_transport: Any, first: int, *, batch_window: float
+) -> tuple[list[Publisher], Any]:
+    """Publishers on 127.0.6.<first>… sharing one port, subscribed to by an idle transport."""
+    port = free_port(f"127.0.6.{first}")
+    pubs = [Publisher(zctx, f"127.0.6.{first + i}", port) for i in range(4)]
+    transport = make_transport(socket_port=port, tuning=TIMERS_ONLY, batch_window=batch_window)
+    for pub in pubs:
+        transport.add_endpoint(pub.endpoint)
+    for pub in pubs:
+        pub.wait_subscribed()
+    assert transport.wait_idle(5)
+    return pubs, transport
+
+
 def test_sparse_messages_of_many_engines_share_wake_ups_within_the_batch_window(
     zctx: zmq.Context[Any], applier: EventApplier, make_transport: Any
 ) -> None:
     """Decode steps of many streams arrive one block each, tens of ms apart: once a window has
     measured the trickle, the thread serves it in a few rounds per window instead of one per
     message, and still applies every one."""
-    port = free_port("127.0.6.10")
-    pubs = [Publisher(zctx, f"127.0.6.{10 + i}", port) for i in range(4)]
-    transport = make_transport(socket_port=port, tuning=TIMERS_ONLY, batch_window=0.25)
-    for pub in pubs:
-        transport.add_endpoint(pub.endpoint)
-    for pub in pubs:
-        pub.wait_subscribed()
-    assert transport.wait_idle(5)
+    pubs, transport = _four_publishers(zctx, make_transport, 10, batch_window=0.25)
     rounds = transport.diagnostics()["rounds"]
     for n in range(60):  # 60 messages over ~1.2 s: traffic pacing, not a wait
         payload, _ = chain(1000 + n, 1, 16 * n + 1)
@@ -113,14 +121,7 @@ def test_a_dense_stream_is_read_as_it_comes_through_many_windows(
     """A busy pool's messages (here ≈ 1,000 a second for ≥ 2 s, far above 128 per window) are
     never held for a window: a pause would only queue them toward the sockets' high-water mark
     and age the index. Without the density rule every window after the first pauses."""
-    port = free_port("127.0.6.20")
-    pubs = [Publisher(zctx, f"127.0.6.{20 + i}", port) for i in range(4)]
-    transport = make_transport(socket_port=port, tuning=TIMERS_ONLY, batch_window=0.25)
-    for pub in pubs:
-        transport.add_endpoint(pub.endpoint)
-    for pub in pubs:
-        pub.wait_subscribed()
-    assert transport.wait_idle(5)
+    pubs, transport = _four_publishers(zctx, make_transport, 20, batch_window=0.25)
     for n in range(4000):
         payload, _ = chain(50_000 + n, 1, 16 * n + 1)
         pubs[n % 4].send(payload)
