@@ -29,6 +29,7 @@ from ppc_extproc.framework.datakeys import (
 from ppc_extproc.framework.endpoint import Endpoint, EndpointEvent, EndpointEventKind
 from ppc_extproc.framework.roles import (
     AsyncDataProducer,
+    AsyncPreRequest,
     CrossReplicaStats,
     CrossReplicaSyncer,
     DataConsumer,
@@ -65,6 +66,7 @@ __all__ = [
     "PREFIX_CACHE_MATCH_INFO",
     "TOKENIZED_PROMPT",
     "AsyncDataProducer",
+    "AsyncPreRequest",
     "Consumes",
     "CrossReplicaStats",
     "CrossReplicaSyncer",

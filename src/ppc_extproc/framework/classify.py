@@ -8,6 +8,7 @@ from typing import TypeGuard, TypeVar
 
 from ppc_extproc.framework.roles import (
     AsyncDataProducer,
+    AsyncPreRequest,
     DataConsumer,
     DataProducer,
     Discovery,
@@ -51,6 +52,7 @@ class PluginRoles:
     endpoint_extractors: list[EndpointExtractor] = field(default_factory=list)
     metrics_extractors: list[MetricsExtractor] = field(default_factory=list)
     pre_request: list[PreRequest] = field(default_factory=list)
+    pre_request_async: list[AsyncPreRequest] = field(default_factory=list)
     response_complete: list[ResponseComplete] = field(default_factory=list)
     response_headers: list[ResponseHeaderProcessor] = field(default_factory=list)
     lifecycle: list[Lifecycle] = field(default_factory=list)
@@ -87,6 +89,7 @@ _ROLES: tuple[tuple[type, str, str], ...] = (
     (RequestParser, "parsers", "request parser"),
     (DataConsumer, "consumers", ""),
     (PreRequest, "pre_request", ""),
+    (AsyncPreRequest, "pre_request_async", ""),
     (ResponseComplete, "response_complete", ""),
     (ResponseHeaderProcessor, "response_headers", ""),
     (Lifecycle, "lifecycle", ""),

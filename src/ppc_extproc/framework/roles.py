@@ -192,6 +192,14 @@ class PreRequest(Plugin, Protocol):
         ...
 
 
+class AsyncPreRequest(Plugin, Protocol):
+    """A pre-request hook that waits on I/O (a shared store's write): the router awaits it after
+    the synchronous hooks, before the destination is answered, so what it records is visible to
+    other replicas by the time the client sees the response. It bounds itself and never raises."""
+
+    async def pre_request_async(self, ctx: SchedulingContext, result: SchedulingResult) -> None: ...
+
+
 class ResponseComplete(Plugin, Protocol):
     def response_complete(self, ctx: SchedulingContext, info: ResponseInfo) -> None:
         """The response ended, failed or the stream was cancelled: release per-request state."""

@@ -10,9 +10,12 @@ carries the identity of the endpoint that served, for the client to echo.
 ``session_id`` (stateful): the session id comes from the first non-empty ``sources`` entry (a
 header, or a request attribute such as ``agent-identity``); the binding is looked up before
 scheduling (the store, when shared, answers in one round trip or not at all) and committed after
-the pick. A bound endpoint that is no longer a candidate (gone from discovery, held down by
-health) expresses no preference, and the request's pick replaces the binding; so does the
-endpoint that actually served, when Envoy retried elsewhere (``envoy-override-host.yaml``).
+the pick; a new or moved binding reaches the store before the routing answer, so a session's next
+turn finds it on any replica. A bound endpoint that is no longer a candidate (gone from discovery,
+held down by health) expresses no preference — with ``placement: fewestBindings`` the session
+goes to its rendezvous-hash endpoint among the candidates, the one every replica picks — and the
+request's pick replaces the binding; so does the endpoint that actually served, when Envoy
+retried elsewhere (``envoy-override-host.yaml``).
 """
 
 from __future__ import annotations
@@ -268,8 +271,18 @@ class SessionAffinityCore:
         others = [e.id for e in endpoints if e.id != bound.id]
         return EndpointId(rendezvous(text_key(choice.session), others)) if others else None
 
+    def replacement(self, ctx: SchedulingContext, endpoints: Sequence[Endpoint]) -> EndpointId | None:
+        """With ``fewestBindings``, where a session whose bound endpoint is gone goes: the session
+        id's rendezvous-hash endpoint among the candidates, which is the runner-up Envoy fell back
+        to while the endpoint was still listed. Every replica agrees on it without the store."""
+        choice = ctx.get(self.choice_key)
+        if (self.bindings is None or self.config.session_id.placement != "fewestBindings" or choice is None
+                or choice.bound is None or choice.present is not False or not endpoints):  # fmt: skip
+            return None
+        return EndpointId(rendezvous(text_key(choice.session), [e.id for e in endpoints]))
+
     def placement_counts(self, ctx: SchedulingContext, endpoints: Sequence[Endpoint]) -> dict[EndpointId, int] | None:
-        """Bindings per candidate, when a new (or moving) session should go where fewest are."""
+        """Bindings per candidate, when a new session should go where fewest are."""
         if self.bindings is None or self.config.session_id.placement != "fewestBindings":
             return None
         if ctx.get(self.choice_key) is None:
@@ -286,7 +299,9 @@ class SessionAffinityCore:
             return None
         return chosen.targets[0].id
 
-    def pre_request(self, ctx: SchedulingContext, result: SchedulingResult) -> None:
+    async def pre_request_async(self, ctx: SchedulingContext, result: SchedulingResult) -> None:
+        """Bind the session to the pick; a new or moved binding reaches the shared store before
+        the routing answer, so the session's next turn finds it on whichever replica it lands."""
         choice = ctx.get(self.choice_key)
         if self.bindings is None or choice is None or not choice.session:
             return
@@ -294,12 +309,13 @@ class SessionAffinityCore:
         if picked is None:
             return
         if choice.bound is None or choice.bound == picked:
-            self.bindings.commit(choice.session, picked, None)
+            replacing = None
         elif choice.present is False:  # the bound endpoint is gone: the session moves
-            self.bindings.commit(choice.session, picked, EndpointId(choice.bound))
+            replacing = EndpointId(choice.bound)
         else:
             return  # the bound endpoint was there and lost on score: the binding stays
         choice.committed = picked
+        await self.bindings.commit_shared(choice.session, picked, replacing)
 
     def response_complete(self, ctx: SchedulingContext, info: ResponseInfo) -> None:
         """Envoy served the request elsewhere (a retry after a connection failure): follow it."""
@@ -356,7 +372,7 @@ class SessionAffinityCore:
 
 class SessionAffinityPlugin:
     """The roles the scorer and the filter share (lookup before scheduling, binding after the
-    pick, the response's token, housekeeping, state), delegated to one ``SessionAffinityCore``;
+    pick, awaited, the response's token, housekeeping, state), delegated to one ``SessionAffinityCore``;
     a subclass adds its output (``score`` or ``filter``) and names its ``TYPE_NAME``."""
 
     TYPE_NAME: ClassVar[str]
@@ -380,8 +396,8 @@ class SessionAffinityPlugin:
     async def produce_async(self, ctx: SchedulingContext) -> None:
         await self.core.produce_async(ctx)
 
-    def pre_request(self, ctx: SchedulingContext, result: SchedulingResult) -> None:
-        self.core.pre_request(ctx, result)
+    async def pre_request_async(self, ctx: SchedulingContext, result: SchedulingResult) -> None:
+        await self.core.pre_request_async(ctx, result)
 
     def response_complete(self, ctx: SchedulingContext, info: ResponseInfo) -> None:
         self.core.response_complete(ctx, info)

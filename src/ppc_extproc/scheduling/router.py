@@ -22,6 +22,7 @@ from ppc_extproc.blockkeys import TokenProcessor
 from ppc_extproc.errors import NoEndpointsError, RequestError
 from ppc_extproc.framework import (
     AsyncDataProducer,
+    AsyncPreRequest,
     CrossReplicaSyncer,
     DataKey,
     DataProducer,
@@ -76,6 +77,8 @@ class Pipeline:
     producers: list[ProducerStep | AsyncProducerStep]
     scheduler: Scheduler
     pre_request: list[PreRequest] = field(default_factory=list)
+    #: Awaited after ``pre_request``, before the destination is answered (shared session bindings).
+    pre_request_async: list[AsyncPreRequest] = field(default_factory=list)
     response_complete: list[ResponseComplete] = field(default_factory=list)
     #: Plugins adding headers to the client's response (session tokens).
     response_headers: list[ResponseHeaderProcessor] = field(default_factory=list)
@@ -180,6 +183,14 @@ class Router:
                     log.exception("pre_request_failed", plugin=hook.name)
                 done = time.perf_counter()
                 ctx.plugin_time(PRE_REQUEST, hook.type_name, hook.name, done - now)
+                now = done
+            for async_hook in self.pipeline.pre_request_async:
+                try:
+                    await async_hook.pre_request_async(ctx, result)
+                except Exception:
+                    log.exception("pre_request_failed", plugin=async_hook.name)
+                done = time.perf_counter()
+                ctx.plugin_time(PRE_REQUEST, async_hook.type_name, async_hook.name, done - now)
                 now = done
         timings = {"produce": t1 - t0, **result.primary.timings, "pre_request": time.perf_counter() - t2}
         return Decision(result.targets, destination, ctx, result, timings)

@@ -4,15 +4,17 @@ is configured, with the store never able to fail a request.
     bindings = SessionBindings("session-affinity-scorer", table, store_config)
     await bindings.start()                         # opens the store (a no-op without one)
     endpoint = await bindings.lookup("s-1")        # ≤ 1 round trip, bounded by the timeout
-    bindings.commit("s-1", picked, replacing=None) # local now; the store in the background
+    await bindings.commit_shared("s-1", picked, replacing=None)  # local, then the store (bounded)
+    bindings.commit("s-1", served, replacing=picked)  # local now; the store in the background
     await bindings.stop()
 
 Failure rule: a store call that fails or takes longer than ``timeout_seconds`` counts an error and
 the local table answers; after ``failure_threshold`` in a row the store is skipped for
-``retry_seconds`` (a dead store then costs nothing per request; one slow reply costs no skip). A binding made while the
-store was away is written when it is next used, so replicas re-converge on the store's winner.
-Writes go through a bounded queue drained by one task: a full queue drops the write (counted),
-never the request.
+``retry_seconds`` (a dead store then costs nothing per request; one slow reply costs no skip).
+A binding made while the store was away is written when it is next used, so replicas re-converge on the store's winner.
+A binding made by a pick is written before the routing answer (``commit_shared``, bounded by
+the timeout); the ones that follow a response (Envoy served elsewhere) go through a bounded queue
+drained by one task: a full queue drops the write (counted), never the request.
 """
 
 from __future__ import annotations
@@ -178,10 +180,26 @@ class SessionBindings:
     def commit(self, session: str, endpoint: EndpointId, replacing: EndpointId | None) -> None:
         """Record that ``session`` was routed to ``endpoint`` (``replacing``: the binding it
         moves from, whose pod is gone). Local at once; the store in the background."""
+        write = self._bind_locally(session, endpoint, replacing)
+        if write is not None:
+            self._enqueue(write)
+
+    async def commit_shared(self, session: str, endpoint: EndpointId, replacing: EndpointId | None) -> None:
+        """``commit``, with the store write awaited (within ``timeout_seconds``): on return the
+        other replicas' lookups see the binding, or the store failed (counted) and the local
+        binding stands. For the request path, so a client's next turn finds its binding on any
+        replica; a binding that did not change costs nothing."""
+        write = self._bind_locally(session, endpoint, replacing)
+        if write is not None:
+            await self._write(write)
+
+    def _bind_locally(self, session: str, endpoint: EndpointId, replacing: EndpointId | None) -> _Write | None:
+        """Bind in the local table; the store write to make, when the binding changed."""
         unchanged = self.table.peek(session) == endpoint
         self.table.bind(session, endpoint)
-        if not unchanged and self.shared:
-            self._enqueue(_Write(self._key(session), session, endpoint, replacing))
+        if unchanged or not self.shared:
+            return None
+        return _Write(self._key(session), session, endpoint, replacing)
 
     def _enqueue(self, write: _Write) -> None:
         if self._queue is None:

@@ -1,7 +1,7 @@
 """Multi-turn sessions through several service replicas behind one Envoy, with one engine killed.
 
 :func:`session_cluster_config` is the service config: the embedded default plus a
-``session-affinity-scorer`` (``strategy: session_id``, ``placement: fewestBindings``, bindings
+``session-affinity-scorer`` (weight 20, ``strategy: session_id``, ``placement: fewestBindings``, bindings
 shared through the store at ``store_url``, or local with ``None``) and a two-endpoint fallback
 list for Envoy's ``override_host`` policy (``envoy-override-host.yaml``).
 
@@ -35,8 +35,10 @@ _TIMEOUT = 30.0
 SESSION_HEADER = "x-session-id"
 
 
-def session_cluster_config(store_url: str | None, *, block_size: int = 16, weight: int = 10) -> dict[str, Any]:
-    """The default service config with shared (``store_url``) or local session affinity."""
+def session_cluster_config(store_url: str | None, *, block_size: int = 16, weight: int = 20) -> dict[str, Any]:
+    """The default service config with shared (``store_url``) or local session affinity; the
+    default ``weight`` is above twice the default profile's other weights (9), so a bound
+    session never loses its endpoint to its runner-up on score."""
     config = copy.deepcopy(default_service_config(block_size=block_size))
     session_id: dict[str, Any] = {"placement": "fewestBindings"}
     if store_url is not None:

@@ -8,7 +8,9 @@ import time
 
 import pytest
 import redis.asyncio
+from epp_helpers import load, router_for
 
+from ppc_extproc.framework import Endpoint, LLMRequest
 from ppc_extproc.ids import EndpointId
 from ppc_extproc.sessions import BindingTable, SessionBindings, StoreConfig
 from ppc_extproc_lab.valkey import ValkeyServer
@@ -143,5 +145,40 @@ def test_more_concurrent_lookups_than_connections_wait_instead_of_failing(valkey
             assert found == [A] * 300 and one.stats.errors == 0 and one.stats.hits == 300
         finally:
             await one.stop()
+
+    asyncio.run(scenario())
+
+
+def test_a_sessions_binding_is_in_the_store_by_the_time_its_routing_answer_is(valkey_server: ValkeyServer) -> None:
+    # Two replicas' routers over one store: a session's next turn, routed by the other replica the
+    # moment the first answered, finds the binding (no background write left to race).
+    text = f"""
+    plugins:
+    - type: session-affinity-scorer
+      parameters:
+        strategy: session_id
+        sessionIdConfig: {{placement: fewestBindings, sharedStore: {{address: "{valkey_server.url}", timeoutMs: 500}}}}
+    - type: max-score-picker
+    schedulingProfiles:
+    - name: default
+      plugins: [{{pluginRef: session-affinity-scorer, weight: 10}}, {{pluginRef: max-score-picker}}]
+    """
+    endpoints = [Endpoint(f"10.0.1.{i}", 8000) for i in range(1, 4)]
+    one, two = (load(text) for _ in range(2))
+
+    async def scenario() -> None:
+        plugins = [p for loaded in (one, two) for p in loaded.roles.lifecycle]
+        for plugin in plugins:
+            await plugin.start()
+        try:
+            first, second = router_for(one, endpoints), router_for(two, endpoints)
+            for i in range(30):
+                headers = {"x-session-id": f"fresh-{i}"}
+                picked = await first.route(LLMRequest(f"a{i}", "m", headers=headers))
+                again = await second.route(LLMRequest(f"b{i}", "m", headers=headers))
+                assert again.primary == picked.primary, i
+        finally:
+            for plugin in plugins:
+                await plugin.stop()
 
     asyncio.run(scenario())

@@ -8,8 +8,10 @@ import asyncio
 import base64
 
 import pytest
+import yaml
 from epp_helpers import config_error, epp, load, router_for
 
+from ppc_extproc.config.epp import load_config_text
 from ppc_extproc.framework import Endpoint, LLMRequest, ResponseInfo, SchedulingContext
 from ppc_extproc.framework.params import Section
 from ppc_extproc.plugins.filters import SessionAffinityFilter
@@ -177,10 +179,36 @@ def test_the_runner_up_is_spread_over_sessions_so_a_dead_pods_sessions_do_not_he
     assert set(runners_up) == {B, C, d} and min(runners_up.values()) >= 4, runners_up
 
 
+def test_a_dead_pods_sessions_move_to_their_runner_up_on_every_replica_whatever_its_counts() -> None:
+    # Envoy fell back to the runner-up while the pod was listed; once it is gone every replica
+    # must send the session there too, not to where its own binding counts are lowest.
+    d = Endpoint("10.0.0.4", 8000, name="ns/pod-d-rank-0")
+    text = SESSION_SCORER.replace("- type: max-score-picker",
+                                  "- type: max-score-picker\n  parameters: {maxNumOfEndpoints: 2}") % "fewestBindings"  # fmt: skip
+    first, second = router_for(load(text), [A, B, C, d]), router_for(load(text), [A, B, C, d])
+    runner_up: dict[str, Endpoint] = {}
+    for i in range(60):
+        finish(first, route(first, {"x-session-id": f"s{i}"}, f"r{i}"))
+        again = route(first, {"x-session-id": f"s{i}"}, f"r{i}-again")  # bound: the runner-up is second
+        finish(first, again)
+        if again.primary == A:
+            runner_up[f"s{i}"] = again.targets[1]
+    (other,) = [p for p in second.pipeline.pre_request_async if isinstance(p, SessionAffinityScorer)]
+    assert other.core.bindings is not None
+    for session in runner_up:  # the second replica learnt the same bindings (from the store) ...
+        other.core.bindings.table.bind(session, A.id)
+    for i in range(40):  # ... and holds many more on B
+        other.core.bindings.table.bind(f"elsewhere-{i}", B.id)
+    for router in (first, second):
+        router.pool.replace([B, C, d])
+        for session, expected in runner_up.items():
+            assert route(router, {"x-session-id": session}, f"{session}-moved").primary == expected, session
+
+
 def test_requests_without_a_session_id_are_not_bound() -> None:
     router = scorer_router([A, B])
     route(router, {})
-    (scorer,) = [p for p in router.pipeline.pre_request if isinstance(p, SessionAffinityScorer)]
+    (scorer,) = [p for p in router.pipeline.pre_request_async if isinstance(p, SessionAffinityScorer)]
     assert scorer.core.bindings is not None and len(scorer.core.bindings.table) == 0
 
 
@@ -222,7 +250,7 @@ def test_the_session_id_may_come_from_the_agent_identity_attribute() -> None:
         assert route(router, {"x-claude-code-session-id": "agent-1"}, f"r{i}").primary == first.primary
     # the header source comes first: a session id overrides the agent identity
     other = route(router, {"x-session-id": "s-x", "x-claude-code-session-id": "agent-1"}, "r-x")
-    (flt,) = [p for p in router.pipeline.pre_request if isinstance(p, SessionAffinityFilter)]
+    (flt,) = [p for p in router.pipeline.pre_request_async if isinstance(p, SessionAffinityFilter)]
     assert flt.core.bindings is not None and flt.core.bindings.table.peek("s-x") == other.primary.id
 
 
@@ -263,7 +291,7 @@ def test_the_token_names_the_endpoint_and_the_response_carries_the_servers_token
     assert scorer.score(ctx, [A, B]) == {A.id: 0.0, B.id: 1.0}
     router = router_for(load("plugins: [{type: session-affinity-scorer}, {type: random-picker}]\n"), [A, B])
     decision = route(router, {})
-    (plugin,) = [p for p in router.pipeline.pre_request if isinstance(p, SessionAffinityScorer)]
+    (plugin,) = [p for p in router.pipeline.pre_request_async if isinstance(p, SessionAffinityScorer)]
     headers = plugin.response_headers(decision.ctx, decision.result, decision.primary.id)
     assert headers == [("x-session-token", token(decision.primary))]
     assert base64.b64decode(headers[0][1]).decode() == decision.primary.name
@@ -318,3 +346,32 @@ def test_session_id_config_under_the_default_strategy_is_a_warning() -> None:
 def test_bad_parameters_name_the_field(params: str, path: str, message: str) -> None:
     error = config_error(epp(f"plugins: [{{type: session-affinity-filter, parameters: {params}}}, {{type: random-picker}}]\n"))
     assert error.path.endswith(path) and message in str(error), str(error)
+
+
+@pytest.mark.parametrize(("weight", "warned"), [(10, True), (18, True), (19, False)])
+def test_a_session_weight_the_other_scorers_can_outvote_is_a_load_warning(weight: int, warned: bool) -> None:
+    # bound 1.0 and runner-up 0.5: a margin of weight / 2 against the others' 9 in all
+    text = f"""
+    plugins:
+    - {{type: session-affinity-scorer, parameters: {{strategy: session_id, sessionIdConfig: {{placement: fewestBindings}}}}}}
+    - {{type: active-request-scorer}}
+    - {{type: kv-cache-utilization-scorer}}
+    - {{type: max-score-picker}}
+    schedulingProfiles:
+    - name: default
+      plugins:
+      - {{pluginRef: session-affinity-scorer, weight: {weight}}}
+      - {{pluginRef: active-request-scorer, weight: 5}}
+      - {{pluginRef: kv-cache-utilization-scorer, weight: 4}}
+    """
+    warnings = [w for w in load(text).warnings if "session-affinity-scorer" in w]
+    assert bool(warnings) is warned, warnings
+    if warned:
+        assert f"weight {weight} and the other scorers 9" in warnings[0] and "above 18" in warnings[0]
+
+
+def test_the_labs_session_config_keeps_sessions_on_their_endpoint_without_warnings() -> None:
+    from ppc_extproc_lab.localcluster.sessions import session_cluster_config
+
+    loaded = load_config_text(yaml.safe_dump(session_cluster_config(None)))
+    assert loaded.warnings == []

@@ -4,8 +4,8 @@ Type        ``session-affinity-filter`` (filter; also looks bindings up before s
             records them after the pick)
 Rule        bound endpoint among the candidates ⇒ that endpoint alone; no session, an unbound
             one, or its endpoint is not a candidate ⇒ every candidate (never an empty set) —
-            with ``placement: fewestBindings`` a session without a usable binding keeps the
-            candidates with the fewest bindings
+            with ``placement: fewestBindings`` a new session keeps the candidates with the
+            fewest bindings, and one whose endpoint is gone its rendezvous-hash endpoint
 Parameters  as ``session-affinity-scorer`` (the same strategies, keys and defaults); the filter
             and a scorer keep separate bindings: configure one of them.
             llm-d: ``pkg/epp/framework/plugins/scheduling/filter/sessionaffinity/``.
@@ -29,11 +29,11 @@ from collections.abc import Sequence
 
 from ppc_extproc.framework import (
     AsyncDataProducer,
+    AsyncPreRequest,
     DataConsumer,
     Endpoint,
     Filter,
     Lifecycle,
-    PreRequest,
     ResponseComplete,
     ResponseHeaderProcessor,
     SchedulingContext,
@@ -49,7 +49,7 @@ TYPE_NAME = "session-affinity-filter"
 
 
 @register(TYPE_NAME)
-class SessionAffinityFilter(SessionAffinityPlugin, Filter, AsyncDataProducer, DataConsumer, PreRequest, ResponseComplete,
+class SessionAffinityFilter(SessionAffinityPlugin, Filter, AsyncDataProducer, DataConsumer, AsyncPreRequest, ResponseComplete,
                             ResponseHeaderProcessor, Lifecycle, Ticker, StateReporter):  # fmt: skip
     TYPE_NAME = TYPE_NAME
 
@@ -57,6 +57,9 @@ class SessionAffinityFilter(SessionAffinityPlugin, Filter, AsyncDataProducer, Da
         target = self.core.choose(ctx, endpoints)
         if target is not None:
             return [target]
+        moved = self.core.replacement(ctx, endpoints)
+        if moved is not None:
+            return [e for e in endpoints if e.id == moved]
         counts = self.core.placement_counts(ctx, endpoints)
         if not counts:
             return list(endpoints)

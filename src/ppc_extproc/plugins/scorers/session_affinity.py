@@ -5,7 +5,8 @@ Type        ``session-affinity-scorer`` (scorer; also looks bindings up before s
 Formula     bound endpoint among the candidates ⇒ 1.0, every other 0.0; no session, or its
             endpoint is not a candidate ⇒ 0.0 everywhere (others decide) — with
             ``placement: fewestBindings``: ``1 − (n(ep) − min n) / (max n − min n)`` over the
-            candidates' binding counts (all 1.0 when equal)
+            candidates' binding counts (all 1.0 when equal) for a new session; a session whose
+            endpoint is gone ⇒ 1.0 on its rendezvous-hash endpoint among the candidates
 Strategies  ``encoded_endpoint_header`` (default): header ``x-session-token`` = base64 of the
             endpoint's identity (its name, ``<namespace>/<pod>-rank-<i>``, else ``ip:port``);
             the response carries the serving endpoint's token.
@@ -48,10 +49,10 @@ from collections.abc import Sequence
 
 from ppc_extproc.framework import (
     AsyncDataProducer,
+    AsyncPreRequest,
     DataConsumer,
     Endpoint,
     Lifecycle,
-    PreRequest,
     ResponseComplete,
     ResponseHeaderProcessor,
     SchedulingContext,
@@ -71,7 +72,7 @@ RUNNER_UP_SCORE = 0.5
 
 
 @register(TYPE_NAME)
-class SessionAffinityScorer(SessionAffinityPlugin, Scorer, AsyncDataProducer, DataConsumer, PreRequest, ResponseComplete,
+class SessionAffinityScorer(SessionAffinityPlugin, Scorer, AsyncDataProducer, DataConsumer, AsyncPreRequest, ResponseComplete,
                             ResponseHeaderProcessor, Lifecycle, Ticker, StateReporter):  # fmt: skip
     TYPE_NAME = TYPE_NAME
 
@@ -83,6 +84,9 @@ class SessionAffinityScorer(SessionAffinityPlugin, Scorer, AsyncDataProducer, Da
             if runner_up is not None:
                 scores[runner_up] = RUNNER_UP_SCORE
             return scores
+        moved = self.core.replacement(ctx, endpoints)
+        if moved is not None:
+            return {e.id: 1.0 if e.id == moved else 0.0 for e in endpoints}
         counts = self.core.placement_counts(ctx, endpoints)
         if not counts:
             return {e.id: 0.0 for e in endpoints}
