@@ -41,6 +41,9 @@ Parameters  ``strategy`` [encoded_endpoint_header | session_id]; ``profileName``
     schedulingProfiles:
     - name: default
       plugins: [{pluginRef: session-affinity-scorer, weight: 10}, {pluginRef: max-score-picker}]
+
+With ``fewestBindings`` the bound endpoint leads its runner-up by half the weight: give the scorer
+more than twice the profile's other weights together (the loader warns otherwise).
 """
 
 from __future__ import annotations
