@@ -189,6 +189,10 @@ class Router:
                     await async_hook.pre_request_async(ctx, result)
                 except Exception:
                     log.exception("pre_request_failed", plugin=async_hook.name)
+                except BaseException:  # cancelled with no decision returned: nobody else releases it
+                    self.response_complete(ctx, ResponseInfo(request.request_id, primary.id, status=0, reached=None,
+                                                             cancelled=True))  # fmt: skip
+                    raise
                 done = time.perf_counter()
                 ctx.plugin_time(PRE_REQUEST, async_hook.type_name, async_hook.name, done - now)
                 now = done

@@ -12,7 +12,14 @@ import yaml
 from epp_helpers import config_error, epp, load, router_for
 
 from ppc_extproc.config.epp import load_config_text
-from ppc_extproc.framework import Endpoint, LLMRequest, ResponseInfo, SchedulingContext
+from ppc_extproc.framework import (
+    AsyncPreRequest,
+    Endpoint,
+    LLMRequest,
+    ResponseInfo,
+    SchedulingContext,
+    SchedulingResult,
+)
 from ppc_extproc.framework.params import Section
 from ppc_extproc.plugins.filters import SessionAffinityFilter
 from ppc_extproc.plugins.producers.agent_identity import AGENT_IDENTITY_KEY, AgentIdentity
@@ -375,3 +382,34 @@ def test_the_labs_session_config_keeps_sessions_on_their_endpoint_without_warnin
 
     loaded = load_config_text(yaml.safe_dump(session_cluster_config(None)))
     assert loaded.warnings == []
+
+
+class BlockingHook(AsyncPreRequest):
+    """An awaited pre-request hook that never returns (a store that hangs past every bound)."""
+
+    name = type_name = "blocking-hook"
+
+    def __init__(self) -> None:
+        self.entered = asyncio.Event()
+
+    async def pre_request_async(self, ctx: SchedulingContext, result: SchedulingResult) -> None:
+        self.entered.set()
+        await asyncio.Event().wait()
+
+
+def test_a_request_cancelled_in_an_awaited_pre_request_hook_releases_what_routing_started() -> None:
+    router = scorer_router([A, B], placement="fewestBindings")
+    hook = BlockingHook()
+    router.pipeline.pre_request_async.append(hook)
+
+    async def scenario() -> None:
+        task = asyncio.create_task(router.route(LLMRequest("r1", "m", headers={"x-session-id": "s1"})))
+        await asyncio.wait_for(hook.entered.wait(), 5)
+        assert router.inflight.requests(A.id) + router.inflight.requests(B.id) == 1
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert len(router.inflight) == 0
+        assert router.inflight.requests(A.id) + router.inflight.requests(B.id) == 0
+
+    asyncio.run(scenario())
