@@ -372,7 +372,7 @@ class SessionAffinityCore:
 
 class SessionAffinityPlugin:
     """The roles the scorer and the filter share (lookup before scheduling, binding after the
-    pick, awaited, the response's token, housekeeping, state), delegated to one ``SessionAffinityCore``;
+    pick, the response's token, housekeeping, state), delegated to one ``SessionAffinityCore``;
     a subclass adds its output (``score`` or ``filter``) and names its ``TYPE_NAME``."""
 
     TYPE_NAME: ClassVar[str]

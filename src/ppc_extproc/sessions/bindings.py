@@ -11,8 +11,8 @@ is configured, with the store never able to fail a request.
 Failure rule: a store call that fails or takes longer than ``timeout_seconds`` counts an error and
 the local table answers; after ``failure_threshold`` in a row the store is skipped for
 ``retry_seconds`` (a dead store then costs nothing per request; one slow reply costs no skip).
-A binding made while the store was away is written when it is next used, so replicas re-converge on the store's winner.
-A binding made by a pick is written before the routing answer (``commit_shared``, bounded by
+A binding made while the store was away is written when it is next used, so replicas re-converge
+on the store's winner. A binding made by a pick is written before the routing answer (``commit_shared``, bounded by
 the timeout); the ones that follow a response (Envoy served elsewhere) go through a bounded queue
 drained by one task: a full queue drops the write (counted), never the request.
 """
