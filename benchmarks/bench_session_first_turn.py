@@ -7,14 +7,15 @@ endpoints, in process, no gRPC).
 """
 
 import asyncio
+import json
 import platform
-import textwrap
 import time
 
 from ppc_extproc.config.epp import load_config_text
 from ppc_extproc.framework import Endpoint, LLMRequest
 from ppc_extproc.scheduling.pool import EndpointPool
 from ppc_extproc.scheduling.router import Router
+from ppc_extproc_lab.localcluster.sessions import session_scorer_config
 from ppc_extproc_lab.valkey import start_valkey
 
 ENDPOINTS = [Endpoint(f"10.0.1.{i}", 8000) for i in range(1, 17)]
@@ -25,20 +26,7 @@ def q(values: list[float], fraction: float) -> float:
 
 
 async def main(url: str) -> None:
-    text = textwrap.dedent(f"""
-    apiVersion: llm-d.ai/v1alpha1
-    kind: EndpointPickerConfig
-    plugins:
-    - type: session-affinity-scorer
-      parameters:
-        strategy: session_id
-        sessionIdConfig: {{placement: fewestBindings, sharedStore: {{address: "{url}", timeoutMs: 500}}}}
-    - type: max-score-picker
-    schedulingProfiles:
-    - name: default
-      plugins: [{{pluginRef: session-affinity-scorer, weight: 10}}, {{pluginRef: max-score-picker}}]
-    """)
-    loaded = load_config_text(text)
+    loaded = load_config_text(json.dumps(session_scorer_config(url)))
     for plugin in loaded.roles.lifecycle:
         await plugin.start()
     pool = EndpointPool()

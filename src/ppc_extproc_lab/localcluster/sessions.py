@@ -29,7 +29,7 @@ from typing import Any
 from ppc_extproc_lab.localcluster.cluster import LocalCluster
 from ppc_extproc_lab.localcluster.service_config import default_service_config
 
-__all__ = ["SessionReport", "TurnOutcome", "run_sessions", "session_cluster_config", "warm_up"]
+__all__ = ["SessionReport", "TurnOutcome", "run_sessions", "session_cluster_config", "session_scorer_config", "warm_up"]
 
 _TIMEOUT = 30.0
 SESSION_HEADER = "x-session-id"
@@ -52,6 +52,22 @@ def session_cluster_config(store_url: str | None, *, block_size: int = 16, weigh
     profile = config["schedulingProfiles"][0]["plugins"]
     profile.insert(0, {"pluginRef": "session-affinity-scorer", "weight": weight})
     return config
+
+
+def session_scorer_config(store_url: str, *, weight: int = 10, timeout_ms: int = 500) -> dict[str, Any]:
+    """A config of a ``session-affinity-scorer`` alone (``fewestBindings``, bindings shared
+    through the store at ``store_url``) and a ``max-score-picker``."""
+    session_id = {"placement": "fewestBindings", "sharedStore": {"address": store_url, "timeoutMs": timeout_ms}}
+    return {
+        "apiVersion": "llm-d.ai/v1alpha1",
+        "kind": "EndpointPickerConfig",
+        "plugins": [
+            {"type": "session-affinity-scorer", "parameters": {"strategy": "session_id", "sessionIdConfig": session_id}},
+            {"type": "max-score-picker"},
+        ],
+        "schedulingProfiles": [{"name": "default", "plugins": [
+            {"pluginRef": "session-affinity-scorer", "weight": weight}, {"pluginRef": "max-score-picker"}]}],
+    }  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)

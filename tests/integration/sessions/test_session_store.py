@@ -4,15 +4,18 @@ a rebind after a pod died wins once, and a store that is down or comes back neve
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 
 import pytest
 import redis.asyncio
-from epp_helpers import load, router_for
+from epp_helpers import router_for
 
+from ppc_extproc.config.epp import load_config_text
 from ppc_extproc.framework import Endpoint, LLMRequest
 from ppc_extproc.ids import EndpointId
 from ppc_extproc.sessions import BindingTable, SessionBindings, StoreConfig
+from ppc_extproc_lab.localcluster.sessions import session_scorer_config
 from ppc_extproc_lab.valkey import ValkeyServer
 
 pytestmark = pytest.mark.integration
@@ -152,19 +155,9 @@ def test_more_concurrent_lookups_than_connections_wait_instead_of_failing(valkey
 def test_a_sessions_binding_is_in_the_store_by_the_time_its_routing_answer_is(valkey_server: ValkeyServer) -> None:
     # Two replicas' routers over one store: a session's next turn, routed by the other replica the
     # moment the first answered, finds the binding (no background write left to race).
-    text = f"""
-    plugins:
-    - type: session-affinity-scorer
-      parameters:
-        strategy: session_id
-        sessionIdConfig: {{placement: fewestBindings, sharedStore: {{address: "{valkey_server.url}", timeoutMs: 500}}}}
-    - type: max-score-picker
-    schedulingProfiles:
-    - name: default
-      plugins: [{{pluginRef: session-affinity-scorer, weight: 10}}, {{pluginRef: max-score-picker}}]
-    """
     endpoints = [Endpoint(f"10.0.1.{i}", 8000) for i in range(1, 4)]
-    one, two = (load(text) for _ in range(2))
+    text = json.dumps(session_scorer_config(valkey_server.url))
+    one, two = (load_config_text(text) for _ in range(2))
 
     async def scenario() -> None:
         plugins = [p for loaded in (one, two) for p in loaded.roles.lifecycle]
