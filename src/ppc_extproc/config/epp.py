@@ -54,7 +54,7 @@ from ppc_extproc.plugins.registry import (
     create_plugin,
     source_factory,
 )
-from ppc_extproc.plugins.scorers.session_affinity import RUNNER_UP_SCORE, SessionAffinityScorer
+from ppc_extproc.plugins.scorers.session_affinity import SessionAffinityScorer
 from ppc_extproc.scheduling.profile import SchedulingProfile, WeightedScorer
 from ppc_extproc.scheduling.router import Pipeline
 from ppc_extproc.scheduling.scheduler import Scheduler
@@ -244,22 +244,13 @@ class _Builder:
         return SchedulingProfile(name, picker, filters, scorers)
 
     def _check_session_margin(self, profile: str, scorers: list[WeightedScorer]) -> None:
-        """With ``placement: fewestBindings`` the session scorer gives the bound endpoint 1.0 and
-        its runner-up 0.5: the bound endpoint keeps the session only while half the scorer's
-        weight exceeds the other scorers' weights together."""
+        """A session scorer whose weight the profile's other scorers can outvote is a warning."""
         for entry in scorers:
-            scorer = entry.scorer
-            if not (isinstance(scorer, SessionAffinityScorer) and scorer.core.bindings is not None
-                    and scorer.core.config.session_id.placement == "fewestBindings"):  # fmt: skip
-                continue
-            others = sum(w.weight for w in scorers if w is not entry)
-            if entry.weight * RUNNER_UP_SCORE <= others:
-                self.warnings.append(
-                    f"schedulingProfiles[{profile}]: {scorer.name} has weight {entry.weight:g} and the other "
-                    f"scorers {others:g} in all; with placement fewestBindings a session can leave its "
-                    f"endpoint for its runner-up whenever they agree (a weight above {others / RUNNER_UP_SCORE:g} "
-                    "keeps it)"
-                )
+            if isinstance(entry.scorer, SessionAffinityScorer):
+                others = sum(w.weight for w in scorers if w is not entry)
+                warning = entry.scorer.weight_warning(entry.weight, others)
+                if warning is not None:
+                    self.warnings.append(f"schedulingProfiles[{profile}]: {warning}")
 
     def _default_picker(self, roles: PluginRoles, profile: str) -> Picker:
         """llm-d appends the first configured picker, else a max-score-picker, to a profile without one."""

@@ -201,6 +201,12 @@ class SessionChoice:
 SESSION_CHOICE: DataType[SessionChoice] = DataType("SessionAffinity")
 
 
+def _spread(session: str, endpoints: Sequence[Endpoint]) -> EndpointId | None:
+    """The session id's rendezvous-hash endpoint among ``endpoints``: the same on every replica,
+    uniform over sessions; None when there are none."""
+    return EndpointId(rendezvous(text_key(session), [e.id for e in endpoints])) if endpoints else None
+
+
 class SessionAffinityCore:
     """One scorer's or filter's session logic; the plugin class adds its output (score or filter)."""
 
@@ -268,8 +274,7 @@ class SessionAffinityCore:
         choice = ctx.get(self.choice_key)
         if self.config.session_id.placement != "fewestBindings" or choice is None or not choice.session:
             return None
-        others = [e.id for e in endpoints if e.id != bound.id]
-        return EndpointId(rendezvous(text_key(choice.session), others)) if others else None
+        return _spread(choice.session, [e for e in endpoints if e.id != bound.id])
 
     def replacement(self, ctx: SchedulingContext, endpoints: Sequence[Endpoint]) -> EndpointId | None:
         """With ``fewestBindings``, where a session whose bound endpoint is gone goes: the session
@@ -277,9 +282,9 @@ class SessionAffinityCore:
         to while the endpoint was still listed. Every replica agrees on it without the store."""
         choice = ctx.get(self.choice_key)
         if (self.bindings is None or self.config.session_id.placement != "fewestBindings" or choice is None
-                or choice.bound is None or choice.present is not False or not endpoints):  # fmt: skip
+                or choice.bound is None or choice.present is not False):  # fmt: skip
             return None
-        return EndpointId(rendezvous(text_key(choice.session), [e.id for e in endpoints]))
+        return _spread(choice.session, endpoints)
 
     def placement_counts(self, ctx: SchedulingContext, endpoints: Sequence[Endpoint]) -> dict[EndpointId, int] | None:
         """Bindings per candidate, when a new session should go where fewest are."""

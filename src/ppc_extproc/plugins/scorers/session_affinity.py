@@ -79,6 +79,18 @@ class SessionAffinityScorer(SessionAffinityPlugin, Scorer, AsyncDataProducer, Da
                             ResponseHeaderProcessor, Lifecycle, Ticker, StateReporter):  # fmt: skip
     TYPE_NAME = TYPE_NAME
 
+    def weight_warning(self, weight: float, other_weights: float) -> str | None:
+        """Why ``weight`` is too low against the profile's ``other_weights`` together, or None:
+        with ``fewestBindings`` the bound endpoint leads its runner-up by only half the weight."""
+        core = self.core
+        if core.bindings is None or core.config.session_id.placement != "fewestBindings":
+            return None
+        if weight * RUNNER_UP_SCORE > other_weights:
+            return None
+        return (f"{self.name} has weight {weight:g} and the other scorers {other_weights:g} in all; with placement "
+                "fewestBindings a session can leave its endpoint for its runner-up whenever they agree (a weight "
+                f"above {other_weights / RUNNER_UP_SCORE:g} keeps it)")
+
     def score(self, ctx: SchedulingContext, endpoints: Sequence[Endpoint]) -> dict[EndpointId, float]:
         target = self.core.choose(ctx, endpoints)
         if target is not None:
