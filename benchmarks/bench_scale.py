@@ -387,7 +387,8 @@ def part_streamed(args: argparse.Namespace, work: Path) -> None:
     for variant in args.variants:
         with LocalCluster(num_engines=args.engines, engines_per_process=args.engines, model=MODEL, block_size=BLOCK,
                           num_blocks=NUM_BLOCKS, engine_args=ENGINE_ARGS, envoy_variant=variant, startup_timeout=180, envoy_args=["--concurrency", "1"],
-                          service_args=["--log-level", "warning"], log_dir=work / f"streamed-{variant}",
+                          service_args=["--log-level", "warning", "--usage-sample-rate", str(args.usage_sample_rate)],
+                          log_dir=work / f"streamed-{variant}",
                           keep_logs=True) as cluster:  # fmt: skip
             assert cluster.service_process is not None and cluster.envoy_process is not None
             pids = {"service": cluster.service_process.pid or 0, "envoy": cluster.envoy_process.pid or 0}
@@ -638,6 +639,9 @@ def main() -> None:
                         help="streamed part: only agentic 100K/1K and chat 8K/64 (what --pace-ms 20 runs)")
     parser.add_argument("--pace-ms", type=float, default=2.0,
                         help="ms between a stream's SSE events (the engines' decode step); 20 = paced")  # fmt: skip
+    parser.add_argument("--usage-sample-rate", type=float, default=0.01,
+                        help="streamed part: the service's --usage-sample-rate (1 = every response's body is read, "
+                             "the sampled path's cost; the default samples only the first, a warm-up request)")  # fmt: skip
     parser.add_argument("--threads", action="store_true",
                         help="streamed part: the service's per-thread CPU (schedstat) per measured workload")
     parser.add_argument("--idle-window-s", type=float, default=3.0,
