@@ -19,7 +19,9 @@ Parts:
   The engines stream one SSE event per token (``--stream-interval-ms 0``), as vLLM does, one every
   2 ms; ``--pace-ms 20`` writes one every 20 ms, as a real decode of a large model streams them
   (each 1K-token answer then keeps its stream open 20 s), for the agentic 100K/1K and chat 8K
-  workloads only (``--paced``: both, with the "Envoy alone" rows).
+  workloads only (``--paced``: both, with the "Envoy alone" rows). The agentic 100K/1K workload
+  keeps 4 requests open at once (a quarter of the engines busy); ``--streams 16`` keeps one per
+  engine, which shows what of a request's cost is per request and what is per second of wall time.
 * ``chat``: the 2K/32 workload as OpenAI chat messages (``/v1/chat/completions``): the engines
   tokenise with a byte-level BPE built at run time, our local ``token-producer`` with the same
   files; the peers get the same chats.
@@ -49,7 +51,7 @@ import tempfile
 import time
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -327,6 +329,14 @@ STREAMED = [
 ]
 
 
+def with_streams(w: Workload, streams: int) -> Workload:
+    """``w`` with ``streams`` requests open at once: as many rounds of them as ``w`` has, and at
+    least one session per stream, so a fuller pool is what changes, not the prefix sharing."""
+    rounds = max(1, w.requests // w.concurrency)
+    return replace(w, name=f"{w.name}, {streams} at a time", concurrency=streams, requests=rounds * streams,
+                   sessions=max(w.sessions, streams))
+
+
 def envoy_without_ext_proc(rendered: Path, engines: Sequence[str], out: Path) -> Path:
     """The rendered shipped config minus the ext_proc (and header-mutation) filter, routing round
     robin over ``engines``: what Envoy itself costs to proxy the same traffic."""
@@ -384,6 +394,8 @@ def part_streamed(args: argparse.Namespace, work: Path) -> None:
     workloads = [w for w in STREAMED if not args.quick or w.name != "chat 8K/64"]
     if args.pace_ms >= 10 or args.long_only:  # answers that take seconds: the long-stream workloads only
         workloads = [w for w in workloads if w.name in ("agentic 100K/1K", "chat 8K/64")]
+    if args.streams:
+        workloads = [with_streams(w, args.streams) if w.name == "agentic 100K/1K" else w for w in workloads]
     for variant in args.variants:
         with LocalCluster(num_engines=args.engines, engines_per_process=args.engines, model=MODEL, block_size=BLOCK,
                           num_blocks=NUM_BLOCKS, engine_args=ENGINE_ARGS, envoy_variant=variant, startup_timeout=180, envoy_args=["--concurrency", "1"],
@@ -639,6 +651,9 @@ def main() -> None:
                         help="streamed part: only agentic 100K/1K and chat 8K/64 (what --pace-ms 20 runs)")
     parser.add_argument("--pace-ms", type=float, default=2.0,
                         help="ms between a stream's SSE events (the engines' decode step); 20 = paced")  # fmt: skip
+    parser.add_argument("--streams", type=int, default=0,
+                        help="streamed part: agentic 100K/1K requests open at once (default 4, a quarter of "
+                             "the 16 engines busy; 16 = one per engine), with as many rounds")  # fmt: skip
     parser.add_argument("--usage-sample-rate", type=float, default=0.01,
                         help="streamed part: the service's --usage-sample-rate (1 = every response's body is read, "
                              "the sampled path's cost; the default samples only the first, a warm-up request)")  # fmt: skip
@@ -649,6 +664,8 @@ def main() -> None:
     parser.add_argument("--py-spy", default="", help="streamed part: py-spy record the service into this dir")
     parser.add_argument("--py-spy-flags", default="--gil -r 100", help="py-spy flags: rate, --gil or --idle")
     args = parser.parse_args()
+    if args.streams < 0:
+        parser.error(f"--streams must be 0 (the workload's own) or more, got {args.streams}")
     global BLOCK, NUM_BLOCKS
     BLOCK, NUM_BLOCKS = args.block_size, 8192 * 64 // args.block_size
     ENGINE_ARGS[ENGINE_ARGS.index("--decode-ms-per-token") + 1] = f"{args.pace_ms:g}"
