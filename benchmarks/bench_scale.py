@@ -22,6 +22,9 @@ Parts:
   workloads only (``--paced``: both, with the "Envoy alone" rows). The agentic 100K/1K workload
   keeps 4 requests open at once (a quarter of the engines busy); ``--streams 16`` keeps one per
   engine, which shows what of a request's cost is per request and what is per second of wall time.
+  ``--trivial`` adds the same workloads with the trivial grpc.aio ext_proc
+  (``tests/unit/localcluster/stub_extproc.py``, round robin, no KV events) in the service's place:
+  what any Python ext_proc pays for them, paced or not.
 * ``chat``: the 2K/32 workload as OpenAI chat messages (``/v1/chat/completions``): the engines
   tokenise with a byte-level BPE built at run time, our local ``token-producer`` with the same
   files; the peers get the same chats.
@@ -384,6 +387,31 @@ def _fmt(value: float, digits: int = 2) -> str:
     return "-" if value != value else f"{value:,.{digits}f}"
 
 
+#: The floor of any Python grpc.aio ext_proc: routes round robin, nothing else (no KV events).
+STUB_EXTPROC = Path(__file__).resolve().parents[1] / "tests/unit/localcluster/stub_extproc.py"
+
+
+def trivial_rows(args: argparse.Namespace, work: Path, variant: str, workloads: Sequence[Workload]) -> None:
+    """The same workloads with the trivial ext_proc in the service's place (``--trivial``): what a
+    paced stream costs a Python ext_proc that does nothing but answer, next to the service's row."""
+    with LocalCluster(num_engines=args.engines, engines_per_process=args.engines, model=MODEL, block_size=BLOCK,
+                      num_blocks=NUM_BLOCKS, engine_args=ENGINE_ARGS, envoy_variant=variant, startup_timeout=180,
+                      envoy_args=["--concurrency", "1"], service_command=[sys.executable, str(STUB_EXTPROC)],
+                      log_dir=work / f"streamed-trivial-{variant}", keep_logs=True) as cluster:  # fmt: skip
+        assert cluster.service_process is not None and cluster.envoy_process is not None
+        pids = {"service": cluster.service_process.pid or 0, "envoy": cluster.envoy_process.pid or 0}
+        url = cluster.listener_url + "/v1/completions"
+        for w in workloads:
+            measure(url, w.bodies(99, count=w.sessions), w.concurrency, pids)
+            idle = idle_cores(pids["service"], args.idle_window_s)
+            m = measure(url, w.bodies(1), w.concurrency, pids)
+            svc, env = m.ms_per_request("service"), m.ms_per_request("envoy")
+            marginal = svc - idle * m.wall_s / m.requests * 1e3
+            print(f"| trivial ext_proc (round robin) | {variant} | {w.name} | {m.requests} | {_fmt(svc)} ({_fmt(marginal)}) | "
+                  f"{_fmt(env)} | {_fmt(svc + env)} | - | {m.rss['service'] / 2**20:.0f} / {m.rss['envoy'] / 2**20:.0f} | "
+                  f"{m.requests / m.wall_s:.1f} | {m.errors} |", flush=True)  # fmt: skip
+
+
 def part_streamed(args: argparse.Namespace, work: Path) -> None:
     print(f"## Streamed workloads: {args.engines} mock engines behind Envoy + the service (or a peer router)\n")
     print(f"engines: {' '.join(ENGINE_ARGS)}; block size {BLOCK}; service: the default configuration "
@@ -423,6 +451,8 @@ def part_streamed(args: argparse.Namespace, work: Path) -> None:
                     print_thread_cpu(pids["service"], threads, m.requests, m.wall_s, idle_threads, args.idle_window_s)
             if variant != args.variants[0] or cluster.envoy_config_path is None:
                 continue
+            if args.trivial:
+                trivial_rows(args, work, variant, workloads)
             # Envoy's own cost for the same traffic: the same file without ext_proc, round robin.
             plain = envoy_without_ext_proc(cluster.envoy_config_path, cluster.engine_endpoints, work / "plain.yaml")
             listen, admin = free_port(), free_port()
@@ -553,8 +583,8 @@ def part_small(args: argparse.Namespace, work: Path) -> None:
                 {"service": service.pid or 0, "envoy": proxy.pid or 0})  # fmt: skip
             proxy.stop()
             service.stop()
-        stub = Path(__file__).resolve().parents[1] / "tests/unit/localcluster/stub_extproc.py"
-        if stub.is_file():  # the floor of any Python grpc.aio ext_proc: routes round robin, nothing else
+        stub = STUB_EXTPROC
+        if stub.is_file():
             grpc_port, listen, envoy_admin = free_port(), free_port(), free_port()
             service = group.spawn("stub", [sys.executable, str(stub), "--grpc-port", str(grpc_port), "--admin-port",
                                            str(free_port()), "--endpoints", ",".join(endpoints)])  # fmt: skip
@@ -657,6 +687,8 @@ def main() -> None:
     parser.add_argument("--usage-sample-rate", type=float, default=0.01,
                         help="streamed part: the service's --usage-sample-rate (1 = every response's body is read, "
                              "the sampled path's cost; the default samples only the first, a warm-up request)")  # fmt: skip
+    parser.add_argument("--trivial", action="store_true",
+                        help="streamed part: also the trivial grpc.aio ext_proc in the service's place (its floor)")
     parser.add_argument("--threads", action="store_true",
                         help="streamed part: the service's per-thread CPU (schedstat) per measured workload")
     parser.add_argument("--idle-window-s", type=float, default=3.0,
