@@ -391,25 +391,36 @@ def _fmt(value: float, digits: int = 2) -> str:
 STUB_EXTPROC = Path(__file__).resolve().parents[1] / "tests/unit/localcluster/stub_extproc.py"
 
 
+def streamed_cluster(args: argparse.Namespace, work: Path, variant: str, name: str, **options: Any) -> LocalCluster:
+    """The streamed part's cluster: ``args.engines`` engines in one process behind Envoy
+    (``variant``) and the service, or what ``options`` puts in its place."""
+    return LocalCluster(num_engines=args.engines, engines_per_process=args.engines, model=MODEL, block_size=BLOCK,
+                        num_blocks=NUM_BLOCKS, engine_args=ENGINE_ARGS, envoy_variant=variant, startup_timeout=180,
+                        envoy_args=["--concurrency", "1"], log_dir=work / name, keep_logs=True, **options)  # fmt: skip
+
+
+def print_row(router: str, variant: str, w: Workload, m: Measured, idle: float) -> None:
+    """One row of the streamed table; the service's CPU also minus its idle burn over the run."""
+    svc, env = m.ms_per_request("service"), m.ms_per_request("envoy")
+    marginal = svc - idle * m.wall_s / m.requests * 1e3
+    print(f"| {router} | {variant} | {w.name} | {m.requests} | {_fmt(svc)} ({_fmt(marginal)}) | {_fmt(env)} | "
+          f"{_fmt(svc + env)} | {_fmt(m.decision_p50 * 1e3, 3)} / {_fmt(m.decision_p99 * 1e3, 3)} | "
+          f"{m.rss['service'] / 2**20:.0f} / {m.rss['envoy'] / 2**20:.0f} | "
+          f"{m.requests / m.wall_s:.1f} | {m.errors} |", flush=True)  # fmt: skip
+
+
 def trivial_rows(args: argparse.Namespace, work: Path, variant: str, workloads: Sequence[Workload]) -> None:
     """The same workloads with the trivial ext_proc in the service's place (``--trivial``): what a
     paced stream costs a Python ext_proc that does nothing but answer, next to the service's row."""
-    with LocalCluster(num_engines=args.engines, engines_per_process=args.engines, model=MODEL, block_size=BLOCK,
-                      num_blocks=NUM_BLOCKS, engine_args=ENGINE_ARGS, envoy_variant=variant, startup_timeout=180,
-                      envoy_args=["--concurrency", "1"], service_command=[sys.executable, str(STUB_EXTPROC)],
-                      log_dir=work / f"streamed-trivial-{variant}", keep_logs=True) as cluster:  # fmt: skip
+    service_command = [sys.executable, str(STUB_EXTPROC)]
+    with streamed_cluster(args, work, variant, f"streamed-trivial-{variant}", service_command=service_command) as cluster:
         assert cluster.service_process is not None and cluster.envoy_process is not None
         pids = {"service": cluster.service_process.pid or 0, "envoy": cluster.envoy_process.pid or 0}
         url = cluster.listener_url + "/v1/completions"
         for w in workloads:
             measure(url, w.bodies(99, count=w.sessions), w.concurrency, pids)
             idle = idle_cores(pids["service"], args.idle_window_s)
-            m = measure(url, w.bodies(1), w.concurrency, pids)
-            svc, env = m.ms_per_request("service"), m.ms_per_request("envoy")
-            marginal = svc - idle * m.wall_s / m.requests * 1e3
-            print(f"| trivial ext_proc (round robin) | {variant} | {w.name} | {m.requests} | {_fmt(svc)} ({_fmt(marginal)}) | "
-                  f"{_fmt(env)} | {_fmt(svc + env)} | - | {m.rss['service'] / 2**20:.0f} / {m.rss['envoy'] / 2**20:.0f} | "
-                  f"{m.requests / m.wall_s:.1f} | {m.errors} |", flush=True)  # fmt: skip
+            print_row("trivial ext_proc (round robin)", variant, w, measure(url, w.bodies(1), w.concurrency, pids), idle)
 
 
 def part_streamed(args: argparse.Namespace, work: Path) -> None:
@@ -425,11 +436,8 @@ def part_streamed(args: argparse.Namespace, work: Path) -> None:
     if args.streams:
         workloads = [with_streams(w, args.streams) if w.name == "agentic 100K/1K" else w for w in workloads]
     for variant in args.variants:
-        with LocalCluster(num_engines=args.engines, engines_per_process=args.engines, model=MODEL, block_size=BLOCK,
-                          num_blocks=NUM_BLOCKS, engine_args=ENGINE_ARGS, envoy_variant=variant, startup_timeout=180, envoy_args=["--concurrency", "1"],
-                          service_args=["--log-level", "warning", "--usage-sample-rate", str(args.usage_sample_rate)],
-                          log_dir=work / f"streamed-{variant}",
-                          keep_logs=True) as cluster:  # fmt: skip
+        service_args = ["--log-level", "warning", "--usage-sample-rate", str(args.usage_sample_rate)]
+        with streamed_cluster(args, work, variant, f"streamed-{variant}", service_args=service_args) as cluster:
             assert cluster.service_process is not None and cluster.envoy_process is not None
             pids = {"service": cluster.service_process.pid or 0, "envoy": cluster.envoy_process.pid or 0}
             url = cluster.listener_url + "/v1/completions"
@@ -441,12 +449,7 @@ def part_streamed(args: argparse.Namespace, work: Path) -> None:
                 spy = start_py_spy(args, pids["service"], work, w.name)
                 m = measure(url, w.bodies(1), w.concurrency, pids, cluster.service_admin_urls)
                 stop_py_spy(spy)
-                svc, env = m.ms_per_request("service"), m.ms_per_request("envoy")
-                marginal = svc - idle * m.wall_s / m.requests * 1e3
-                print(f"| ppc-extproc | {variant} | {w.name} | {m.requests} | {_fmt(svc)} ({_fmt(marginal)}) | {_fmt(env)} | "
-                      f"{_fmt(svc + env)} | {_fmt(m.decision_p50 * 1e3, 3)} / {_fmt(m.decision_p99 * 1e3, 3)} | "
-                      f"{m.rss['service'] / 2**20:.0f} / {m.rss['envoy'] / 2**20:.0f} | "
-                      f"{m.requests / m.wall_s:.1f} | {m.errors} |", flush=True)
+                print_row("ppc-extproc", variant, w, m, idle)
                 if args.threads:
                     print_thread_cpu(pids["service"], threads, m.requests, m.wall_s, idle_threads, args.idle_window_s)
             if variant != args.variants[0] or cluster.envoy_config_path is None:
@@ -584,7 +587,7 @@ def part_small(args: argparse.Namespace, work: Path) -> None:
             proxy.stop()
             service.stop()
         stub = STUB_EXTPROC
-        if stub.is_file():
+        if stub.is_file():  # the floor of any Python grpc.aio ext_proc
             grpc_port, listen, envoy_admin = free_port(), free_port(), free_port()
             service = group.spawn("stub", [sys.executable, str(stub), "--grpc-port", str(grpc_port), "--admin-port",
                                            str(free_port()), "--endpoints", ",".join(endpoints)])  # fmt: skip
