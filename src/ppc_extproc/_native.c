@@ -625,7 +625,14 @@ static PyObject *remap(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "keys and values differ in length");
         return NULL;
     }
+    if (table) {
+        for (Py_ssize_t i = 0; i < U64MAP_PREFETCH_AHEAD && i < n; i++)
+            u64map_prefetch((U64Map *)target, PyList_GET_ITEM(keys, i));
+    }
     for (Py_ssize_t i = 0; i < n && i < PyList_GET_SIZE(keys) && i < PyList_GET_SIZE(values); i++) {
+        /* a deletion's finalizer may shrink the lists: ahead is re-checked against their size */
+        if (table && i + U64MAP_PREFETCH_AHEAD < PyList_GET_SIZE(keys))
+            u64map_prefetch((U64Map *)target, PyList_GET_ITEM(keys, i + U64MAP_PREFETCH_AHEAD));
         PyObject *new = PyDict_GetItemWithError(mapping, PyList_GET_ITEM(values, i)); /* borrowed */
         if (new == NULL) {
             if (PyErr_Occurred()) return NULL;

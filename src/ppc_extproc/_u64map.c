@@ -348,7 +348,9 @@ static PyObject *m_fill(U64Map *m, PyObject *const *args, Py_ssize_t nargs) {
     Py_ssize_t n = PySequence_Fast_GET_SIZE(keys);
     PyObject *value = args[1];
     Py_INCREF(value);
+    for (Py_ssize_t i = 0; i < U64MAP_PREFETCH_AHEAD && i < n; i++) u64map_prefetch(m, PySequence_Fast_GET_ITEM(keys, i));
     for (Py_ssize_t i = 0; i < n; i++) {
+        if (i + U64MAP_PREFETCH_AHEAD < n) u64map_prefetch(m, PySequence_Fast_GET_ITEM(keys, i + U64MAP_PREFETCH_AHEAD));
         uint64_t key;
         if (u64_key(PySequence_Fast_GET_ITEM(keys, i), &key) < 0 || u64map_set(m, key, value) < 0) {
             Py_DECREF(value);
@@ -387,6 +389,15 @@ fail:
     return NULL;
 }
 
+/* u64map_prefetch for swap_many's salted keys, in this table and in old. */
+static inline void prefetch_salted(const U64Map *m, const U64Map *old, PyObject *key_obj, uint64_t salt) {
+    uint64_t key;
+    if (!u64_key_fast(key_obj, &key)) return;
+    key ^= salt;
+    __builtin_prefetch(&m->slots[u64map_home(m, key)]);
+    if (old != NULL && old->used) __builtin_prefetch(&old->slots[u64map_home(old, key)]);
+}
+
 /* swap_many(keys, values, start, old, limit, salt, previous) -> (stop, found): from keys[start],
  * key k = (keys[i] mod 2^64) ^ salt is set to values[i]; its previous value (this table's, else
  * popped from old, else None) is appended to previous. Stops after the write that brings the table
@@ -415,7 +426,10 @@ static PyObject *m_swap_many(U64Map *m, PyObject *const *args, Py_ssize_t nargs)
     Py_ssize_t n = PySequence_Fast_GET_SIZE(keys);
     if (PySequence_Fast_GET_SIZE(values) < n) n = PySequence_Fast_GET_SIZE(values); /* zip() */
     Py_ssize_t i = start < 0 ? 0 : start, found = 0;
+    for (Py_ssize_t j = i; j < i + U64MAP_PREFETCH_AHEAD && j < n; j++)
+        prefetch_salted(m, old, PySequence_Fast_GET_ITEM(keys, j), salt);
     for (; i < n; i++) {
+        if (i + U64MAP_PREFETCH_AHEAD < n) prefetch_salted(m, old, PySequence_Fast_GET_ITEM(keys, i + U64MAP_PREFETCH_AHEAD), salt);
         PyObject *key_obj = PySequence_Fast_GET_ITEM(keys, i);
         uint64_t key;
         if (!u64_key_fast(key_obj, &key)) {
