@@ -2,7 +2,9 @@
 the key chain plus the index's prefix probe with fresh key objects vs the objects of a recent
 prompt (``reuse``: the dict then matches by identity), on a dict and on the extension's
 ``U64Map`` (keys inline) — warm, and with the CPU caches flushed before each call (as after
-reading a large body). Best and median of ``--repeats`` calls;
+reading a large body). Then the index's bulk writes on a ``U64Map`` holding 3M other keys: a
+fresh prompt's speculative entries (``fill``), their expiry (``remap`` to None) and a KV event's
+engine keys (``swap_many``). Best and median of ``--repeats`` calls;
 ``--native-so PATH`` times another build of ``_native`` (e.g. the code before a change).
 
     python benchmarks/bench_native.py [--repeats 60] [--native-so /tmp/base/_native.so]
@@ -101,6 +103,34 @@ def main() -> None:
     print("\nprobe alone (dict_prefix over the prompt's fresh keys, 800K other keys), ms min / p50")
     print(f"{'tokens':>7}  {'table':>7} {'cache':>5}  {'min / p50':>18}")
     print("\n".join(rows))
+    if getattr(native, "U64Map", None) is not None:
+        bulk_writes(native, rng, args.repeats)
+
+
+def bulk_writes(native: ModuleType, rng: random.Random, repeats: int, others: int = 3_000_000) -> None:
+    """Each call on keys the table does not hold, removed again after it, so its size stays put."""
+    table = native.U64Map()
+    table.update((rng.getrandbits(64), 1) for _ in range(others))
+    salt = rng.getrandbits(64)
+    timings: dict[str, list[float]] = {"fill": [], "remap (expiry)": [], "swap_many (salted)": []}
+    for _ in range(repeats):
+        keys = [rng.getrandbits(64) for _ in range(12_500)]
+        started = time.perf_counter()
+        table.fill(keys, 2)
+        timings["fill"].append(time.perf_counter() - started)
+        current = table.get_many(keys)
+        started = time.perf_counter()
+        native.remap(table, keys, current, {2: None})
+        timings["remap (expiry)"].append(time.perf_counter() - started)
+        started = time.perf_counter()
+        table.swap_many(keys[:6_250], [3] * 6_250, 0, None, 1 << 40, salt, [])
+        timings["swap_many (salted)"].append(time.perf_counter() - started)
+        salted = [key ^ salt for key in keys[:6_250]]
+        native.remap(table, salted, table.get_many(salted), {3: None})
+    print(f"\nbulk writes of keys the table lacks ({len(table):,} other keys), ms min / p50")
+    for name, samples in timings.items():
+        n = "6,250" if name.startswith("swap") else "12,500"
+        print(f"{name:>20}  {n:>6} keys  {min(samples) * 1e3:8.3f} / {statistics.median(samples) * 1e3:7.3f}")
 
 
 if __name__ == "__main__":
