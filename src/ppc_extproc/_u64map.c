@@ -394,8 +394,8 @@ static inline void prefetch_salted(const U64Map *m, const U64Map *old, PyObject 
     uint64_t key;
     if (!u64_key_fast(key_obj, &key)) return;
     key ^= salt;
-    __builtin_prefetch(&m->slots[u64map_home(m, key)]);
-    if (old != NULL && old->used) __builtin_prefetch(&old->slots[u64map_home(old, key)]);
+    u64map_prefetch_key(m, key);
+    if (old != NULL && old->used) u64map_prefetch_key(old, key);
 }
 
 /* swap_many(keys, values, start, old, limit, salt, previous) -> (stop, found): from keys[start],

@@ -87,9 +87,13 @@ static inline int u64_key(PyObject *obj, uint64_t *out) {
  * table's cache misses overlap instead of queueing one behind the other. */
 #define U64MAP_PREFETCH_AHEAD 12
 
+static inline void u64map_prefetch_key(const U64Map *m, uint64_t key) {
+    __builtin_prefetch(&m->slots[u64map_home(m, key)]);
+}
+
 static inline void u64map_prefetch(const U64Map *m, PyObject *key_obj) {
     uint64_t key;
-    if (u64_key_fast(key_obj, &key)) __builtin_prefetch(&m->slots[u64map_home(m, key)]);
+    if (u64_key_fast(key_obj, &key)) u64map_prefetch_key(m, key);
 }
 
 /* Sets key to value (a new reference is taken). 0, or -1 with an exception (no memory). */
