@@ -80,6 +80,10 @@ class NativeTable(Table[K, V], Protocol[K, V]):
         """Drops up to ``n`` items (those ``popitem`` would release); returns how many."""
         ...
 
+    def plan_for(self, n: int, /) -> None:
+        """At most ``n`` keys will be held: the table prepares no growth past that."""
+        ...
+
 
 def default_table() -> Callable[[], Table[Any, Any]]:
     """The generations' type: ``native.U64Map`` when the extension is built, else ``dict``."""
@@ -98,7 +102,7 @@ class TwoGenerationLRU(Generic[K, V]):
         self._table: Callable[[], Table[K, V]] = table or default_table()
         #: Generations are ``native.U64Map`` (``NativeTable``): the bulk paths run in C.
         self._native = native.U64Map is not None and self._table is native.U64Map
-        self._young = self._table()
+        self._young = self._new_young()
         self._old = self._table()
         #: The evicted generation, being released (empty: none).
         self._retired = self._table()
@@ -316,7 +320,7 @@ class TwoGenerationLRU(Generic[K, V]):
         yield from list(self._young.values())
 
     def clear(self) -> None:
-        self._young, self._old, self._retired = self._table(), self._table(), self._table()
+        self._young, self._old, self._retired = self._new_young(), self._table(), self._table()
 
     def __len__(self) -> int:
         return len(self._young) + len(self._old)
@@ -326,7 +330,15 @@ class TwoGenerationLRU(Generic[K, V]):
             if self._old:
                 self.evicted += len(self._old)
                 self._retired = self._old  # drops a generation still pending, if any
-            self._old, self._young = self._young, self._table()
+            self._old, self._young = self._young, self._new_young()
+
+    def _new_young(self) -> Table[K, V]:
+        """A young generation, which a ``native.U64Map`` sizes for: one holding the generation's
+        keys without growing again prepares no doubled array it would not use."""
+        table = self._table()
+        if self._native:
+            cast(NativeTable[K, V], table).plan_for(self._generation_size)
+        return table
 
     def retired_items(self) -> int:
         """Evicted items not yet released (at most one generation)."""
