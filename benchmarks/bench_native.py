@@ -4,10 +4,12 @@ prompt (``reuse``: the dict then matches by identity), on a dict and on the exte
 ``U64Map`` (keys inline) — warm, and with the CPU caches flushed before each call (as after
 reading a large body). Then the index's bulk writes on a ``U64Map`` holding 3M other keys: a
 fresh prompt's speculative entries (``fill``), their expiry (``remap`` to None) and a KV event's
-engine keys (``swap_many``). Best and median of ``--repeats`` calls;
-``--native-so PATH`` times another build of ``_native`` (e.g. the code before a change).
+engine keys (``swap_many``). Best and median of ``--repeats`` calls. Last, a table filled to
+``--growth-keys`` by 12,500-key ``fill`` calls, as a generation of the index grows: the slowest
+calls are the ones that cross a doubling. ``--native-so PATH`` times another build of ``_native``
+(e.g. the code before a change).
 
-    python benchmarks/bench_native.py [--repeats 60] [--native-so /tmp/base/_native.so]
+    python benchmarks/bench_native.py [--repeats 60] [--growth-keys 5000000] [--native-so /tmp/base/_native.so]
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=60)
     parser.add_argument("--native-so", help="another build of the extension to time")
+    parser.add_argument("--growth-keys", type=int, default=5_000_000, help="keys of the growth run (0: skip it)")
     args = parser.parse_args()
     header("bench_native: token-array read, key chain + prefix probe (block size 16)")
     native = _load(args.native_so)
@@ -105,6 +108,8 @@ def main() -> None:
     print("\n".join(rows))
     if getattr(native, "U64Map", None) is not None:
         bulk_writes(native, rng, args.repeats)
+        if args.growth_keys:
+            growth(native, rng, args.growth_keys)
 
 
 def bulk_writes(native: ModuleType, rng: random.Random, repeats: int, others: int = 3_000_000) -> None:
@@ -131,6 +136,25 @@ def bulk_writes(native: ModuleType, rng: random.Random, repeats: int, others: in
     for name, samples in timings.items():
         n = "6,250" if name.startswith("swap") else "12,500"
         print(f"{name:>20}  {n:>6} keys  {min(samples) * 1e3:8.3f} / {statistics.median(samples) * 1e3:7.3f}")
+
+
+
+def growth(native: ModuleType, rng: random.Random, total: int, step: int = 12_500) -> None:
+    """A table filled from empty by ``step``-key calls: the calls that cross a doubling, next to
+    the rest."""
+    table = native.U64Map()
+    samples: list[float] = []
+    for _ in range(total // step):
+        keys = [rng.getrandbits(64) for _ in range(step)]
+        started = time.perf_counter()
+        table.fill(keys, 1)
+        samples.append(time.perf_counter() - started)
+    ranked = sorted(samples)
+    worst = sorted(range(len(samples)), key=samples.__getitem__)[-3:][::-1]
+    print(f"\ngrowth: {len(table):,} keys by {step:,}-key fill calls, ms")
+    print(f"  p50 {statistics.median(samples) * 1e3:.3f}  p99 {ranked[int(len(ranked) * 0.99)] * 1e3:.3f}  "
+          f"max {ranked[-1] * 1e3:.3f}  total {sum(samples):.2f} s")  # fmt: skip
+    print("  slowest: " + ", ".join(f"{samples[i] * 1e3:.1f} at {(i + 1) * step / 1e6:.2f}M" for i in worst))
 
 
 if __name__ == "__main__":
