@@ -97,6 +97,8 @@ def main() -> None:
                 if kind is None:
                     continue
                 table = kind()
+                if hasattr(table, "plan_for"):  # as the LRU sizes its generations: at rest when full
+                    table.plan_for(len(index))
                 table.update(index)
                 empty = kind()
                 fresh_keys = native.xxh64_chain(0, le32, 16, n_blocks)

@@ -20,8 +20,10 @@
 #endif
 
 #define MIN_CAPACITY 8
-/* Draining's slots visited per insertion. Growth comes at 3/4 of C slots used and the next one
- * 3/4 * C insertions later at the earliest, so any step of 2 or more empties draining first. */
+/* Draining's slots visited per insertion, at the least. Growth comes at 3/4 of C slots used and
+ * the next one 3/4 * C insertions later at the earliest, so any step of 2 or more empties draining
+ * first. A table told its final size (plan_for) takes larger steps when it would otherwise stop
+ * with entries left to move: they would stay there, each found by two probes. */
 #define DRAIN_STEP 8
 
 /* Tables of at least this many slots prepare the array of their next growth, and give back the
@@ -182,6 +184,12 @@ static int grow(U64Map *m) {
     m->draining_shift = m->shift;
     m->drain_at = 0;
     m->drained_released = 0;
+    m->drain_step = DRAIN_STEP;
+    if (m->planned != 0) { /* done by the last planned insertion */
+        size_t left = m->planned > (size_t)m->used ? m->planned - (size_t)m->used : 1; /* this one included */
+        size_t step = (m->mask + left) / left; /* ceil(old capacity / left) */
+        if (step > m->drain_step) m->drain_step = step;
+    }
     m->slots = slots;
     m->mask = capacity - 1;
     m->shift = 64 - __builtin_ctzll((unsigned long long)capacity);
@@ -214,10 +222,11 @@ int u64map_set(U64Map *m, uint64_t key, PyObject *value) {
         return 0;
     }
     int moved = m->draining != NULL;
-    if (moved) drain(m, DRAIN_STEP);
+    if (moved) drain(m, m->drain_step);
     if ((size_t)m->used * 8 >= (m->mask + 1) * 5) prepare(m);
     if ((size_t)(m->used + 1) * 4 > (m->mask + 1) * 3) {
         if (grow(m) < 0) return -1;
+        drain(m, m->drain_step);
         moved = 1;
     }
     if (moved) s = u64_probe(m->slots, m->mask, m->shift, key); /* the key is in neither array */
@@ -690,6 +699,7 @@ static PyObject *m_copy(U64Map *m, PyObject *unused) {
         copy->draining_mask = m->draining_mask;
         copy->draining_shift = m->draining_shift;
         copy->drain_at = m->drain_at;
+        copy->drain_step = m->drain_step;
     }
     if (m->slots != NULL) {
         memcpy(copy->slots, m->slots, capacity * sizeof(U64Slot));

@@ -35,6 +35,7 @@ typedef struct {
     size_t draining_mask;
     int draining_shift;
     size_t drain_at; /* draining's slots below this are empty, and hold no key's home */
+    size_t drain_step; /* draining's slots moved per insertion */
     uintptr_t drained_released; /* draining's pages below this address were given back */
     U64Slot *next; /* the array of the next growth, prepared ahead (large tables); else NULL */
     size_t next_ready; /* bytes of next whose pages are present */

@@ -214,6 +214,19 @@ def test_a_table_told_its_final_size_prepares_no_growth_it_will_not_make() -> No
         planned.plan_for(-1)
 
 
+@pytest.mark.parametrize("past_the_doubling", [1, 2, 100, 2_000])
+def test_a_table_told_its_final_size_has_moved_every_entry_when_it_gets_there(past_the_doubling: int) -> None:
+    """A plan that ends just past a doubling: the moves are done by the last planned insertion,
+    not left half-way (entries there would each cost two probes for as long as the table lives)."""
+    slots, slot = 2**12, 16
+    planned = slots * 3 // 4 + past_the_doubling
+    table = U64Map()
+    table.plan_for(planned)
+    table.fill(range(planned), 1)
+    assert table.__sizeof__() == U64Map().__sizeof__() + (2 * slots - 8) * slot
+    assert len(table) == planned and table.get_many([0, planned - 1, planned]) == [1, 1, None]
+
+
 
 def _or(bits: int) -> Callable[[int | None], int]:
     return lambda mask: bits if mask is None else mask | bits
