@@ -148,11 +148,11 @@ static void populate(void *start, size_t length) {
 #endif
 }
 
-/* From 5/8 of a large table's slots used to the growth at 3/4: allocates next, then makes its
- * pages present in proportion to the insertions made since. A failed allocation is left to grow. */
+/* For each insertion into a large table from 5/8 of its slots used to the growth at 3/4 (the
+ * caller checks): allocates next, then makes its pages present in proportion to the insertions
+ * made since. A failed allocation is left to grow. */
 static void prepare(U64Map *m) {
     size_t capacity = m->mask + 1, used = (size_t)m->used;
-    if (capacity < LARGE_CAPACITY || used * 8 < capacity * 5 || m->draining != NULL) return;
     if (m->planned != 0 && m->planned * 4 <= capacity * 3) return; /* it will not grow again */
     size_t bytes = 2 * capacity * sizeof(U64Slot);
     if (m->next == NULL) {
@@ -160,8 +160,9 @@ static void prepare(U64Map *m) {
         m->next_ready = 0;
         if (m->next == NULL) return;
     }
-    size_t since = used - capacity * 5 / 8, span = capacity / 8;
-    size_t due = since >= span ? bytes : (size_t)((double)bytes * since / span);
+    /* 2 * capacity slots' bytes over the capacity / 8 insertions from 5/8 to 3/4 full */
+    size_t since = used - capacity * 5 / 8, due = since * 16 * sizeof(U64Slot);
+    if (due > bytes) due = bytes;
     if (due >= m->next_ready + POPULATE_MIN_BYTES || (due == bytes && m->next_ready < bytes)) {
         populate((char *)m->next + m->next_ready, due - m->next_ready);
         m->next_ready = due;
@@ -223,7 +224,7 @@ int u64map_set(U64Map *m, uint64_t key, PyObject *value) {
     }
     int moved = m->draining != NULL;
     if (moved) drain(m, m->drain_step);
-    if ((size_t)m->used * 8 >= (m->mask + 1) * 5) prepare(m);
+    if (m->mask + 1 >= LARGE_CAPACITY && (size_t)m->used * 8 >= (m->mask + 1) * 5 && m->draining == NULL) prepare(m);
     if ((size_t)(m->used + 1) * 4 > (m->mask + 1) * 3) {
         if (grow(m) < 0) return -1;
         drain(m, m->drain_step);
