@@ -214,6 +214,19 @@ def test_a_table_told_its_final_size_prepares_no_growth_it_will_not_make() -> No
         planned.plan_for(-1)
 
 
+
+def test_the_lru_plans_its_young_generations_for_their_final_size() -> None:
+    """A generation of 3/4 of 2^16 keys fits its table without a growth: the LRU says so, so the
+    young generation prepares no doubled array, then or after a rotation."""
+    slots, slot = 2**16, 16
+    lru: TwoGenerationLRU[int, int] = TwoGenerationLRU(2 * (slots * 3 // 4))
+    full_table = U64Map().__sizeof__() + (slots - 8) * slot
+    for generation in range(2):
+        start = generation * slots
+        lru.set_many(list(range(start, start + slots * 3 // 4 - 1)), [1] * (slots * 3 // 4 - 1))
+        assert lru._young.__sizeof__() == full_table  # unplanned, it would hold 2^17 more slots
+        lru.set(start + slots, 1)  # the generation's last key: it rotates
+
 @pytest.mark.parametrize("past_the_doubling", [1, 2, 100, 2_000])
 def test_a_table_told_its_final_size_has_moved_every_entry_when_it_gets_there(past_the_doubling: int) -> None:
     """A plan that ends just past a doubling: the moves are done by the last planned insertion,
