@@ -3,7 +3,8 @@
  *
  *   m[k], m[k] = v, del m[k], k in m, len(m), iter(m), get(k, default=None), pop(k[, default]),
  *   popitem(), update(mapping or pairs), copy(), keys() / values() / items() (lists), clear(),
- *   fill(keys, value) (every key set to one value), get_many(keys) (values or None).
+ *   fill(keys, value) (every key set to one value), get_many(keys) (values or None),
+ *   swap_many and drop_some (the LRU's bulk writes), plan_for(n) (the most keys it will hold).
  *
  * Keys are ints in [0, 2^64) (TypeError / OverflowError otherwise); values any object, held by
  * reference and visited by the garbage collector (the table is tracked from the first value that
