@@ -140,7 +140,6 @@ def bulk_writes(native: ModuleType, rng: random.Random, repeats: int, others: in
         print(f"{name:>20}  {n:>6} keys  {min(samples) * 1e3:8.3f} / {statistics.median(samples) * 1e3:7.3f}")
 
 
-
 def growth(native: ModuleType, rng: random.Random, total: int, step: int = 12_500) -> None:
     """A table filled from empty by ``step``-key calls: the calls that cross a doubling, next to
     the rest."""
