@@ -149,12 +149,22 @@ static void populate(void *start, size_t length) {
 #endif
 }
 
+/* Whether a table told its final size (plan_for) will not grow past capacity slots. */
+static inline int planned_within(const U64Map *m, size_t capacity) { return m->planned != 0 && m->planned * 4 <= capacity * 3; }
+
+/* Frees the array prepared for the next growth, if any. */
+static void drop_next(U64Map *m) {
+    PyMem_Free(m->next);
+    m->next = NULL;
+    m->next_ready = 0;
+}
+
 /* For each insertion into a large table from 5/8 of its slots used to the growth at 3/4 (the
  * caller checks): allocates next, then makes its pages present in proportion to the insertions
  * made since. A failed allocation is left to grow. */
 static void prepare(U64Map *m) {
     size_t capacity = m->mask + 1, used = (size_t)m->used;
-    if (m->planned != 0 && m->planned * 4 <= capacity * 3) return; /* it will not grow again */
+    if (planned_within(m, capacity)) return; /* it will not grow again */
     size_t bytes = 2 * capacity * sizeof(U64Slot);
     if (m->next == NULL) {
         m->next = PyMem_Calloc(2 * capacity, sizeof(U64Slot));
@@ -310,9 +320,9 @@ static int u64map_traverse(U64Map *m, visitproc visit, void *arg) {
 static int u64map_clear(U64Map *m) {
     U64Slot *slots = m->slots, *draining = m->draining;
     size_t capacity = m->mask + 1, draining_capacity = m->draining_mask + 1, drain_at = m->drain_at;
-    PyMem_Free(m->next);
-    m->slots = m->draining = m->next = NULL;
-    m->mask = m->draining_mask = m->drain_at = m->next_ready = 0;
+    drop_next(m);
+    m->slots = m->draining = NULL;
+    m->mask = m->draining_mask = m->drain_at = 0;
     m->drained_released = 0;
     m->used = 0;
     release(slots, capacity, 0);
@@ -670,11 +680,7 @@ static PyObject *m_plan_for(U64Map *m, PyObject *arg) {
         return NULL;
     }
     m->planned = (size_t)n;
-    if (m->next != NULL && n != 0 && (size_t)n * 4 <= (m->mask + 1) * 3) {
-        PyMem_Free(m->next);
-        m->next = NULL;
-        m->next_ready = 0;
-    }
+    if (planned_within(m, m->mask + 1)) drop_next(m);
     Py_RETURN_NONE;
 }
 

@@ -118,7 +118,10 @@ static inline int u64_key(PyObject *obj, uint64_t *out) {
 
 U64MAP_PREFETCH_HELPER u64map_prefetch_key(const U64Map *m, uint64_t key) {
     __builtin_prefetch(&m->slots[u64_home(key, m->shift)]);
-    if (m->draining != NULL) __builtin_prefetch(&m->draining[u64_home(key, m->draining_shift)]);
+    if (m->draining != NULL) { /* the slot u64map_find may probe there */
+        size_t home = u64_home(key, m->draining_shift);
+        if (home >= m->drain_at) __builtin_prefetch(&m->draining[home]);
+    }
 }
 
 U64MAP_PREFETCH_HELPER u64map_prefetch(const U64Map *m, PyObject *key_obj) {
