@@ -684,6 +684,12 @@ static PyObject *m_plan_for(U64Map *m, PyObject *arg) {
     Py_RETURN_NONE;
 }
 
+/* Copies slots [from, to) of src into dst, taking a reference to each value. */
+static void copy_range(U64Slot *dst, const U64Slot *src, size_t from, size_t to) {
+    memcpy(dst + from, src + from, (to - from) * sizeof(U64Slot));
+    for (size_t i = from; i < to; i++) Py_XINCREF(dst[i].value);
+}
+
 static PyObject *m_copy(U64Map *m, PyObject *unused) {
     (void)unused;
     U64Map *copy = (U64Map *)U64Map_Type.tp_alloc(&U64Map_Type, 0);
@@ -702,16 +708,14 @@ static PyObject *m_copy(U64Map *m, PyObject *unused) {
             Py_DECREF(copy);
             return PyErr_NoMemory();
         }
-        memcpy(copy->draining + from, m->draining + from, (draining_capacity - from) * sizeof(U64Slot));
-        for (size_t i = from; i < draining_capacity; i++) Py_XINCREF(copy->draining[i].value);
+        copy_range(copy->draining, m->draining, from, draining_capacity);
         copy->draining_mask = m->draining_mask;
         copy->draining_shift = m->draining_shift;
         copy->drain_at = m->drain_at;
         copy->drain_step = m->drain_step;
     }
     if (m->slots != NULL) {
-        memcpy(copy->slots, m->slots, capacity * sizeof(U64Slot));
-        for (size_t i = 0; i < capacity; i++) Py_XINCREF(copy->slots[i].value);
+        copy_range(copy->slots, m->slots, 0, capacity);
         copy->used = m->used;
     }
     copy->planned = m->planned;
