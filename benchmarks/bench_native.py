@@ -97,7 +97,8 @@ def main() -> None:
                 if kind is None:
                     continue
                 table = kind()
-                if hasattr(table, "plan_for"):  # as the LRU sizes its generations: at rest when full
+                # Sized as the LRU sizes a generation; dict and builds from before plan_for cannot be.
+                if hasattr(table, "plan_for"):
                     table.plan_for(len(index))
                 table.update(index)
                 empty = kind()
