@@ -3,8 +3,9 @@
 ``--part grpc`` (what users pay): ``ppc-extproc serve`` with the default configuration (block size
 16) and 16 live mock engines (``LocalCluster`` without Envoy) in their own processes, driven over a real gRPC channel as the shipped ``envoy.yaml``
 sends requests (BUFFERED: headers, then the whole body in one message), next to a trivial grpc.aio
-ext_proc that only moves the same request (``_grpc_extproc.py``): token-id prompts of 1K–200K
-tokens. ``--prompts repeated`` (the default) sends 4 prompts in turn, each again within the
+ext_proc that only moves the same request (``_grpc_extproc.py``) and, with grpclib installed (the
+``bench`` extra), the same on pure-Python HTTP/2 (``_grpclib_extproc.py``): token-id prompts of
+1K–200K tokens. "ours − trivial" is against the grpc.aio one. ``--prompts repeated`` (the default) sends 4 prompts in turn, each again within the
 speculative TTL so the index holds its prefix (the lookup walks every block); ``new-tail`` one long
 prefix with a new 1,024-token tail every request (an agentic session's next turns); ``fresh`` a new
 prompt every request. Each process's page faults per request are printed. ``--baseline-src DIR`` adds a row for another checkout's ``src`` (the
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import itertools
 import os
 import random
@@ -44,6 +46,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -415,7 +418,7 @@ def grpc_rows(args: argparse.Namespace) -> None:
     with contextlib.ExitStack() as stack:
         addresses: dict[str, str] = {}
         engines: dict[str, list[str]] = {}
-        admin: dict[str, str | None] = {"trivial ext_proc": None, "trivial, glibc malloc": None}
+        admin: dict[str, str | None] = {"trivial ext_proc": None, "trivial, glibc malloc": None, "trivial grpclib": None}
         pids: dict[str, int | None] = {}
         variants: list[tuple[str, str | None]] = [("ppc-extproc", None)]
         if args.baseline_src:
@@ -432,10 +435,19 @@ def grpc_rows(args: argparse.Namespace) -> None:
             engines[name] = cluster.engine_urls
             admin[name] = cluster.service_admin_urls[0]
             pids[name] = cluster.service_process.pid  # type: ignore[union-attr]
-        for name, flags in (("trivial ext_proc", []), ("trivial, glibc malloc", ["--glibc-malloc"])):
+        here = Path(__file__).parent
+        trivials: list[tuple[str, Callable[[int], list[str]]]] = [
+            ("trivial ext_proc", lambda port: [str(here / "_grpc_extproc.py"), "trivial", str(port)]),
+            ("trivial, glibc malloc", lambda port: [str(here / "_grpc_extproc.py"), "trivial", str(port), "--glibc-malloc"]),
+        ]  # fmt: skip
+        if importlib.util.find_spec("grpclib") is not None:  # the same on pure-Python HTTP/2 (bench extra)
+            trivials.append(("trivial grpclib", lambda port: [str(here / "_grpclib_extproc.py"), "--grpc-port", str(port)]))
+        else:
+            del admin["trivial grpclib"]
+        for name, arguments in trivials:
             port = free_port()
-            trivial = subprocess.Popen([sys.executable, str(Path(__file__).parent / "_grpc_extproc.py"), "trivial",
-                                        str(port), *flags], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+            trivial = subprocess.Popen([sys.executable, *arguments(port)], stdout=subprocess.DEVNULL,
+                                       stderr=subprocess.DEVNULL)  # fmt: skip
             stack.callback(lambda p=trivial: (p.terminate(), p.wait(10)))  # type: ignore[misc]
             addresses[name] = f"127.0.0.1:{port}"
             engines[name] = []

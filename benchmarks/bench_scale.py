@@ -24,7 +24,9 @@ Parts:
   engine, which shows what of a request's cost is per request and what is per second of wall time.
   ``--trivial`` adds the same workloads with the trivial grpc.aio ext_proc
   (``tests/unit/localcluster/stub_extproc.py``, round robin, no KV events) in the service's place:
-  what any Python ext_proc pays for them, paced or not.
+  what any Python grpc.aio ext_proc pays for them, paced or not; and, with grpclib installed (the
+  ``bench`` extra), the same on grpclib (``_grpclib_extproc.py``: pure-Python HTTP/2, none of grpc
+  C-core's threads), which tells grpcio's share from Python's.
 * ``chat``: the 2K/32 workload as OpenAI chat messages (``/v1/chat/completions``): the engines
   tokenise with a byte-level BPE built at run time, our local ``token-producer`` with the same
   files; the peers get the same chats.
@@ -44,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import json
 import os
 import random
@@ -389,6 +392,16 @@ def _fmt(value: float, digits: int = 2) -> str:
 
 #: The floor of any Python grpc.aio ext_proc: routes round robin, nothing else (no KV events).
 STUB_EXTPROC = Path(__file__).resolve().parents[1] / "tests/unit/localcluster/stub_extproc.py"
+#: The same on grpclib (pure-Python HTTP/2, no grpc C-core threads): what is grpcio's, not Python's.
+GRPCLIB_EXTPROC = Path(__file__).resolve().parent / "_grpclib_extproc.py"
+
+
+def trivial_ext_procs() -> list[tuple[str, Path]]:
+    """The trivial ext_procs to run next to the service: grpc.aio's, and grpclib's when installed."""
+    trivials = [("trivial grpc.aio ext_proc (round robin)", STUB_EXTPROC)]
+    if importlib.util.find_spec("grpclib") is not None:
+        trivials.append(("trivial grpclib ext_proc (round robin)", GRPCLIB_EXTPROC))
+    return trivials
 
 
 def streamed_cluster(args: argparse.Namespace, work: Path, variant: str, name: str, **options: Any) -> LocalCluster:
@@ -412,15 +425,17 @@ def print_row(router: str, variant: str, w: Workload, m: Measured, idle: float) 
 def trivial_rows(args: argparse.Namespace, work: Path, variant: str, workloads: Sequence[Workload]) -> None:
     """The same workloads with the trivial ext_proc in the service's place (``--trivial``): what a
     paced stream costs a Python ext_proc that does nothing but answer, next to the service's row."""
-    service_command = [sys.executable, str(STUB_EXTPROC)]
-    with streamed_cluster(args, work, variant, f"streamed-trivial-{variant}", service_command=service_command) as cluster:
-        assert cluster.service_process is not None and cluster.envoy_process is not None
-        pids = {"service": cluster.service_process.pid or 0, "envoy": cluster.envoy_process.pid or 0}
-        url = cluster.listener_url + "/v1/completions"
-        for w in workloads:
-            measure(url, w.bodies(99, count=w.sessions), w.concurrency, pids)
-            idle = idle_cores(pids["service"], args.idle_window_s)
-            print_row("trivial ext_proc (round robin)", variant, w, measure(url, w.bodies(1), w.concurrency, pids), idle)
+    for name, script in trivial_ext_procs():
+        service_command = [sys.executable, str(script)]
+        with streamed_cluster(args, work, variant, f"streamed-{script.stem}-{variant}",
+                              service_command=service_command) as cluster:  # fmt: skip
+            assert cluster.service_process is not None and cluster.envoy_process is not None
+            pids = {"service": cluster.service_process.pid or 0, "envoy": cluster.envoy_process.pid or 0}
+            url = cluster.listener_url + "/v1/completions"
+            for w in workloads:
+                measure(url, w.bodies(99, count=w.sessions), w.concurrency, pids)
+                idle = idle_cores(pids["service"], args.idle_window_s)
+                print_row(name, variant, w, measure(url, w.bodies(1), w.concurrency, pids), idle)
 
 
 def part_streamed(args: argparse.Namespace, work: Path) -> None:
@@ -586,19 +601,21 @@ def part_small(args: argparse.Namespace, work: Path) -> None:
                 {"service": service.pid or 0, "envoy": proxy.pid or 0})  # fmt: skip
             proxy.stop()
             service.stop()
-        stub = STUB_EXTPROC
-        if stub.is_file():  # the floor of any Python grpc.aio ext_proc
+        for name, stub in trivial_ext_procs():  # the floor of any Python ext_proc, on grpcio and on grpclib
+            if not stub.is_file():
+                continue
             grpc_port, listen, envoy_admin = free_port(), free_port(), free_port()
-            service = group.spawn("stub", [sys.executable, str(stub), "--grpc-port", str(grpc_port), "--admin-port",
-                                           str(free_port()), "--endpoints", ",".join(endpoints)])  # fmt: skip
+            service = group.spawn(stub.stem, [sys.executable, str(stub), "--grpc-port", str(grpc_port),
+                                              "--admin-port", str(free_port()), "--endpoints", ",".join(endpoints)])  # fmt: skip
             wait_for_grpc_health(f"127.0.0.1:{grpc_port}", "readiness", timeout=60)
             rendered = render_envoy_config(args.variants[0], work, listener_port=listen, admin_port=envoy_admin,
-                                           ext_proc_port=grpc_port, file_name="envoy-small-stub.yaml")  # fmt: skip
-            proxy = group.spawn("envoy-stub", [envoy, "-c", str(rendered), "--disable-hot-restart", "--log-level",
-                                               "error", "--concurrency", "1"])  # fmt: skip
+                                           ext_proc_port=grpc_port, file_name=f"envoy-small-{stub.stem}.yaml")  # fmt: skip
+            proxy = group.spawn(f"envoy-{stub.stem}", [envoy, "-c", str(rendered), "--disable-hot-restart",
+                                                        "--log-level", "error", "--concurrency", "1"])  # fmt: skip
             wait_for_http(f"http://127.0.0.1:{envoy_admin}/ready")
-            row("trivial grpc.aio ext_proc (tests/unit/localcluster/stub_extproc.py)", 1,
-                f"http://127.0.0.1:{listen}/v1/completions", {"service": service.pid or 0, "envoy": proxy.pid or 0})
+            label = f"{name.removesuffix(' (round robin)')} ({stub.relative_to(Path(__file__).resolve().parents[1])})"
+            row(label, 1, f"http://127.0.0.1:{listen}/v1/completions",
+                {"service": service.pid or 0, "envoy": proxy.pid or 0})  # fmt: skip
             proxy.stop()
             service.stop()
         for name in args.peers:
@@ -691,7 +708,7 @@ def main() -> None:
                         help="streamed part: the service's --usage-sample-rate (1 = every response's body is read, "
                              "the sampled path's cost; the default samples only the first, a warm-up request)")  # fmt: skip
     parser.add_argument("--trivial", action="store_true",
-                        help="streamed part: also the trivial grpc.aio ext_proc in the service's place (its floor)")
+                        help="streamed part: also the trivial ext_procs (grpc.aio; grpclib if installed) in the service's place")
     parser.add_argument("--threads", action="store_true",
                         help="streamed part: the service's per-thread CPU (schedstat) per measured workload")
     parser.add_argument("--idle-window-s", type=float, default=3.0,
