@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import platform
 import shlex
@@ -9,8 +10,9 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
-__all__ = ["WRK_SCRIPT", "header", "percentile", "pin_to_one_core", "run_wrk", "time_calls"]
+__all__ = ["WRK_SCRIPT", "grpclib_extproc", "header", "percentile", "pin_to_one_core", "run_wrk", "time_calls"]
 
 #: wrk Lua script: POST the body file, print one ``RESULT {json}`` line (requests, seconds, errors,
 #: non-2xx, latency p50/p90/p99 in µs). Format with ``body=<path>``.
@@ -90,3 +92,8 @@ def time_calls(fn: Callable[[], object], repeat: int, warmup: int = 3) -> list[f
 
 def ms(samples: list[float]) -> str:
     return f"p50 {statistics.median(samples) * 1e3:7.3f} ms  p99 {percentile(samples, 99) * 1e3:7.3f} ms"
+
+
+def grpclib_extproc() -> Path | None:
+    """The trivial ext_proc on grpclib (``_grpclib_extproc.py``), or None without the ``bench`` extra."""
+    return Path(__file__).resolve().parent / "_grpclib_extproc.py" if importlib.util.find_spec("grpclib") else None

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib.util
 import itertools
 import os
 import random
@@ -57,7 +56,7 @@ from envoy.config.core.v3.base_pb2 import HeaderMap, HeaderValue
 from envoy.service.ext_proc.v3.external_processor_pb2 import HttpBody, HttpHeaders, ProcessingRequest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import header, percentile
+from _common import grpclib_extproc, header, percentile
 
 from ppc_extproc.config.epp import load_config_text
 from ppc_extproc.events.decode import decode_batch
@@ -418,7 +417,7 @@ def grpc_rows(args: argparse.Namespace) -> None:
     with contextlib.ExitStack() as stack:
         addresses: dict[str, str] = {}
         engines: dict[str, list[str]] = {}
-        admin: dict[str, str | None] = {"trivial ext_proc": None, "trivial, glibc malloc": None, "trivial grpclib": None}
+        admin: dict[str, str | None] = {}  # a service's admin URL; None for a trivial ext_proc
         pids: dict[str, int | None] = {}
         variants: list[tuple[str, str | None]] = [("ppc-extproc", None)]
         if args.baseline_src:
@@ -440,11 +439,10 @@ def grpc_rows(args: argparse.Namespace) -> None:
             ("trivial ext_proc", lambda port: [str(here / "_grpc_extproc.py"), "trivial", str(port)]),
             ("trivial, glibc malloc", lambda port: [str(here / "_grpc_extproc.py"), "trivial", str(port), "--glibc-malloc"]),
         ]  # fmt: skip
-        if importlib.util.find_spec("grpclib") is not None:  # the same on pure-Python HTTP/2 (bench extra)
-            trivials.append(("trivial grpclib", lambda port: [str(here / "_grpclib_extproc.py"), "--grpc-port", str(port)]))
-        else:
-            del admin["trivial grpclib"]
+        if (grpclib_script := grpclib_extproc()) is not None:  # the same on pure-Python HTTP/2 (bench extra)
+            trivials.append(("trivial grpclib", lambda port: [str(grpclib_script), "--grpc-port", str(port)]))
         for name, arguments in trivials:
+            admin[name] = None
             port = free_port()
             trivial = subprocess.Popen([sys.executable, *arguments(port)], stdout=subprocess.DEVNULL,
                                        stderr=subprocess.DEVNULL)  # fmt: skip

@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib.util
 import json
 import os
 import random
@@ -66,7 +65,7 @@ import orjson
 import yaml
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import WRK_SCRIPT, header, run_wrk
+from _common import WRK_SCRIPT, grpclib_extproc, header, run_wrk
 
 from ppc_extproc_lab.localcluster import (
     LocalCluster,
@@ -392,15 +391,14 @@ def _fmt(value: float, digits: int = 2) -> str:
 
 #: The floor of any Python grpc.aio ext_proc: routes round robin, nothing else (no KV events).
 STUB_EXTPROC = Path(__file__).resolve().parents[1] / "tests/unit/localcluster/stub_extproc.py"
-#: The same on grpclib (pure-Python HTTP/2, no grpc C-core threads): what is grpcio's, not Python's.
-GRPCLIB_EXTPROC = Path(__file__).resolve().parent / "_grpclib_extproc.py"
 
 
 def trivial_ext_procs() -> list[tuple[str, Path]]:
-    """The trivial ext_procs to run next to the service: grpc.aio's, and grpclib's when installed."""
+    """The trivial ext_procs to run next to the service: grpc.aio's, and grpclib's (pure-Python
+    HTTP/2, no grpc C-core threads: what is grpcio's, not Python's) when installed."""
     trivials = [("trivial grpc.aio ext_proc (round robin)", STUB_EXTPROC)]
-    if importlib.util.find_spec("grpclib") is not None:
-        trivials.append(("trivial grpclib ext_proc (round robin)", GRPCLIB_EXTPROC))
+    if (grpclib_script := grpclib_extproc()) is not None:
+        trivials.append(("trivial grpclib ext_proc (round robin)", grpclib_script))
     return trivials
 
 
