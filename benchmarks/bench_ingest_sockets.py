@@ -464,7 +464,7 @@ def main() -> None:
     print(
         f"transport tuning: coalesce {tuning.coalesce_seconds * 1e3:g} ms below "
         f"{tuning.coalesce_below} ready sockets, drain budget {tuning.drain_budget}; batch window "
-        f"{args.batch_window_s * 1e3:g} ms below {tuning.dense_messages_per_window} messages per window"
+        f"{args.batch_window_s * 1e3:g} ms below {tuning.dense_messages_per_second:g} messages a second"
     )
     if not args.curve:
         run(args, applier, stats, tuning, core_us, "")

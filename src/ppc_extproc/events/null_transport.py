@@ -28,6 +28,10 @@ class EventTransport(Protocol):
 
     def wait_idle(self, timeout: float = 5.0) -> bool: ...
 
+    def flush(self) -> bool: ...
+
+    def wait_flushed(self, timeout: float | None = None) -> bool: ...
+
     def sources(self) -> list[SourceState]: ...
 
 
@@ -57,6 +61,12 @@ class NullTransport:
         return _done()
 
     def wait_idle(self, timeout: float = 5.0) -> bool:
+        return True
+
+    def flush(self) -> bool:
+        return False
+
+    def wait_flushed(self, timeout: float | None = None) -> bool:
         return True
 
     def sources(self) -> list[SourceState]:

@@ -135,3 +135,59 @@ def test_a_dense_stream_is_read_as_it_comes_through_many_windows(
     assert transport.diagnostics()["pauses"] == 0
     for pub in pubs:
         pub.close()
+
+
+def test_an_arriving_request_ends_the_batch_window_pause_and_the_thread_reads_what_gathered(
+    zctx: zmq.Context[Any], applier: EventApplier, make_transport: Any
+) -> None:
+    """A request's decision must not wait out the window: ``flush`` (called as its headers
+    arrive) ends a pause that has run long enough, and ``wait_flushed`` (called before the index is
+    read) returns once the message that was waiting in it is applied."""
+    pubs, transport = _four_publishers(zctx, make_transport, 30, batch_window=1.0)
+    sent = 0
+
+    def send() -> None:
+        nonlocal sent
+        payload, _ = chain(3000 + sent, 1, 16 * sent + 1)
+        pubs[sent % 4].send(payload)
+        sent += 1
+
+    def applied() -> int:
+        return sum(_count(applier, pub.endpoint_id, "batches") for pub in pubs)
+
+    while transport.diagnostics()["pauses"] < 2:  # a trickle, until the thread gathers it
+        assert sent < 500, transport.diagnostics()
+        send()
+        time.sleep(0.02)  # traffic pacing, not a wait
+    flushes = transport.diagnostics()["flushes"]
+    # Mid-pause, with most of the window still to run: the next message waits in it.
+    wait_until(lambda: 0.05 <= transport.diagnostics()["paused_for"] <= 0.5, timeout=10, what="a pause under way",
+               context=transport.diagnostics)
+    cut = transport.diagnostics()["pauses_cut"]
+    send()
+    assert applied() < sent  # held by the pause
+    assert transport.flush()
+    assert transport.wait_flushed(timeout=10)  # what a decision waits for (at most 5 ms by default)
+    assert applied() == sent
+    assert transport.wait_flushed(timeout=0)  # nothing outstanding: no wait
+    diagnostics = transport.diagnostics()
+    assert diagnostics["pauses_cut"] == cut + 1, diagnostics  # ended by the flush, not the window
+    assert diagnostics["flushes"] == flushes + 1
+    for pub in pubs:
+        pub.close()
+
+
+def test_a_flush_without_a_pause_does_nothing(
+    zctx: zmq.Context[Any], applier: EventApplier, make_transport: Any
+) -> None:
+    pub = Publisher(zctx, "127.0.6.40")
+    transport = make_transport(socket_port=pub.port, tuning=TIMERS_ONLY, batch_window=1.0)
+    transport.add_endpoint(pub.endpoint)
+    pub.wait_subscribed()
+    assert transport.wait_idle(5)
+    rounds = transport.diagnostics()["rounds"]
+    assert transport.flush() is False  # idle in the selector: input would wake it anyway
+    assert transport.diagnostics()["flushes"] == 0
+    assert transport.wait_idle(5)
+    assert transport.diagnostics()["rounds"] - rounds <= 2  # the barrier's own round(s) only
+    pub.close()

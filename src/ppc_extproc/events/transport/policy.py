@@ -40,10 +40,16 @@ class TransportTuning:
     #: wake-up (adds at most this much latency; sparse messages are not paused for).
     coalesce_seconds: float = 0.0005
     coalesce_below: int = 4
-    #: A batch window applies only while fewer messages than this arrive per window. A denser
+    #: A batch window applies only while fewer messages than this arrive per second. A denser
     #: stream is read as it comes: each wake-up finds many messages anyway, and a pause would
     #: only queue them (latency, and the receive high-water mark at high rates).
-    dense_messages_per_window: int = 128
+    dense_messages_per_second: float = 512.0
+    #: A request's arrival ends a batch-window pause (``ZmqTransport.flush``) once it has lasted
+    #: this long: requests closer together than this share one wake-up of the thread.
+    flush_after_seconds: float = 0.02
+    #: How long a decision waits for the round a flush started (it reads a few messages; longer
+    #: only behind a replay or a snapshot, which the decision does not wait out).
+    flush_wait_seconds: float = 0.005
     #: ZMQ reconnect interval of SUB sockets, doubling up to the maximum. llm-d waits up to 5 s;
     #: a restarted engine is routable again only once its subscriber reconnects, so keep it short
     #: (a refused TCP connect twice a second per dead engine costs nothing).
@@ -88,14 +94,14 @@ class TransportTuning:
 
 @dataclass(slots=True)
 class StreamDensity:
-    """Whether the messages read over the last ``window`` seconds were fewer than ``dense`` per
-    window: a trickle that a batch window should gather. Decided once per window, so a dense
-    stream's short gaps do not flip it. A window that ended a quiet spell (two windows or more
-    without a decision) says nothing of the stream that follows: that stream is read as it comes
-    until a window has measured it, so a burst after a quiet spell is never queued."""
+    """Whether the messages read over the last ``window`` seconds came at fewer than
+    ``dense_per_second``: a trickle that a batch window should gather. Decided once per window, so
+    a dense stream's short gaps do not flip it. A window that ended a quiet spell (two windows or
+    more without a decision) says nothing of the stream that follows: that stream is read as it
+    comes until a window has measured it, so a burst after a quiet spell is never queued."""
 
     window: float
-    dense: int
+    dense_per_second: float
     #: The last decision.
     sparse: bool = False
     _since: float = 0.0
@@ -106,6 +112,6 @@ class StreamDensity:
         elapsed = now - self._since
         if elapsed >= self.window:
             count = read - self._read_then
-            self.sparse = elapsed < 2 * self.window and count * self.window < self.dense * elapsed
+            self.sparse = elapsed < 2 * self.window and count < self.dense_per_second * elapsed
             self._since, self._read_then = now, read
         return self.sparse

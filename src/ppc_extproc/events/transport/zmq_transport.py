@@ -3,12 +3,12 @@
 Threading: the thread owns every socket, the applier and the sources; other threads talk to it
 through a command queue plus an inproc PAIR wake-up (``add_endpoint``, ``remove_endpoint``,
 ``wait_idle``, ``stop``). The request path never waits on it: it only reads the (thread-safe)
-index. Each round waits on the sockets' notification descriptors (``Reactor``), drains each
+index, and ``flush`` only signals. Each round waits on the sockets' notification descriptors (``Reactor``), drains each
 socket with input for at most ``drain_budget`` messages (one busy publisher cannot starve the
 others), then, while messages come closer together than ``batch_window_seconds`` but fewer than
-``dense_messages_per_window`` per window, lets the next ones gather for that long (the sparse
-messages of many decoding streams then share wake-ups; a command or a connection event ends the
-pause at once; a denser stream is read as it comes). Timers (replay deadlines, socket retries)
+``dense_messages_per_second``, lets the next ones gather for that long (the sparse messages of
+many decoding streams then share wake-ups; a command, a connection event or an arriving request
+(``flush``) ends the pause at once; a denser stream is read as it comes). Timers (replay deadlines, socket retries)
 run when the earliest is due (an idle thread sleeps in the selector, waking at most once per
 ``poll_interval_seconds``). Events of one source are decoded and applied in sequence order,
 inline: a second queue and thread would only add hand-offs under the GIL. Queues are bounded by
@@ -104,8 +104,16 @@ class ZmqTransport:
             warn=self._warn,
         )
         self._reactor = Reactor()
-        #: Batch-window pauses taken (diagnostics).
+        #: Batch-window pauses taken; pauses a priority socket ended early (a command, a connection
+        #: event, a flush); flushes requested by arriving requests (diagnostics).
         self.pauses = 0
+        self.pauses_cut = 0
+        self.flushes = 0
+        #: When the running batch-window pause began (monotonic); 0.0: none runs.
+        self._paused_at = 0.0
+        #: Clear from a flush until the thread's next round has read what the pause gathered.
+        self._drained = threading.Event()
+        self._drained.set()
         self._subscribers: Subscribers | None = None
         self._barriers: list[threading.Event] = []
         self._curve: CurveKeys | None = None
@@ -168,6 +176,27 @@ class ZmqTransport:
         self._wake()
         return idle.wait(timeout) and not self._stopping.is_set()
 
+    def flush(self) -> bool:
+        """End a batch-window pause that has run for ``flush_after_seconds`` or longer, so the
+        thread reads the messages that gathered meanwhile; True when it did. Called as a request
+        arrives, before its body is read: its decision then sees the index without the window's
+        lag, while requests closer together than ``flush_after_seconds`` share one wake-up. Any
+        thread; without a pause to end it only reads a clock."""
+        paused_at = self._paused_at
+        if not paused_at or time.monotonic() - paused_at < self.tuning.flush_after_seconds:
+            return False
+        self._paused_at = 0.0  # one wake-up per pause, whoever else arrives meanwhile
+        self._drained.clear()
+        self.flushes += 1
+        self._wake()  # also when the pause has just ended: the round it forces sets ``_drained``
+        return True
+
+    def wait_flushed(self, timeout: float | None = None) -> bool:
+        """Wait until the round a ``flush`` started has read what the pause gathered, at most
+        ``timeout`` seconds (default ``flush_wait_seconds``); True at once when no flush is
+        outstanding, False when the wait ran out."""
+        return self._drained.wait(self.tuning.flush_wait_seconds if timeout is None else timeout)
+
     def on_thread(self, call: Callable[[list[Source]], Any]) -> Future[Any]:
         """Run ``call(sources)`` on the ingestion thread, between two messages (a consistent view
         of the index and every source's position); cancelled when the thread is not running."""
@@ -191,13 +220,17 @@ class ZmqTransport:
 
     def diagnostics(self) -> dict[str, object]:
         """Loop facts for the debug API and benchmarks: thread id, rounds run, batch-window pauses
-        taken, sockets polled."""
+        taken and ended early, flushes, how long the running pause has lasted, sockets polled."""
         thread = self._thread
+        paused_at = self._paused_at
         return {
             "running": self.running,
             "thread_id": thread.native_id if thread is not None else None,
             "rounds": self._reactor.rounds,
             "pauses": self.pauses,
+            "pauses_cut": self.pauses_cut,
+            "flushes": self.flushes,
+            "paused_for": time.monotonic() - paused_at if paused_at else 0.0,
             "sockets": len(self._reactor),
         }
 
@@ -278,7 +311,7 @@ class ZmqTransport:
         tuning = self.tuning
         interval = tuning.poll_interval_seconds
         window = self.config.batch_window_seconds
-        density = StreamDensity(window, tuning.dense_messages_per_window)
+        density = StreamDensity(window, tuning.dense_messages_per_second)
         reactor = self._reactor
         subscribers = self._subscribers
         assert subscribers is not None
@@ -289,6 +322,7 @@ class ZmqTransport:
                 timer = max(0.0, reactor.next_timer - time.monotonic())
                 wait = 0.01 if self._barriers else min(interval, timer)
                 active = reactor.run_once(wait)
+                self._drained.set()
                 if active:
                     # Not ``_busy()``: sources hold messages only while a replay runs or waits,
                     # and scanning every source after each round would cost the event path.
@@ -298,7 +332,10 @@ class ZmqTransport:
                     pause = tuning.pause_after(active, reactor.waited, window=window if sparse else 0.0, backlog=backlog)
                     if pause:
                         self.pauses += sparse
-                        reactor.pause(pause)  # more messages per wake-up; commands and monitors end it
+                        self._paused_at = time.monotonic()
+                        # More messages per wake-up; commands, monitors and ``flush`` end it.
+                        self.pauses_cut += reactor.pause(pause)
+                        self._paused_at = 0.0
                 now = time.monotonic()
                 if now >= reactor.next_timer:
                     reactor.next_timer = now + interval  # each tick below lowers it to its next timer
