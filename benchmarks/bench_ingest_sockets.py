@@ -3,7 +3,7 @@
 Run by hand (not a test)::
 
     PYTHONPATH=src python benchmarks/bench_ingest_sockets.py [--publishers 16] [--messages 40000]
-        [--rate 50000] [--seconds 10] [--transport-only] [--coalesce-ms 0.5] [--batch-window-ms 250] [--no-pin]
+        [--rate 50000] [--seconds 10] [--transport-only] [--coalesce-ms 0.5] [--batch-window-ms 1000] [--no-pin]
 
 A child process runs ``--publishers`` vLLM-like publishers (XPUB on 127.0.9.N, one port, like pods)
 sending map-era (vLLM 0.26) batches: one BlockStored of 1–8 blocks × 16 tokens, chained to the
@@ -421,7 +421,7 @@ def main() -> None:
         "--batch-window-ms",
         type=float,
         default=None,
-        help="kvEventsConfig.batchWindow in ms (default: the service's, 250)",
+        help="kvEventsConfig.batchWindow in ms (default: the service's, 1000)",
     )
     ap.add_argument(
         "--transport-only",

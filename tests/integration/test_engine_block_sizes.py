@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from ppc_extproc_lab.localcluster import LocalCluster, wait_for
+from ppc_extproc_lab.localcluster import LocalCluster, default_service_config, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -37,10 +38,22 @@ def _caught_up(cluster: LocalCluster, engine: int) -> bool:
     return _samples(cluster).get(key, -1.0) == seq  # no event yet: nothing to wait for
 
 
+def _config_without_batch_window() -> dict[str, Any]:
+    """Each probe waits until the service has applied its warm-up's events (``_caught_up``), with
+    no request to end the KV-event thread's batch window: with the default 1 s window the 200
+    probes would wait up to a second each."""
+    config = default_service_config()
+    for plugin in config["plugins"]:
+        if plugin.get("type") == "precise-prefix-cache-producer":
+            plugin.setdefault("parameters", {}).setdefault("kvEventsConfig", {})["batchWindow"] = "0s"
+    return config
+
+
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[LocalCluster]:
     with LocalCluster(num_engines=len(LAYOUTS), engine_args=FAST_ENGINES, per_engine_args=LAYOUTS,
-                      service_args=["--usage-sample-rate", "1"]) as c:  # fmt: skip
+                      service_args=["--usage-sample-rate", "1"],
+                      service_config=_config_without_batch_window()) as c:  # fmt: skip
         yield c
 
 

@@ -47,7 +47,7 @@ def test_defaults() -> None:
     assert config.token_processor.hash_algorithm == "xxh64"
     assert config.indexer.pod_cache_size == 10
     assert config.kv_events.topic_filter == "kv@" and config.kv_events.discover_pods
-    assert config.kv_events.batch_window_seconds == 0.25
+    assert config.kv_events.batch_window_seconds == 1.0
     assert not config.speculative_indexing
     assert config.credit_decode_engine and config.decode_credit_ttl_seconds == 120.0
 

@@ -410,6 +410,7 @@ def load_config_text(text: str, source: str = "<text>", services: Services | Non
     pipeline = Pipeline(
         producers=steps,
         scheduler=Scheduler(profiles, handler),
+        request_arrival=list(roles.request_arrival),
         pre_request=list(roles.pre_request),
         pre_request_async=list(roles.pre_request_async),
         response_complete=list(roles.response_complete),

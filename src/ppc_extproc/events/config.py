@@ -60,8 +60,9 @@ class KVEventsConfig:
     allow_unauthenticated_publishers: bool = False
     #: While messages arrive closer together than this, the ingestion thread lets the next ones
     #: gather for this long before it reads again, so the decode-step messages of many streams
-    #: (one block each) share a wake-up. The index then trails the engines by at most this much;
-    #: a backlog, a replay, a command or a connection event is never kept waiting, and a stream
-    #: denser than ``TransportTuning.dense_messages_per_window`` is read as it comes. 0: apply
-    #: each message as it arrives.
-    batch_window_seconds: float = 0.25
+    #: (one block each) share a wake-up. A request's arrival ends the wait (``flush``), so
+    #: decisions see the messages that came before them; between requests the index trails the
+    #: engines by at most this much. A backlog, a replay, a command or a connection event is never
+    #: kept waiting, and a stream denser than ``TransportTuning.dense_messages_per_second`` is
+    #: read as it comes. 0: apply each message as it arrives.
+    batch_window_seconds: float = 1.0

@@ -23,6 +23,7 @@ from ppc_extproc.framework.roles import (
     PollingSource,
     PreRequest,
     ProfileHandler,
+    RequestArrival,
     RequestParser,
     ResponseComplete,
     ResponseHeaderProcessor,
@@ -51,6 +52,7 @@ class PluginRoles:
     polling_sources: list[PollingSource] = field(default_factory=list)
     endpoint_extractors: list[EndpointExtractor] = field(default_factory=list)
     metrics_extractors: list[MetricsExtractor] = field(default_factory=list)
+    request_arrival: list[RequestArrival] = field(default_factory=list)
     pre_request: list[PreRequest] = field(default_factory=list)
     pre_request_async: list[AsyncPreRequest] = field(default_factory=list)
     response_complete: list[ResponseComplete] = field(default_factory=list)
@@ -88,6 +90,7 @@ _ROLES: tuple[tuple[type, str, str], ...] = (
     (Discovery, "discovery", "discovery"),
     (RequestParser, "parsers", "request parser"),
     (DataConsumer, "consumers", ""),
+    (RequestArrival, "request_arrival", ""),
     (PreRequest, "pre_request", ""),
     (AsyncPreRequest, "pre_request_async", ""),
     (ResponseComplete, "response_complete", ""),

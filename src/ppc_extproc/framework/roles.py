@@ -186,6 +186,13 @@ class RequestParser(Plugin, Protocol):
         ...
 
 
+class RequestArrival(Plugin, Protocol):
+    def request_arrived(self) -> None:
+        """A request's headers arrived and its body follows: start what its decision will read
+        (the KV-event thread reads the messages its batch window gathered). Cheap, never raises."""
+        ...
+
+
 class PreRequest(Plugin, Protocol):
     def pre_request(self, ctx: SchedulingContext, result: SchedulingResult) -> None:
         """After the pick, before the request is forwarded (not called on dry runs)."""

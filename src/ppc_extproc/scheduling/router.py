@@ -29,6 +29,7 @@ from ppc_extproc.framework import (
     Endpoint,
     LLMRequest,
     PreRequest,
+    RequestArrival,
     RequestParser,
     ResponseComplete,
     ResponseHeaderProcessor,
@@ -76,6 +77,8 @@ class Pipeline:
 
     producers: list[ProducerStep | AsyncProducerStep]
     scheduler: Scheduler
+    #: Told when a request's headers arrive, before its body (the KV-event thread's flush).
+    request_arrival: list[RequestArrival] = field(default_factory=list)
     pre_request: list[PreRequest] = field(default_factory=list)
     #: Awaited after ``pre_request``, before the destination is answered (shared session bindings).
     pre_request_async: list[AsyncPreRequest] = field(default_factory=list)
@@ -226,6 +229,15 @@ class Router:
             finally:
                 ctx.plugin_time(DATA_PRODUCER, step.producer.type_name, step.producer.name,
                                 time.perf_counter() - started)
+
+    def request_arrived(self) -> None:
+        """A request's headers arrived and its body follows: the plugins start what its decision
+        will read."""
+        for plugin in self.pipeline.request_arrival:
+            try:
+                plugin.request_arrived()
+            except Exception:
+                log.exception("request_arrived_failed", plugin=plugin.name)
 
     def route_header_only(self, subset: Sequence[str] | None = None) -> Endpoint:
         """A request without a body (``GET /v1/models``): any routable candidate, at random."""

@@ -213,6 +213,7 @@ class ExtProcStream:
         if headers.end_of_stream:
             return self._route_header_only(), False
         self.phase = _Phase.BODY
+        self.router.request_arrived()
         if self._full_duplex:
             return [], False  # held until the body's end of stream
         return [messages.continue_headers()], False

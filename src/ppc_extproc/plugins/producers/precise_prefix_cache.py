@@ -8,6 +8,8 @@ produce     tokens → request keys → index lookup → ``PrefixCacheMatchInfo`
             under ``PrefixCacheMatchInfoDataKey/<name>``: matchBlocks = int(tier-weighted longest
             consecutive prefix), totalBlocks, blockSizeTokens, cachedBlockCount,
             cachedBlocksByTier (summed over the prompts of a batched request)
+arrival     the KV-event thread reads what its batch window gathered, as the request's headers
+            arrive (``ZmqTransport.flush``); ``produce`` waits for that read (at most 5 ms)
 pre_request seed speculative entries (tier "", weight 1.0) for the picked endpoint when
             ``speculativeIndexing``, on every key of every prompt past the leading blocks it already
             holds at that weight (confirmed or seeded); they expire after ``speculativeTTL``
@@ -71,6 +73,7 @@ from ppc_extproc.framework import (
     Lifecycle,
     PluginState,
     PreRequest,
+    RequestArrival,
     ResponseComplete,
     ResponseInfo,
     SchedulingContext,
@@ -133,8 +136,8 @@ _RECONCILE_SECONDS = 1.0
 
 @register("precise-prefix-cache-producer")
 class PrecisePrefixCacheProducer(
-    DataProducer, PreRequest, ResponseComplete, EndpointExtractor, Lifecycle, Ticker, StateReporter,
-    StreamingKeyProducer,
+    DataProducer, RequestArrival, PreRequest, ResponseComplete, EndpointExtractor, Lifecycle, Ticker,
+    StateReporter, StreamingKeyProducer,
 ):
     """Writes ``PrefixCacheMatchInfoDataKey/<name>`` for every candidate endpoint."""
 
@@ -260,6 +263,11 @@ class PrecisePrefixCacheProducer(
         self.transport.stop(timeout)
         self.transport = NullTransport(self.applier)
 
+    def request_arrived(self) -> None:
+        """The KV-event thread ends its batch window's pause, so this request is decided on the
+        messages that arrived before it."""
+        self.transport.flush()
+
     def tick(self, now: float) -> float:
         """Housekeeping: expire speculative entries; report subscriber connections to endpoint
         health again (a soft signal: it corroborates connection failures, and a reconnect ends
@@ -325,6 +333,9 @@ class PrecisePrefixCacheProducer(
             return
         ctx.put(self._keys_key, keys_per_prompt)
         candidates = [e.id for e in ctx.candidates]
+        # The KV-event messages that were waiting when this request arrived (``request_arrived``
+        # ended the batch window's pause): usually read by now, else a round of the thread away.
+        self.transport.wait_flushed()
         # A subscriber that lost its engine suspends the entries until a message proves them.
         suspended = self.stats.suspended
         trusted = [c for c in candidates if c not in suspended] if suspended else candidates

@@ -126,7 +126,7 @@ def _kv_events(s: Section) -> KVEventsConfig:
             if not value:
                 raise ConfigError(c.child_path(key), "is required with curveConfig")
         c.finish()
-    batch_window = s.duration("batchWindow", "250ms")
+    batch_window = s.duration("batchWindow", "1s")
     if not 0 <= batch_window <= MAX_BATCH_WINDOW_SECONDS:
         raise ConfigError(s.child_path("batchWindow"), f"must be between 0s and {MAX_BATCH_WINDOW_SECONDS:g}s, got {batch_window:g}s")
     config = KVEventsConfig(
