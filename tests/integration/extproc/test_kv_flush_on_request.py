@@ -20,7 +20,7 @@ import orjson
 import pytest
 import zmq
 from harness import BUFFERED, Client, body, headers, metadata_destination, running_service
-from integration.transport.kv_transport_helpers import MODEL, Publisher, free_port, wait_until
+from integration.transport.kv_transport_helpers import MODEL, Publisher, free_port, pause_in_flight
 from integration.transport.kv_transport_wire import chain
 
 from ppc_extproc.events.transport import ZmqTransport
@@ -71,12 +71,12 @@ def test_a_request_is_decided_on_the_blocks_cached_before_it_arrived(tmp_path: P
                 pubs[trickled % 3].send(payload)  # not the engine that will hold the prompt
                 trickled += 1
                 time.sleep(0.02)  # traffic pacing, not a wait
-            wait_until(lambda: 0.05 <= transport.diagnostics()["paused_for"] <= 0.5, timeout=10,
-                       what="a pause under way", context=transport.diagnostics)
+            pause_in_flight(transport)
             holder = pubs[3]
             payload, prompt = chain(1, 8, 1)
             holder.send(payload)  # waits in the pause, which has most of its second to run
-            # A decision waits up to 5 ms for the thread's read; a loaded test machine may need more.
+            pause_in_flight(transport, after=transport.diagnostics()["paused_for"] + 0.1)  # it has arrived
+            # A decision waits up to 1 ms for the thread's read; a loaded test machine may need more.
             transport.tuning = replace(transport.tuning, flush_wait_seconds=10.0)
             client = Client(service.grpc_port)
             try:

@@ -61,6 +61,13 @@ def wait_until(
         time.sleep(0.002)
 
 
+def pause_in_flight(transport: Any, after: float = 0.05) -> None:
+    """Wait until the ingestion thread's batch-window pause has run ``after`` seconds, and not
+    0.4 s more (of a 1 s window: the pause still has a while to run)."""
+    wait_until(lambda: after <= transport.diagnostics()["paused_for"] <= after + 0.4, timeout=10,
+               what="a pause under way", context=transport.diagnostics)
+
+
 def _try_bind(sock: zmq.Socket[Any], address: str) -> bool:
     try:
         sock.bind(address)

@@ -9,7 +9,7 @@ from dataclasses import replace
 from typing import Any
 
 import zmq
-from kv_transport_helpers import FAST, Publisher, ReplayRouter, free_port, wait_until
+from kv_transport_helpers import FAST, Publisher, ReplayRouter, free_port, pause_in_flight, wait_until
 from kv_transport_wire import chain
 
 from ppc_extproc.events.apply import EventApplier
@@ -160,14 +160,15 @@ def test_an_arriving_request_ends_the_batch_window_pause_and_the_thread_reads_wh
         send()
         time.sleep(0.02)  # traffic pacing, not a wait
     flushes = transport.diagnostics()["flushes"]
-    # Mid-pause, with most of the window still to run: the next message waits in it.
-    wait_until(lambda: 0.05 <= transport.diagnostics()["paused_for"] <= 0.5, timeout=10, what="a pause under way",
-               context=transport.diagnostics)
+    # Mid-pause, with most of the window still to run: the next message waits in it. The pause
+    # runs 0.1 s more before the flush, so the message has reached the subscriber's socket.
     cut = transport.diagnostics()["pauses_cut"]
+    pause_in_flight(transport)
     send()
+    pause_in_flight(transport, after=transport.diagnostics()["paused_for"] + 0.1)
     assert applied() < sent  # held by the pause
     assert transport.flush()
-    assert transport.wait_flushed(timeout=10)  # what a decision waits for (at most 5 ms by default)
+    assert transport.wait_flushed(timeout=10)  # what a decision waits for (at most 1 ms by default)
     assert applied() == sent
     assert transport.wait_flushed(timeout=0)  # nothing outstanding: no wait
     diagnostics = transport.diagnostics()

@@ -9,7 +9,7 @@ produce     tokens → request keys → index lookup → ``PrefixCacheMatchInfo`
             consecutive prefix), totalBlocks, blockSizeTokens, cachedBlockCount,
             cachedBlocksByTier (summed over the prompts of a batched request)
 arrival     the KV-event thread reads what its batch window gathered, as the request's headers
-            arrive (``ZmqTransport.flush``); ``produce`` waits for that read (at most 5 ms)
+            arrive (``ZmqTransport.flush``); ``produce`` waits for that read (at most 1 ms)
 pre_request seed speculative entries (tier "", weight 1.0) for the picked endpoint when
             ``speculativeIndexing``, on every key of every prompt past the leading blocks it already
             holds at that weight (confirmed or seeded); they expire after ``speculativeTTL``
