@@ -63,6 +63,7 @@ class KVEventsConfig:
     #: (one block each) share a wake-up. A request's arrival ends the wait (``flush``), so
     #: decisions see the messages that came before them; between requests the index trails the
     #: engines by at most this much. A backlog, a replay, a command or a connection event is never
-    #: kept waiting, and a stream denser than ``TransportTuning.dense_messages_per_second`` is
-    #: read as it comes. 0: apply each message as it arrives.
+    #: kept waiting, and a stream denser than ``TransportTuning.dense_messages_per_second``, or of
+    #: messages larger than ``small_message_bytes`` (prefill), is read as it comes. 0: apply each
+    #: message as it arrives.
     batch_window_seconds: float = 1.0

@@ -192,3 +192,24 @@ def test_a_flush_without_a_pause_does_nothing(
     assert transport.wait_idle(5)
     assert transport.diagnostics()["rounds"] - rounds <= 2  # the barrier's own round(s) only
     pub.close()
+
+
+def test_a_trickle_of_prefill_sized_messages_is_read_as_it_comes(
+    zctx: zmq.Context[Any], applier: EventApplier, make_transport: Any
+) -> None:
+    """Few messages, but each a prompt's worth of blocks: never gathered. A pause would only make
+    the next request's flush wait for their apply."""
+    pubs, transport = _four_publishers(zctx, make_transport, 44, batch_window=0.25)
+    for n in range(40):
+        payload, _ = chain(200_000 + 1000 * n, 600, 1 + 16 * 600 * n)
+        assert len(payload) > 16384
+        pubs[n % 4].send(payload)
+        time.sleep(0.02)  # traffic pacing, not a wait: a trickle by count (50 a second)
+
+    def applied() -> int:
+        return sum(_count(applier, pub.endpoint_id, "batches") for pub in pubs)
+
+    wait_until(lambda: applied() == 40, timeout=30, what="every message applied", context=applied)
+    assert transport.diagnostics()["pauses"] == 0
+    for pub in pubs:
+        pub.close()

@@ -126,6 +126,16 @@ def test_a_trickle_measured_over_a_window_is_sparse_and_a_dense_stream_is_not() 
     assert density.update(101.04, 10 + 140 + 2)  # the stream thinned out again
 
 
+def test_a_trickle_of_large_messages_is_read_as_it_comes() -> None:
+    """Prompts' prefill blocks (hundreds per message) are not gathered: a request's flush would
+    make its decision wait for their apply, and a wake-up costs little next to it."""
+    density = StreamDensity(window=0.25, dense_per_second=512, small_bytes=16384)
+    assert not density.update(100.0, 0, 0)
+    assert density.update(100.26, 4, 4 * 200)  # four decode steps of ~200 bytes: a trickle
+    assert not density.update(100.52, 6, 4 * 200 + 2 * 400_000)  # two prompts' prefill blocks
+    assert density.update(100.78, 10, 4 * 200 + 2 * 400_000 + 4 * 200)  # decode steps again
+
+
 def test_the_window_that_ends_a_quiet_spell_does_not_make_the_stream_sparse() -> None:
     """A burst after silence is read as it comes until a window has measured it: a pause at its
     start would queue the whole burst."""

@@ -44,6 +44,11 @@ class TransportTuning:
     #: stream is read as it comes: each wake-up finds many messages anyway, and a pause would
     #: only queue them (latency, and the receive high-water mark at high rates).
     dense_messages_per_second: float = 512.0
+    #: A batch window applies only while messages average this many payload bytes or fewer:
+    #: decode steps (a block or a few, ~200 bytes each). A prompt's prefill (hundreds of blocks
+    #: and their tokens per message) is read as it comes: gathering saves little next to its own
+    #: apply, and a request's flush would make its decision wait for it.
+    small_message_bytes: int = 16384
     #: A request's arrival ends a batch-window pause (``ZmqTransport.flush``) once it has lasted
     #: this long: requests closer together than this share one wake-up of the thread.
     flush_after_seconds: float = 0.02
@@ -96,23 +101,28 @@ class TransportTuning:
 @dataclass(slots=True)
 class StreamDensity:
     """Whether the messages read over the last ``window`` seconds came at fewer than
-    ``dense_per_second``: a trickle that a batch window should gather. Decided once per window, so
-    a dense stream's short gaps do not flip it. A window that ended a quiet spell (two windows or
-    more without a decision) says nothing of the stream that follows: that stream is read as it
-    comes until a window has measured it, so a burst after a quiet spell is never queued."""
+    ``dense_per_second`` and averaged at most ``small_bytes``: a trickle of decode steps that a
+    batch window should gather. Decided once per window, so a dense stream's short gaps do not flip
+    it. A window that ended a quiet spell (two windows or more without a decision) says nothing of
+    the stream that follows: that stream is read as it comes until a window has measured it, so a
+    burst after a quiet spell is never queued."""
 
     window: float
     dense_per_second: float
+    small_bytes: int = 16384
     #: The last decision.
     sparse: bool = False
     _since: float = 0.0
     _read_then: int = 0
+    _bytes_then: int = 0
 
-    def update(self, now: float, read: int) -> bool:
-        """``read``: messages read so far in total; returns ``sparse``."""
+    def update(self, now: float, read: int, read_bytes: int = 0) -> bool:
+        """``read``, ``read_bytes``: messages and payload bytes read so far in total; returns
+        ``sparse``."""
         elapsed = now - self._since
         if elapsed >= self.window:
             count = read - self._read_then
-            self.sparse = elapsed < 2 * self.window and count < self.dense_per_second * elapsed
-            self._since, self._read_then = now, read
+            small = read_bytes - self._bytes_then <= self.small_bytes * count
+            self.sparse = elapsed < 2 * self.window and count < self.dense_per_second * elapsed and small
+            self._since, self._read_then, self._bytes_then = now, read, read_bytes
         return self.sparse

@@ -88,8 +88,10 @@ class Subscribers:
         self._central_topics: dict[bytes, Source] = {}
         #: Central mode: the pool's endpoint ids, the only pod ids accepted from topics.
         self._pool: set[str] = set()
-        #: Messages read from the SUB sockets so far (the loop's ``StreamDensity``).
+        #: Messages read from the SUB sockets so far, and their payloads' bytes (the loop's
+        #: ``StreamDensity``).
         self.read = 0
+        self.read_bytes = 0
 
     def busy(self) -> bool:
         """Some source holds messages for after its replay."""
@@ -304,6 +306,7 @@ class Subscribers:
                     continue
                 count(endpoint, "messages")
                 self.read += 1
+                self.read_bytes += len(message[2])
                 live(src, *message)
             except Exception:  # the loop boundary: log, count, continue
                 count(endpoint, "internal_errors")
@@ -343,6 +346,7 @@ class Subscribers:
                     continue
                 count(src.endpoint, "messages")
                 self.read += 1
+                self.read_bytes += len(message[2])
                 live(src, *message)
             except Exception:  # the loop boundary: log, count, continue
                 count(UNATTRIBUTED, "internal_errors")

@@ -2,19 +2,20 @@
 
 Threading: the thread owns every socket, the applier and the sources; other threads talk to it
 through a command queue plus an inproc PAIR wake-up (``add_endpoint``, ``remove_endpoint``,
-``wait_idle``, ``stop``). The request path never waits on it: it only reads the (thread-safe)
-index, and ``flush`` only signals. Each round waits on the sockets' notification descriptors (``Reactor``), drains each
-socket with input for at most ``drain_budget`` messages (one busy publisher cannot starve the
-others), then, while messages come closer together than ``batch_window_seconds`` but fewer than
-``dense_messages_per_second``, lets the next ones gather for that long (the sparse messages of
-many decoding streams then share wake-ups; a command, a connection event or an arriving request
-(``flush``) ends the pause at once; a denser stream is read as it comes). Timers (replay deadlines, socket retries)
-run when the earliest is due (an idle thread sleeps in the selector, waking at most once per
-``poll_interval_seconds``). Events of one source are decoded and applied in sequence order,
-inline: a second queue and thread would only add hand-offs under the GIL. Queues are bounded by
-the SUB receive high-water mark per connection (``queue_size``; overflow shows up as a sequence
-gap) and, during a replay, by the hold of that source (``queue_size``; overflow ⇒ resync by
-replay).
+``wait_idle``, ``stop``, ``flush``). The request path reads the (thread-safe) index; it waits on
+the thread only after a ``flush``, at most ``flush_wait_seconds``. Each round waits on the
+sockets' notification descriptors (``Reactor``), drains each socket with input for at most
+``drain_budget`` messages (one busy publisher cannot starve the others), then, while messages
+come closer together than ``batch_window_seconds``, fewer than ``dense_messages_per_second`` and
+no larger than ``small_message_bytes``, lets the next ones gather for that long (the sparse
+messages of many decoding streams then share wake-ups; a command, a connection event or an
+arriving request (``flush``) ends the pause at once; a denser stream, or one of prompts' prefill
+blocks, is read as it comes). Timers (replay deadlines, socket retries) run when the earliest is
+due (an idle thread sleeps in the selector, waking at most once per ``poll_interval_seconds``).
+Events of one source are decoded and applied in sequence order, inline: a second queue and thread
+would only add hand-offs under the GIL. Queues are bounded by the SUB receive high-water mark per
+connection (``queue_size``; overflow shows up as a sequence gap) and, during a replay, by the hold
+of that source (``queue_size``; overflow ⇒ resync by replay).
 
 Modes: central (``zmq_endpoint`` set: one bound SUB, the source is the topic's pod id, which
 must be an endpoint of the pool: ``add_endpoint``/``remove_endpoint`` maintain that set) and
@@ -311,7 +312,7 @@ class ZmqTransport:
         tuning = self.tuning
         interval = tuning.poll_interval_seconds
         window = self.config.batch_window_seconds
-        density = StreamDensity(window, tuning.dense_messages_per_second)
+        density = StreamDensity(window, tuning.dense_messages_per_second, tuning.small_message_bytes)
         reactor = self._reactor
         subscribers = self._subscribers
         assert subscribers is not None
@@ -328,7 +329,7 @@ class ZmqTransport:
                     # and scanning every source after each round would cost the event path.
                     replays = self._ingest.replays
                     backlog = bool(self._barriers) or reactor.pending or (replays is not None and replays.busy)
-                    sparse = window > 0 and density.update(time.monotonic(), subscribers.read)
+                    sparse = window > 0 and density.update(time.monotonic(), subscribers.read, subscribers.read_bytes)
                     pause = tuning.pause_after(active, reactor.waited, window=window if sparse else 0.0, backlog=backlog)
                     if pause:
                         self.pauses += sparse
