@@ -5,6 +5,7 @@ retries still fire, and an idle thread does not spin."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -71,6 +72,11 @@ def test_an_idle_thread_sleeps_in_the_selector(
     pub.close()
 
 
+def _applied(applier: EventApplier, pubs: list[Publisher]) -> Callable[[], int]:
+    """Messages applied so far from ``pubs``."""
+    return lambda: sum(_count(applier, pub.endpoint_id, "batches") for pub in pubs)
+
+
 def _four_publishers(
     zctx: zmq.Context[Any], make_transport: Any, first: int, *, batch_window: float
 ) -> tuple[list[Publisher], Any]:
@@ -99,9 +105,7 @@ def test_sparse_messages_of_many_engines_share_wake_ups_within_the_batch_window(
         pubs[n % 4].send(payload)
         time.sleep(0.02)
 
-    def applied() -> int:
-        return sum(_count(applier, pub.endpoint_id, "batches") for pub in pubs)
-
+    applied = _applied(applier, pubs)
     wait_until(lambda: applied() == 60, timeout=10, what="every message applied", context=applied)
     diagnostics = transport.diagnostics()
     woke = diagnostics["rounds"] - rounds
@@ -128,9 +132,7 @@ def test_a_dense_stream_is_read_as_it_comes_through_many_windows(
         if n % 20 == 19:  # traffic pacing, not a wait: ≥ 20 messages per 10–20 ms
             time.sleep(0.01)
 
-    def applied() -> int:
-        return sum(_count(applier, pub.endpoint_id, "batches") for pub in pubs)
-
+    applied = _applied(applier, pubs)
     wait_until(lambda: applied() == 4000, timeout=30, what="every message applied", context=applied)
     assert transport.diagnostics()["pauses"] == 0
     for pub in pubs:
@@ -152,9 +154,7 @@ def test_an_arriving_request_ends_the_batch_window_pause_and_the_thread_reads_wh
         pubs[sent % 4].send(payload)
         sent += 1
 
-    def applied() -> int:
-        return sum(_count(applier, pub.endpoint_id, "batches") for pub in pubs)
-
+    applied = _applied(applier, pubs)
     while transport.diagnostics()["pauses"] < 2:  # a trickle, until the thread gathers it
         assert sent < 500, transport.diagnostics()
         send()
@@ -206,9 +206,7 @@ def test_a_trickle_of_prefill_sized_messages_is_read_as_it_comes(
         pubs[n % 4].send(payload)
         time.sleep(0.02)  # traffic pacing, not a wait: a trickle by count (50 a second)
 
-    def applied() -> int:
-        return sum(_count(applier, pub.endpoint_id, "batches") for pub in pubs)
-
+    applied = _applied(applier, pubs)
     wait_until(lambda: applied() == 40, timeout=30, what="every message applied", context=applied)
     assert transport.diagnostics()["pauses"] == 0
     for pub in pubs:
