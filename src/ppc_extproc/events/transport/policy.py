@@ -52,9 +52,8 @@ class TransportTuning:
     #: A request's arrival ends a batch-window pause (``ZmqTransport.flush``) once it has lasted
     #: this long: requests closer together than this share one wake-up of the thread.
     flush_after_seconds: float = 0.02
-    #: How long a decision waits for the round a flush started. A few decode-step messages take
-    #: well under this; a freshly cached long prompt (thousands of blocks) takes several ms, and a
-    #: decision that waited it out would pay for all of it (p99 under load doubled at 5 ms).
+    #: How long a decision waits for the round a flush started: a few decode-step messages take
+    #: well under this. Longer reads (behind a replay or a snapshot) are not waited out.
     flush_wait_seconds: float = 0.001
     #: ZMQ reconnect interval of SUB sockets, doubling up to the maximum. llm-d waits up to 5 s;
     #: a restarted engine is routable again only once its subscriber reconnects, so keep it short

@@ -323,7 +323,8 @@ class ZmqTransport:
                 timer = max(0.0, reactor.next_timer - time.monotonic())
                 wait = 0.01 if self._barriers else min(interval, timer)
                 active = reactor.run_once(wait)
-                self._drained.set()
+                if not self._drained.is_set():
+                    self._drained.set()
                 if active:
                     # Not ``_busy()``: sources hold messages only while a replay runs or waits,
                     # and scanning every source after each round would cost the event path.
