@@ -116,7 +116,7 @@ def test_a_batch_window_pauses_while_messages_come_closer_than_the_window() -> N
 
 
 def test_a_trickle_measured_over_a_window_is_sparse_and_a_dense_stream_is_not() -> None:
-    density = StreamDensity(window=0.25, dense_per_second=512)
+    density = StreamDensity(window=0.25, dense_per_second=512, small_bytes=16384)
     assert not density.update(100.0, 0)  # the first round: nothing measured yet
     assert not density.update(100.1, 2)  # within the window: the decision stands
     assert density.update(100.26, 4)  # 4 messages in a window: a trickle
@@ -139,7 +139,7 @@ def test_a_trickle_of_large_messages_is_read_as_it_comes() -> None:
 def test_the_window_that_ends_a_quiet_spell_does_not_make_the_stream_sparse() -> None:
     """A burst after silence is read as it comes until a window has measured it: a pause at its
     start would queue the whole burst."""
-    density = StreamDensity(window=0.25, dense_per_second=512)
+    density = StreamDensity(window=0.25, dense_per_second=512, small_bytes=16384)
     assert not density.update(100.0, 0)
     assert density.update(100.3, 3)
     assert not density.update(110.0, 4)  # the first message after 10 s of silence

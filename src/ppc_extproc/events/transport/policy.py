@@ -108,7 +108,7 @@ class StreamDensity:
 
     window: float
     dense_per_second: float
-    small_bytes: int = 16384
+    small_bytes: int
     #: The last decision.
     sparse: bool = False
     _since: float = 0.0
