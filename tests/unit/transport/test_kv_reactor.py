@@ -115,15 +115,24 @@ def test_a_batch_window_pauses_while_messages_come_closer_than_the_window() -> N
     assert tuning.pause_after(1, 0.0, window=0.0) == 0.0005  # no window: the steady-stream rule
 
 
+#: A decode step's message: one block and its hashes.
+STEP_BYTES = 200
+
+
+def decode_steps(density: StreamDensity, now: float, read: int) -> bool:
+    """``density.update`` for a stream of decode steps only."""
+    return density.update(now, read, read * STEP_BYTES)
+
+
 def test_a_trickle_measured_over_a_window_is_sparse_and_a_dense_stream_is_not() -> None:
     density = StreamDensity(window=0.25, dense_per_second=512, small_bytes=16384)
-    assert not density.update(100.0, 0)  # the first round: nothing measured yet
-    assert not density.update(100.1, 2)  # within the window: the decision stands
-    assert density.update(100.26, 4)  # 4 messages in a window: a trickle
-    assert density.update(100.52, 10)
-    assert not density.update(100.78, 10 + 140)  # 140 in a window: dense, read as it comes
-    assert not density.update(100.9, 10 + 140 + 1)  # a gap inside the window does not flip it
-    assert density.update(101.04, 10 + 140 + 2)  # the stream thinned out again
+    assert not decode_steps(density, 100.0, 0)  # the first round: nothing measured yet
+    assert not decode_steps(density, 100.1, 2)  # within the window: the decision stands
+    assert decode_steps(density, 100.26, 4)  # 4 messages in a window: a trickle
+    assert decode_steps(density, 100.52, 10)
+    assert not decode_steps(density, 100.78, 10 + 140)  # 140 in a window: dense, read as it comes
+    assert not decode_steps(density, 100.9, 10 + 140 + 1)  # a gap inside the window does not flip it
+    assert decode_steps(density, 101.04, 10 + 140 + 2)  # the stream thinned out again
 
 
 def test_a_trickle_of_large_messages_is_read_as_it_comes() -> None:
@@ -131,22 +140,22 @@ def test_a_trickle_of_large_messages_is_read_as_it_comes() -> None:
     make its decision wait for their apply, and a wake-up costs little next to it."""
     density = StreamDensity(window=0.25, dense_per_second=512, small_bytes=16384)
     assert not density.update(100.0, 0, 0)
-    assert density.update(100.26, 4, 4 * 200)  # four decode steps of ~200 bytes: a trickle
-    assert not density.update(100.52, 6, 4 * 200 + 2 * 400_000)  # two prompts' prefill blocks
-    assert density.update(100.78, 10, 4 * 200 + 2 * 400_000 + 4 * 200)  # decode steps again
+    assert density.update(100.26, 4, 4 * STEP_BYTES)  # four decode steps of ~200 bytes: a trickle
+    assert not density.update(100.52, 6, 4 * STEP_BYTES + 2 * 400_000)  # two prompts' prefill blocks
+    assert density.update(100.78, 10, 4 * STEP_BYTES + 2 * 400_000 + 4 * STEP_BYTES)  # decode steps again
 
 
 def test_the_window_that_ends_a_quiet_spell_does_not_make_the_stream_sparse() -> None:
     """A burst after silence is read as it comes until a window has measured it: a pause at its
     start would queue the whole burst."""
     density = StreamDensity(window=0.25, dense_per_second=512, small_bytes=16384)
-    assert not density.update(100.0, 0)
-    assert density.update(100.3, 3)
-    assert not density.update(110.0, 4)  # the first message after 10 s of silence
-    assert not density.update(110.1, 500)  # the burst that follows
-    assert not density.update(110.25, 2000)  # measured dense
+    assert not decode_steps(density, 100.0, 0)
+    assert decode_steps(density, 100.3, 3)
+    assert not decode_steps(density, 110.0, 4)  # the first message after 10 s of silence
+    assert not decode_steps(density, 110.1, 500)  # the burst that follows
+    assert not decode_steps(density, 110.25, 2000)  # measured dense
     # A window stretched by a long round still compares per window (30 in 0.45 s is sparse):
-    assert density.update(110.7, 2030)
+    assert decode_steps(density, 110.7, 2030)
 
 
 def test_a_pause_ends_when_a_priority_socket_signals_and_leaves_other_input_for_the_next_round(

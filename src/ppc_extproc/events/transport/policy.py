@@ -115,7 +115,7 @@ class StreamDensity:
     _read_then: int = 0
     _bytes_then: int = 0
 
-    def update(self, now: float, read: int, read_bytes: int = 0) -> bool:
+    def update(self, now: float, read: int, read_bytes: int) -> bool:
         """``read``, ``read_bytes``: messages and payload bytes read so far in total; returns
         ``sparse``."""
         elapsed = now - self._since
